@@ -1,0 +1,1 @@
+//! The pure audit core. (being written)

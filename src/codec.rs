@@ -1,0 +1,203 @@
+//! JSON documents for verdicts, escalations and reports: the shapes DESIGN.md pins for the API.
+//!
+//! The API serves them and the stores keep them, so both edges share this one encoding.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::*;
+
+/// RFC 3339 with nanoseconds, UTC.
+pub fn rfc3339(t: Timestamp) -> String {
+    let secs = t.0.div_euclid(1_000_000_000);
+    let nanos = t.0.rem_euclid(1_000_000_000) as u32;
+    match chrono::DateTime::from_timestamp(secs, nanos) {
+        Some(dt) => dt.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true),
+        None => format!("{}", t.0),
+    }
+}
+
+pub fn parse_rfc3339(s: &str) -> Option<Timestamp> {
+    let dt = chrono::DateTime::parse_from_rfc3339(s).ok()?;
+    Some(Timestamp(dt.timestamp_nanos_opt()?))
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct AttemptDoc {
+    pub trace_id: String,
+    pub span_id: String,
+    pub start: String,
+    pub end: String,
+    pub idempotency_key: Option<String>,
+    pub class: String,
+    pub http_status: Option<u16>,
+    pub error_type: Option<String>,
+    pub object_id: Option<String>,
+    pub object_status: Option<String>,
+    pub reported_outcome: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ReadbackDoc {
+    pub at: String,
+    pub object_ids: Vec<String>,
+    pub trace_id: String,
+    pub span_id: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ObjectDoc {
+    pub object_id: String,
+    pub status: String,
+    /// A decimal string in the major unit, so no precision is lost to floats.
+    pub amount: Option<String>,
+    pub currency: Option<String>,
+    pub target: Option<String>,
+    pub first_seen: String,
+    pub last_seen: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct FindingDoc {
+    pub kind: String,
+    pub severity: String,
+    pub at: String,
+    pub subject: String,
+    pub detail: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct VerdictDoc {
+    pub intent_id: String,
+    pub tool: Option<String>,
+    pub contract: Option<String>,
+    pub idempotency_keys: Vec<String>,
+    pub state: String,
+    pub decision: String,
+    pub safe_retry_until: Option<String>,
+    pub escalation_id: Option<String>,
+    pub attempts: Vec<AttemptDoc>,
+    pub readbacks: Vec<ReadbackDoc>,
+    pub objects: Vec<ObjectDoc>,
+    pub findings: Vec<FindingDoc>,
+    pub next_change: Option<String>,
+    pub audited_at: String,
+    pub first_seen: String,
+    pub last_event: String,
+}
+
+impl VerdictDoc {
+    pub fn from_verdict(v: &Verdict) -> Self {
+        VerdictDoc {
+            intent_id: v.intent_id.clone(),
+            tool: v.tool.clone(),
+            contract: v.contract.clone(),
+            idempotency_keys: v.idempotency_keys.clone(),
+            state: v.state.as_str().into(),
+            decision: v.decision.as_str().into(),
+            safe_retry_until: v.safe_retry_until.map(rfc3339),
+            escalation_id: v.escalation_id.clone(),
+            attempts: v
+                .attempts
+                .iter()
+                .map(|a| AttemptDoc {
+                    trace_id: a.span.trace_hex(),
+                    span_id: a.span.span_hex(),
+                    start: rfc3339(a.start),
+                    end: rfc3339(a.end),
+                    idempotency_key: a.idempotency_key.clone(),
+                    class: a.class.as_str().into(),
+                    http_status: a.http_status,
+                    error_type: a.error_type.clone(),
+                    object_id: a.object_id.clone(),
+                    object_status: a.object_status.clone(),
+                    reported_outcome: a.reported_outcome.map(|o| o.as_str().into()),
+                })
+                .collect(),
+            readbacks: v
+                .readbacks
+                .iter()
+                .map(|r| ReadbackDoc {
+                    at: rfc3339(r.at),
+                    object_ids: r.object_ids.clone(),
+                    trace_id: r.span.trace_hex(),
+                    span_id: r.span.span_hex(),
+                })
+                .collect(),
+            objects: v
+                .objects
+                .iter()
+                .map(|o| ObjectDoc {
+                    object_id: o.object_id.clone(),
+                    status: o.status.clone(),
+                    amount: o.amount.map(|a| a.to_string()),
+                    currency: o.currency.clone(),
+                    target: o.target.clone(),
+                    first_seen: rfc3339(o.first_seen),
+                    last_seen: rfc3339(o.last_seen),
+                })
+                .collect(),
+            findings: v.findings.iter().map(FindingDoc::from_finding).collect(),
+            next_change: v.next_change.map(rfc3339),
+            audited_at: rfc3339(v.audited_at),
+            first_seen: rfc3339(v.first_seen),
+            last_event: rfc3339(v.last_event),
+        }
+    }
+}
+
+impl FindingDoc {
+    pub fn from_finding(f: &Finding) -> Self {
+        FindingDoc {
+            kind: f.kind.as_str().into(),
+            severity: f.severity.as_str().into(),
+            at: rfc3339(f.at),
+            subject: f.subject.clone(),
+            detail: f.detail.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct EscalationFindingDoc {
+    pub kind: String,
+    pub subject: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct EscalationDoc {
+    pub id: String,
+    pub intent_id: String,
+    pub status: String,
+    pub severity: String,
+    pub opened_at: String,
+    pub findings: Vec<EscalationFindingDoc>,
+    pub claimed_by: Option<String>,
+    pub claimed_at: Option<String>,
+    pub resolved_by: Option<String>,
+    pub resolved_at: Option<String>,
+    pub resolution: Option<String>,
+    pub note: Option<String>,
+}
+
+impl EscalationDoc {
+    pub fn from_escalation(e: &Escalation) -> Self {
+        EscalationDoc {
+            id: e.id.clone(),
+            intent_id: e.intent_id.clone(),
+            status: e.status.as_str().into(),
+            severity: e.severity.as_str().into(),
+            opened_at: rfc3339(e.opened_at),
+            findings: e
+                .findings
+                .iter()
+                .map(|(k, s)| EscalationFindingDoc { kind: k.as_str().into(), subject: s.clone() })
+                .collect(),
+            claimed_by: e.claimed_by.clone(),
+            claimed_at: e.claimed_at.map(rfc3339),
+            resolved_by: e.resolved_by.clone(),
+            resolved_at: e.resolved_at.map(rfc3339),
+            resolution: e.resolution.clone(),
+            note: e.note.clone(),
+        }
+    }
+}

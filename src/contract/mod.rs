@@ -1,0 +1,138 @@
+//! Contracts: what a downstream promises for a tool (DESIGN.md "Contracts").
+//!
+//! `Contract` is plain data the audit core reads; `load` turns `contracts/*.toml` into it.
+
+mod load;
+
+pub use load::{load_dir, parse_contracts, parse_duration, ContractError};
+
+use crate::model::Dur;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Idempotency {
+    /// Same key returns the saved response, 5xx included (Stripe API v1).
+    Replay,
+    /// Same key drives the operation to completion and returns the updated result (Stripe API v2).
+    Converge,
+    /// The downstream accepts no key: a repeat is a second action.
+    None,
+}
+
+impl Idempotency {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Replay => "replay",
+            Self::Converge => "converge",
+            Self::None => "none",
+        }
+    }
+}
+
+/// JSON pointers into the tool arguments for the parameters an effect is compared on.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ParamPointers {
+    pub amount: Option<String>,
+    pub currency: Option<String>,
+    pub target: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Contract {
+    pub name: String,
+    pub tools: Vec<String>,
+    pub record_kind: Option<String>,
+    pub idempotency: Idempotency,
+    /// How long the downstream keeps a key; `None` with `idempotency = "none"`.
+    pub key_retention: Option<Dur>,
+    pub retry_margin: Dur,
+    /// How long a sent request can still commit; `None`: unbounded.
+    pub max_in_flight: Option<Dur>,
+    pub unknown_deadline: Dur,
+    pub pending_deadline: Dur,
+    pub max_attempts: Option<u32>,
+    pub success_states: Vec<String>,
+    pub failure_states: Vec<String>,
+    pub pending_states: Vec<String>,
+    pub not_executed_status: Vec<u16>,
+    pub conflict_status: Vec<u16>,
+    pub params: ParamPointers,
+    /// Where to read the intent id from the arguments when the span lacks `reckon.intent.id`.
+    pub intent_id_pointer: Option<String>,
+    /// Where to read the idempotency key from the arguments when the span lacks it.
+    pub idempotency_key_pointer: Option<String>,
+    /// `error.type` values by which the downstream reports a key reused with other parameters.
+    pub mismatch_errors: Vec<String>,
+    /// How long a record may wait for its intent before it is an orphan.
+    pub orphan_grace: Dur,
+}
+
+impl Contract {
+    /// A contract with the defaults of DESIGN.md's example, for the given tool.
+    pub fn example(name: &str, tool: &str) -> Contract {
+        Contract {
+            name: name.to_string(),
+            tools: vec![tool.to_string()],
+            record_kind: None,
+            idempotency: Idempotency::Replay,
+            key_retention: Some(Dur::hours(24)),
+            retry_margin: Dur::hours(1),
+            max_in_flight: Some(Dur::secs(60)),
+            unknown_deadline: Dur::minutes(15),
+            pending_deadline: Dur::hours(2),
+            max_attempts: Some(5),
+            success_states: vec!["succeeded".into()],
+            failure_states: vec!["failed".into(), "canceled".into()],
+            pending_states: vec!["pending".into(), "requires_action".into()],
+            not_executed_status: vec![400, 401, 403, 404, 422, 429],
+            conflict_status: vec![409],
+            params: ParamPointers::default(),
+            intent_id_pointer: None,
+            idempotency_key_pointer: None,
+            mismatch_errors: default_mismatch_errors(),
+            orphan_grace: Dur::minutes(10),
+        }
+    }
+
+    pub fn is_success(&self, status: &str) -> bool {
+        self.success_states.iter().any(|s| s == status)
+    }
+    pub fn is_failure(&self, status: &str) -> bool {
+        self.failure_states.iter().any(|s| s == status)
+    }
+    pub fn is_terminal(&self, status: &str) -> bool {
+        self.is_success(status) || self.is_failure(status)
+    }
+
+    /// The last instant a same-key retry is safe: first attempt + retention - margin.
+    pub fn safe_retry_until(&self, first_attempt: crate::model::Timestamp) -> Option<crate::model::Timestamp> {
+        match self.idempotency {
+            Idempotency::None => None,
+            _ => self.key_retention.map(|r| first_attempt + r - self.retry_margin),
+        }
+    }
+}
+
+pub fn default_mismatch_errors() -> Vec<String> {
+    vec!["idempotency_error".into(), "idempotency_key_mismatch".into(), "key_reuse_mismatch".into()]
+}
+
+/// All loaded contracts, looked up by tool name and by record kind.
+#[derive(Clone, Debug, Default)]
+pub struct Contracts {
+    pub contracts: Vec<Contract>,
+}
+
+impl Contracts {
+    pub fn new(contracts: Vec<Contract>) -> Self {
+        Contracts { contracts }
+    }
+    pub fn for_tool(&self, tool: &str) -> Option<&Contract> {
+        self.contracts.iter().find(|c| c.tools.iter().any(|t| t == tool))
+    }
+    pub fn for_record_kind(&self, kind: &str) -> Option<&Contract> {
+        self.contracts.iter().find(|c| c.record_kind.as_deref() == Some(kind))
+    }
+    pub fn by_name(&self, name: &str) -> Option<&Contract> {
+        self.contracts.iter().find(|c| c.name == name)
+    }
+}

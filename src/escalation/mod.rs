@@ -1,0 +1,1 @@
+//! The escalation state machine. (being written)

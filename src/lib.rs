@@ -1,0 +1,8 @@
+//! reckon: an OTLP export target that audits AI-agent tool calls against the downstream's
+//! idempotency contract. See ARCHITECTURE.md for the code map and the invariants.
+
+pub mod audit;
+pub mod codec;
+pub mod contract;
+pub mod escalation;
+pub mod model;

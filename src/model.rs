@@ -1,0 +1,639 @@
+//! Plain data shared by every module: the events reckon ingests and the verdicts it derives.
+//!
+//! Nothing here knows a wire format, a database or a clock. Edges (ingest, store, api) convert to
+//! and from these types; the audit core computes on them.
+
+use std::fmt;
+
+/// Unix time in nanoseconds. Every instant in reckon is one of these; `now` is always passed in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timestamp(pub i64);
+
+impl Timestamp {
+    pub const fn from_secs(secs: i64) -> Self {
+        Timestamp(secs * 1_000_000_000)
+    }
+    pub const fn from_millis(ms: i64) -> Self {
+        Timestamp(ms * 1_000_000)
+    }
+    pub fn nanos(self) -> i64 {
+        self.0
+    }
+    pub fn saturating_add(self, d: Dur) -> Self {
+        Timestamp(self.0.saturating_add(d.0))
+    }
+    pub fn saturating_sub(self, d: Dur) -> Self {
+        Timestamp(self.0.saturating_sub(d.0))
+    }
+}
+
+impl std::ops::Add<Dur> for Timestamp {
+    type Output = Timestamp;
+    fn add(self, d: Dur) -> Timestamp {
+        self.saturating_add(d)
+    }
+}
+
+impl std::ops::Sub<Dur> for Timestamp {
+    type Output = Timestamp;
+    fn sub(self, d: Dur) -> Timestamp {
+        self.saturating_sub(d)
+    }
+}
+
+/// A span of time in nanoseconds (contract windows, deadlines).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Dur(pub i64);
+
+impl Dur {
+    pub const fn secs(s: i64) -> Self {
+        Dur(s * 1_000_000_000)
+    }
+    pub const fn millis(ms: i64) -> Self {
+        Dur(ms * 1_000_000)
+    }
+    pub const fn minutes(m: i64) -> Self {
+        Dur(m * 60 * 1_000_000_000)
+    }
+    pub const fn hours(h: i64) -> Self {
+        Dur(h * 3600 * 1_000_000_000)
+    }
+}
+
+impl fmt::Display for Dur {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0;
+        const UNITS: [(i64, &str); 5] = [
+            (3_600_000_000_000, "h"),
+            (60_000_000_000, "m"),
+            (1_000_000_000, "s"),
+            (1_000_000, "ms"),
+            (1, "ns"),
+        ];
+        for (size, unit) in UNITS {
+            if n != 0 && n % size == 0 {
+                return write!(f, "{}{unit}", n / size);
+            }
+        }
+        write!(f, "{n}ns")
+    }
+}
+
+/// A decimal amount, exact: `mantissa * 10^-scale`. Compared by value, so `45`, `45.0` and
+/// `45.00` are equal.
+#[derive(Clone, Copy, Debug)]
+pub struct Decimal {
+    pub mantissa: i128,
+    pub scale: u32,
+}
+
+impl Decimal {
+    pub fn parse(s: &str) -> Option<Decimal> {
+        let s = s.trim();
+        let (neg, digits) = match s.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, s.strip_prefix('+').unwrap_or(s)),
+        };
+        // Plain decimals only, plus the exponent form a float serializer may produce (4.5e1).
+        let (base, exp) = match digits.find(['e', 'E']) {
+            Some(i) => (&digits[..i], digits[i + 1..].parse::<i32>().ok()?),
+            None => (digits, 0),
+        };
+        let (int, frac) = match base.split_once('.') {
+            Some((i, f)) => (i, f),
+            None => (base, ""),
+        };
+        if int.is_empty() && frac.is_empty() {
+            return None;
+        }
+        if !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let mut mantissa: i128 = 0;
+        for b in int.bytes().chain(frac.bytes()) {
+            mantissa = mantissa.checked_mul(10)?.checked_add((b - b'0') as i128)?;
+        }
+        let mut scale = frac.len() as i32 - exp;
+        while scale < 0 {
+            mantissa = mantissa.checked_mul(10)?;
+            scale += 1;
+        }
+        if scale > 30 {
+            return None;
+        }
+        Some(Decimal { mantissa: if neg { -mantissa } else { mantissa }, scale: scale as u32 })
+    }
+
+    pub fn from_minor(minor: i128, exponent: u32) -> Decimal {
+        Decimal { mantissa: minor, scale: exponent }
+    }
+
+    fn normalized(self) -> (i128, u32) {
+        let (mut m, mut s) = (self.mantissa, self.scale);
+        while s > 0 && m % 10 == 0 {
+            m /= 10;
+            s -= 1;
+        }
+        (m, s)
+    }
+}
+
+impl PartialEq for Decimal {
+    fn eq(&self, other: &Self) -> bool {
+        self.normalized() == other.normalized()
+    }
+}
+impl Eq for Decimal {}
+impl PartialOrd for Decimal {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Decimal {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        let (a, sa) = self.normalized();
+        let (b, sb) = other.normalized();
+        let s = sa.max(sb);
+        let scale = |m: i128, from: u32| m.saturating_mul(10i128.saturating_pow(s - from));
+        scale(a, sa).cmp(&scale(b, sb))
+    }
+}
+impl std::hash::Hash for Decimal {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.normalized().hash(state)
+    }
+}
+
+impl fmt::Display for Decimal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (m, s) = (self.mantissa, self.scale);
+        if s == 0 {
+            return write!(f, "{m}");
+        }
+        let sign = if m < 0 { "-" } else { "" };
+        let digits = m.unsigned_abs().to_string();
+        let s = s as usize;
+        let padded = if digits.len() <= s { format!("{}{digits}", "0".repeat(s - digits.len() + 1)) } else { digits };
+        let (i, fr) = padded.split_at(padded.len() - s);
+        write!(f, "{sign}{i}.{fr}")
+    }
+}
+
+/// How many minor units a currency's major unit has (ISO 4217 as Stripe applies it).
+pub fn currency_exponent(currency: &str) -> u32 {
+    const ZERO_DECIMAL: [&str; 16] = [
+        "BIF", "CLP", "DJF", "GNF", "JPY", "KMF", "KRW", "MGA", "PYG", "RWF", "UGX", "VND", "VUV", "XAF", "XOF", "XPF",
+    ];
+    const THREE_DECIMAL: [&str; 5] = ["BHD", "JOD", "KWD", "OMR", "TND"];
+    let upper = currency.trim().to_ascii_uppercase();
+    if ZERO_DECIMAL.contains(&upper.as_str()) {
+        0
+    } else if THREE_DECIMAL.contains(&upper.as_str()) {
+        3
+    } else {
+        2
+    }
+}
+
+/// A downstream amount as reported. Stripe reports minor units; tool arguments and the records
+/// API use major units. The audit converts with the currency before comparing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Amount {
+    Major(Decimal),
+    Minor(i128),
+}
+
+impl Amount {
+    pub fn to_major(self, currency: Option<&str>) -> Decimal {
+        match self {
+            Amount::Major(d) => d,
+            Amount::Minor(m) => Decimal::from_minor(m, currency.map(currency_exponent).unwrap_or(2)),
+        }
+    }
+}
+
+pub type TraceId = [u8; 16];
+pub type SpanId = [u8; 8];
+
+/// The identity of a span: (trace_id, span_id). Re-sent spans carry the same one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SpanRef {
+    pub trace_id: TraceId,
+    pub span_id: SpanId,
+}
+
+impl SpanRef {
+    pub fn trace_hex(&self) -> String {
+        hex::encode(self.trace_id)
+    }
+    pub fn span_hex(&self) -> String {
+        hex::encode(self.span_id)
+    }
+}
+
+/// What the executor concluded and told the model (`reckon.outcome`). A claim, never evidence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ReportedOutcome {
+    Succeeded,
+    Failed,
+    Pending,
+    Unknown,
+    Rejected,
+}
+
+impl ReportedOutcome {
+    pub const ALL: [ReportedOutcome; 5] = [Self::Succeeded, Self::Failed, Self::Pending, Self::Unknown, Self::Rejected];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Pending => "pending",
+            Self::Unknown => "unknown",
+            Self::Rejected => "rejected",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|o| o.as_str() == s)
+    }
+}
+
+/// One send of an intent's write to the downstream, as seen in a tool span.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Attempt {
+    pub span: SpanRef,
+    pub intent_id: String,
+    pub tool: String,
+    pub start: Timestamp,
+    pub end: Timestamp,
+    pub idempotency_key: Option<String>,
+    pub http_status: Option<u16>,
+    /// semconv `error.type`
+    pub error_type: Option<String>,
+    /// The span's status was ERROR. Never evidence of failure on its own.
+    pub span_error: bool,
+    pub object_id: Option<String>,
+    pub object_status: Option<String>,
+    pub reported_outcome: Option<ReportedOutcome>,
+    /// The tool call's arguments as JSON text, when content capture was on.
+    pub arguments: Option<String>,
+}
+
+/// An observation of the downstream's state for an intent (a read span, `reckon.action = read`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Readback {
+    pub span: SpanRef,
+    pub intent_id: String,
+    pub tool: String,
+    /// When the read ran (the span's start: the snapshot is no older than this).
+    pub at: Timestamp,
+    pub end: Timestamp,
+    /// The objects found; empty when the read found none.
+    pub object_ids: Vec<String>,
+    /// What the executor concluded from this read, if it said.
+    pub reported_outcome: Option<ReportedOutcome>,
+}
+
+/// One observation of a downstream object (a refund, a draft) by the downstream's own report.
+/// Identity: (source, object_id, status, observed_at).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RecordObservation {
+    /// Where the observation came from: `api`, `stripe`, `otlp`, ...
+    pub source: String,
+    /// The downstream object kind (`refund`, `draft`): matched to a contract's `record_kind`.
+    pub kind: Option<String>,
+    pub object_id: String,
+    pub intent_id: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub status: String,
+    pub amount: Option<Amount>,
+    pub currency: Option<String>,
+    pub target: Option<String>,
+    pub created_at: Option<Timestamp>,
+    pub observed_at: Timestamp,
+}
+
+/// Everything reckon ingests, after decoding.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Event {
+    Attempt(Attempt),
+    Readback(Readback),
+    Record(RecordObservation),
+}
+
+impl Event {
+    /// The instant the event happened, for ordering and time filters.
+    pub fn at(&self) -> Timestamp {
+        match self {
+            Event::Attempt(a) => a.start,
+            Event::Readback(r) => r.at,
+            Event::Record(r) => r.observed_at,
+        }
+    }
+}
+
+/// How one attempt ended, decided from evidence (DESIGN.md "Attempt classes").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AttemptClass {
+    Rejected,
+    Conflict,
+    Succeeded,
+    Failed,
+    Recorded,
+    Unknown,
+}
+
+impl AttemptClass {
+    pub const ALL: [AttemptClass; 6] =
+        [Self::Rejected, Self::Conflict, Self::Succeeded, Self::Failed, Self::Recorded, Self::Unknown];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Rejected => "rejected",
+            Self::Conflict => "conflict",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Recorded => "recorded",
+            Self::Unknown => "unknown",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum IntentState {
+    Completed,
+    FailedAfterExecution,
+    Pending,
+    FailedBeforeExecution,
+    Unknown,
+}
+
+impl IntentState {
+    pub const ALL: [IntentState; 5] =
+        [Self::Completed, Self::FailedAfterExecution, Self::Pending, Self::FailedBeforeExecution, Self::Unknown];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::FailedAfterExecution => "failed_after_execution",
+            Self::Pending => "pending",
+            Self::FailedBeforeExecution => "failed_before_execution",
+            Self::Unknown => "unknown",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+    /// Settled: nothing more will happen to it without a new event.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::FailedAfterExecution | Self::FailedBeforeExecution)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Decision {
+    None,
+    FixInput,
+    Wait,
+    RetrySameKey,
+    Reconcile,
+    NewIntent,
+    Escalate,
+}
+
+impl Decision {
+    pub const ALL: [Decision; 7] =
+        [Self::None, Self::FixInput, Self::Wait, Self::RetrySameKey, Self::Reconcile, Self::NewIntent, Self::Escalate];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::FixInput => "fix_input",
+            Self::Wait => "wait",
+            Self::RetrySameKey => "retry_same_key",
+            Self::Reconcile => "reconcile",
+            Self::NewIntent => "new_intent",
+            Self::Escalate => "escalate",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Severity {
+    Medium,
+    High,
+    Critical,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Medium => "medium",
+            Self::High => "high",
+            Self::Critical => "critical",
+        }
+    }
+    /// High and critical findings escalate.
+    pub fn escalates(self) -> bool {
+        self >= Severity::High
+    }
+}
+
+/// The catalogue of DESIGN.md "Findings".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FindingKind {
+    DuplicateEffect,
+    EffectMismatch,
+    KeyReuseMismatch,
+    NewKeyRetry,
+    ExpiredKeyRetry,
+    NoIdempotencyContract,
+    UnresolvedUnknown,
+    ReplayedServerError,
+    MisreportedOutcome,
+    ResendWhilePending,
+    ResendAfterTerminal,
+    InconclusiveReadbackActedOn,
+    StuckPending,
+    RetryBudgetExceeded,
+    OrphanRecord,
+}
+
+impl FindingKind {
+    pub const ALL: [FindingKind; 15] = [
+        Self::DuplicateEffect,
+        Self::EffectMismatch,
+        Self::KeyReuseMismatch,
+        Self::NewKeyRetry,
+        Self::ExpiredKeyRetry,
+        Self::NoIdempotencyContract,
+        Self::UnresolvedUnknown,
+        Self::ReplayedServerError,
+        Self::MisreportedOutcome,
+        Self::ResendWhilePending,
+        Self::ResendAfterTerminal,
+        Self::InconclusiveReadbackActedOn,
+        Self::StuckPending,
+        Self::RetryBudgetExceeded,
+        Self::OrphanRecord,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::DuplicateEffect => "duplicate_effect",
+            Self::EffectMismatch => "effect_mismatch",
+            Self::KeyReuseMismatch => "key_reuse_mismatch",
+            Self::NewKeyRetry => "new_key_retry",
+            Self::ExpiredKeyRetry => "expired_key_retry",
+            Self::NoIdempotencyContract => "no_idempotency_contract",
+            Self::UnresolvedUnknown => "unresolved_unknown",
+            Self::ReplayedServerError => "replayed_server_error",
+            Self::MisreportedOutcome => "misreported_outcome",
+            Self::ResendWhilePending => "resend_while_pending",
+            Self::ResendAfterTerminal => "resend_after_terminal",
+            Self::InconclusiveReadbackActedOn => "inconclusive_readback_acted_on",
+            Self::StuckPending => "stuck_pending",
+            Self::RetryBudgetExceeded => "retry_budget_exceeded",
+            Self::OrphanRecord => "orphan_record",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+    pub fn severity(self) -> Severity {
+        match self {
+            Self::DuplicateEffect => Severity::Critical,
+            Self::EffectMismatch
+            | Self::KeyReuseMismatch
+            | Self::NewKeyRetry
+            | Self::ExpiredKeyRetry
+            | Self::NoIdempotencyContract
+            | Self::UnresolvedUnknown
+            | Self::ReplayedServerError => Severity::High,
+            _ => Severity::Medium,
+        }
+    }
+}
+
+/// A named breach or risk. `(kind, subject)` identifies it across re-audits, so an escalation
+/// can tell a finding it has seen from a new one.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Finding {
+    pub kind: FindingKind,
+    pub severity: Severity,
+    /// When the finding became true.
+    pub at: Timestamp,
+    /// What it is about: an object id, a key, a span id.
+    pub subject: String,
+    pub detail: String,
+}
+
+impl Finding {
+    pub fn new(kind: FindingKind, at: Timestamp, subject: impl Into<String>, detail: impl Into<String>) -> Self {
+        Finding { kind, severity: kind.severity(), at, subject: subject.into(), detail: detail.into() }
+    }
+}
+
+/// An attempt as the verdict shows it: the span's facts plus its class.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttemptView {
+    pub span: SpanRef,
+    pub start: Timestamp,
+    pub end: Timestamp,
+    pub idempotency_key: Option<String>,
+    pub class: AttemptClass,
+    pub http_status: Option<u16>,
+    pub error_type: Option<String>,
+    pub object_id: Option<String>,
+    pub object_status: Option<String>,
+    pub reported_outcome: Option<ReportedOutcome>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadbackView {
+    pub span: SpanRef,
+    pub at: Timestamp,
+    pub object_ids: Vec<String>,
+}
+
+/// A downstream object linked to the intent, folded from its observations.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectView {
+    pub object_id: String,
+    pub status: String,
+    /// In the major unit of the tool's arguments.
+    pub amount: Option<Decimal>,
+    pub currency: Option<String>,
+    pub target: Option<String>,
+    pub first_seen: Timestamp,
+    pub last_seen: Timestamp,
+}
+
+/// The audit result for one intent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    pub intent_id: String,
+    pub tool: Option<String>,
+    pub contract: Option<String>,
+    pub idempotency_keys: Vec<String>,
+    pub state: IntentState,
+    pub decision: Decision,
+    /// Until when a retry with the same key is safe under the contract.
+    pub safe_retry_until: Option<Timestamp>,
+    /// Set by the escalation book, not by the audit.
+    pub escalation_id: Option<String>,
+    pub attempts: Vec<AttemptView>,
+    pub readbacks: Vec<ReadbackView>,
+    pub objects: Vec<ObjectView>,
+    pub findings: Vec<Finding>,
+    /// The next instant at which this verdict can change with no new event.
+    pub next_change: Option<Timestamp>,
+    /// The `now` the verdict was computed for.
+    pub audited_at: Timestamp,
+    /// Time of the first event: for time filters.
+    pub first_seen: Timestamp,
+    /// Time of the latest event.
+    pub last_event: Timestamp,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum EscalationStatus {
+    Open,
+    Claimed,
+    Resolved,
+}
+
+impl EscalationStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Claimed => "claimed",
+            Self::Resolved => "resolved",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Open, Self::Claimed, Self::Resolved].into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+/// An item in the queue for a person.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Escalation {
+    pub id: String,
+    pub intent_id: String,
+    pub status: EscalationStatus,
+    pub opened_at: Timestamp,
+    /// The most severe finding it holds.
+    pub severity: Severity,
+    /// The findings that opened or joined it, as (kind, subject).
+    pub findings: Vec<(FindingKind, String)>,
+    pub claimed_by: Option<String>,
+    pub claimed_at: Option<Timestamp>,
+    pub resolved_by: Option<String>,
+    pub resolved_at: Option<Timestamp>,
+    pub resolution: Option<String>,
+    pub note: Option<String>,
+    /// Bumped on every change: the row version for stores that keep the latest.
+    pub version: u64,
+}
