@@ -190,7 +190,10 @@ impl EscalationDoc {
             findings: e
                 .findings
                 .iter()
-                .map(|(k, s)| EscalationFindingDoc { kind: k.as_str().into(), subject: s.clone() })
+                .map(|(k, s)| EscalationFindingDoc {
+                    kind: k.as_str().into(),
+                    subject: s.clone(),
+                })
                 .collect(),
             claimed_by: e.claimed_by.clone(),
             claimed_at: e.claimed_at.map(rfc3339),

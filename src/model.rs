@@ -121,11 +121,17 @@ impl Decimal {
         if scale > 30 {
             return None;
         }
-        Some(Decimal { mantissa: if neg { -mantissa } else { mantissa }, scale: scale as u32 })
+        Some(Decimal {
+            mantissa: if neg { -mantissa } else { mantissa },
+            scale: scale as u32,
+        })
     }
 
     pub fn from_minor(minor: i128, exponent: u32) -> Decimal {
-        Decimal { mantissa: minor, scale: exponent }
+        Decimal {
+            mantissa: minor,
+            scale: exponent,
+        }
     }
 
     fn normalized(self) -> (i128, u32) {
@@ -173,7 +179,11 @@ impl fmt::Display for Decimal {
         let sign = if m < 0 { "-" } else { "" };
         let digits = m.unsigned_abs().to_string();
         let s = s as usize;
-        let padded = if digits.len() <= s { format!("{}{digits}", "0".repeat(s - digits.len() + 1)) } else { digits };
+        let padded = if digits.len() <= s {
+            format!("{}{digits}", "0".repeat(s - digits.len() + 1))
+        } else {
+            digits
+        };
         let (i, fr) = padded.split_at(padded.len() - s);
         write!(f, "{sign}{i}.{fr}")
     }
@@ -182,7 +192,8 @@ impl fmt::Display for Decimal {
 /// How many minor units a currency's major unit has (ISO 4217 as Stripe applies it).
 pub fn currency_exponent(currency: &str) -> u32 {
     const ZERO_DECIMAL: [&str; 16] = [
-        "BIF", "CLP", "DJF", "GNF", "JPY", "KMF", "KRW", "MGA", "PYG", "RWF", "UGX", "VND", "VUV", "XAF", "XOF", "XPF",
+        "BIF", "CLP", "DJF", "GNF", "JPY", "KMF", "KRW", "MGA", "PYG", "RWF", "UGX", "VND", "VUV",
+        "XAF", "XOF", "XPF",
     ];
     const THREE_DECIMAL: [&str; 5] = ["BHD", "JOD", "KWD", "OMR", "TND"];
     let upper = currency.trim().to_ascii_uppercase();
@@ -207,7 +218,9 @@ impl Amount {
     pub fn to_major(self, currency: Option<&str>) -> Decimal {
         match self {
             Amount::Major(d) => d,
-            Amount::Minor(m) => Decimal::from_minor(m, currency.map(currency_exponent).unwrap_or(2)),
+            Amount::Minor(m) => {
+                Decimal::from_minor(m, currency.map(currency_exponent).unwrap_or(2))
+            }
         }
     }
 }
@@ -242,7 +255,13 @@ pub enum ReportedOutcome {
 }
 
 impl ReportedOutcome {
-    pub const ALL: [ReportedOutcome; 5] = [Self::Succeeded, Self::Failed, Self::Pending, Self::Unknown, Self::Rejected];
+    pub const ALL: [ReportedOutcome; 5] = [
+        Self::Succeeded,
+        Self::Failed,
+        Self::Pending,
+        Self::Unknown,
+        Self::Rejected,
+    ];
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Succeeded => "succeeded",
@@ -343,8 +362,14 @@ pub enum AttemptClass {
 }
 
 impl AttemptClass {
-    pub const ALL: [AttemptClass; 6] =
-        [Self::Rejected, Self::Conflict, Self::Succeeded, Self::Failed, Self::Recorded, Self::Unknown];
+    pub const ALL: [AttemptClass; 6] = [
+        Self::Rejected,
+        Self::Conflict,
+        Self::Succeeded,
+        Self::Failed,
+        Self::Recorded,
+        Self::Unknown,
+    ];
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Rejected => "rejected",
@@ -370,8 +395,13 @@ pub enum IntentState {
 }
 
 impl IntentState {
-    pub const ALL: [IntentState; 5] =
-        [Self::Completed, Self::FailedAfterExecution, Self::Pending, Self::FailedBeforeExecution, Self::Unknown];
+    pub const ALL: [IntentState; 5] = [
+        Self::Completed,
+        Self::FailedAfterExecution,
+        Self::Pending,
+        Self::FailedBeforeExecution,
+        Self::Unknown,
+    ];
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Completed => "completed",
@@ -386,7 +416,10 @@ impl IntentState {
     }
     /// Settled: nothing more will happen to it without a new event.
     pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Completed | Self::FailedAfterExecution | Self::FailedBeforeExecution)
+        matches!(
+            self,
+            Self::Completed | Self::FailedAfterExecution | Self::FailedBeforeExecution
+        )
     }
 }
 
@@ -402,8 +435,15 @@ pub enum Decision {
 }
 
 impl Decision {
-    pub const ALL: [Decision; 7] =
-        [Self::None, Self::FixInput, Self::Wait, Self::RetrySameKey, Self::Reconcile, Self::NewIntent, Self::Escalate];
+    pub const ALL: [Decision; 7] = [
+        Self::None,
+        Self::FixInput,
+        Self::Wait,
+        Self::RetrySameKey,
+        Self::Reconcile,
+        Self::NewIntent,
+        Self::Escalate,
+    ];
     pub fn as_str(self) -> &'static str {
         match self {
             Self::None => "none",
@@ -530,8 +570,19 @@ pub struct Finding {
 }
 
 impl Finding {
-    pub fn new(kind: FindingKind, at: Timestamp, subject: impl Into<String>, detail: impl Into<String>) -> Self {
-        Finding { kind, severity: kind.severity(), at, subject: subject.into(), detail: detail.into() }
+    pub fn new(
+        kind: FindingKind,
+        at: Timestamp,
+        subject: impl Into<String>,
+        detail: impl Into<String>,
+    ) -> Self {
+        Finding {
+            kind,
+            severity: kind.severity(),
+            at,
+            subject: subject.into(),
+            detail: detail.into(),
+        }
     }
 }
 
@@ -613,7 +664,9 @@ impl EscalationStatus {
         }
     }
     pub fn parse(s: &str) -> Option<Self> {
-        [Self::Open, Self::Claimed, Self::Resolved].into_iter().find(|c| c.as_str() == s)
+        [Self::Open, Self::Claimed, Self::Resolved]
+            .into_iter()
+            .find(|c| c.as_str() == s)
     }
 }
 

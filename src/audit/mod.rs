@@ -1,1 +1,306 @@
-//! The pure audit core. (being written)
+//! The audit core: one intent's events + its contract + `now` -> a verdict.
+//!
+//! Pure and deterministic: no I/O, no clock, no async runtime, no database (a tidy test holds
+//! this line). Time is an input, so retention windows and deadlines are tested in microseconds
+//! and history can be re-audited under a changed contract. The same set of events gives the
+//! same verdict whatever order they arrived in and however often they were re-sent.
+
+mod classify;
+mod findings;
+mod ledger;
+mod objects;
+mod params;
+
+pub use classify::classify;
+pub use ledger::{Ledger, LedgerChange, ORPHAN_PREFIX};
+pub use params::Params;
+
+use crate::contract::{Contract, Idempotency};
+use crate::model::*;
+use objects::Objects;
+
+/// Everything known about one intent: the events linked to it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct History {
+    pub intent_id: String,
+    pub attempts: Vec<Attempt>,
+    pub readbacks: Vec<Readback>,
+    pub records: Vec<RecordObservation>,
+}
+
+impl History {
+    pub fn new(intent_id: impl Into<String>) -> Self {
+        History {
+            intent_id: intent_id.into(),
+            ..Default::default()
+        }
+    }
+
+    pub fn push(&mut self, event: Event) {
+        match event {
+            Event::Attempt(a) => self.attempts.push(a),
+            Event::Readback(r) => self.readbacks.push(r),
+            Event::Record(r) => self.records.push(r),
+        }
+    }
+
+    /// Sorted by time with re-sent duplicates removed: the canonical form the audit reads.
+    /// Identity follows DESIGN.md invariant 4; among copies that differ the smallest wins, so
+    /// the choice does not depend on arrival order.
+    pub fn normalized(&self) -> History {
+        let mut attempts = self.attempts.clone();
+        attempts.sort();
+        attempts.dedup_by(|b, a| a.span == b.span);
+        attempts.sort_by(|a, b| (a.start, a.end, a.span).cmp(&(b.start, b.end, b.span)));
+
+        let mut readbacks = self.readbacks.clone();
+        readbacks.sort();
+        readbacks.dedup_by(|b, a| a.span == b.span);
+        readbacks.sort_by(|a, b| (a.at, a.end, a.span).cmp(&(b.at, b.end, b.span)));
+
+        let mut records = self.records.clone();
+        records.sort_by(|a, b| {
+            record_identity(a)
+                .cmp(&record_identity(b))
+                .then_with(|| a.cmp(b))
+        });
+        records.dedup_by(|b, a| record_identity(a) == record_identity(b));
+        records.sort_by(|a, b| {
+            (a.observed_at, &a.object_id, &a.status).cmp(&(b.observed_at, &b.object_id, &b.status))
+        });
+
+        History {
+            intent_id: self.intent_id.clone(),
+            attempts,
+            readbacks,
+            records,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.attempts.is_empty() && self.readbacks.is_empty() && self.records.is_empty()
+    }
+}
+
+fn record_identity(r: &RecordObservation) -> (&str, &str, &str, Timestamp) {
+    (&r.source, &r.object_id, &r.status, r.observed_at)
+}
+
+/// The contract assumed for a tool no contract covers: no idempotency promise, no window in
+/// which a retry is known to be safe.
+pub fn fallback_contract() -> Contract {
+    let mut c = Contract::example("(none)", "");
+    c.tools.clear();
+    c.idempotency = Idempotency::None;
+    c.key_retention = None;
+    c.max_in_flight = None;
+    c.max_attempts = None;
+    c
+}
+
+/// Audit one intent. `contract` is `None` when no contract covers its tool.
+pub fn audit(history: &History, contract: Option<&Contract>, now: Timestamp) -> Verdict {
+    let fallback;
+    let c = match contract {
+        Some(c) => c,
+        None => {
+            fallback = fallback_contract();
+            &fallback
+        }
+    };
+    let h = history.normalized();
+    let classes: Vec<AttemptClass> = h.attempts.iter().map(|a| classify(a, c)).collect();
+    let params = Params::of_intent(&h.attempts, c);
+    let objects = Objects::fold(&h, c, params.currency.as_deref());
+    let state = intent_state(&h, &classes, &objects, &params, c);
+    let first_attempt = h.attempts.first().map(|a| a.start);
+    let safe_retry_until = first_attempt.and_then(|t| c.safe_retry_until(t));
+
+    let ctx = findings::Ctx {
+        h: &h,
+        c,
+        contract_known: contract.is_some(),
+        classes: &classes,
+        objects: &objects,
+        params: &params,
+        state,
+        now,
+        safe_retry_until,
+    };
+    let findings = findings::all(&ctx);
+    let decision = decide(&ctx);
+    let next_change = next_change(&ctx);
+
+    let mut keys: Vec<String> = Vec::new();
+    for a in &h.attempts {
+        if let Some(k) = &a.idempotency_key {
+            if !keys.contains(k) {
+                keys.push(k.clone());
+            }
+        }
+    }
+    let times = h
+        .attempts
+        .iter()
+        .flat_map(|a| [a.start, a.end])
+        .chain(h.readbacks.iter().map(|r| r.at))
+        .chain(h.records.iter().map(|r| r.observed_at));
+    let (first_seen, last_event) = times.fold(
+        (None, None),
+        |(lo, hi): (Option<Timestamp>, Option<Timestamp>), t| {
+            (
+                Some(lo.map_or(t, |l| l.min(t))),
+                Some(hi.map_or(t, |x| x.max(t))),
+            )
+        },
+    );
+
+    Verdict {
+        intent_id: h.intent_id.clone(),
+        tool: h
+            .attempts
+            .first()
+            .map(|a| a.tool.clone())
+            .or_else(|| h.readbacks.first().map(|r| r.tool.clone())),
+        contract: contract.map(|c| c.name.clone()),
+        idempotency_keys: keys,
+        state,
+        decision,
+        safe_retry_until,
+        escalation_id: None,
+        attempts: h
+            .attempts
+            .iter()
+            .zip(&classes)
+            .map(|(a, &class)| AttemptView {
+                span: a.span,
+                start: a.start,
+                end: a.end,
+                idempotency_key: a.idempotency_key.clone(),
+                class,
+                http_status: a.http_status,
+                error_type: a.error_type.clone(),
+                object_id: a.object_id.clone(),
+                object_status: a.object_status.clone(),
+                reported_outcome: a.reported_outcome,
+            })
+            .collect(),
+        readbacks: h
+            .readbacks
+            .iter()
+            .map(|r| ReadbackView {
+                span: r.span,
+                at: r.at,
+                object_ids: r.object_ids.clone(),
+            })
+            .collect(),
+        objects: objects.views(),
+        findings,
+        next_change,
+        audited_at: now,
+        first_seen: first_seen.unwrap_or(now),
+        last_event: last_event.unwrap_or(now),
+    }
+}
+
+/// DESIGN.md "Intent state". Downstream records outrank the attempts' view of them.
+fn intent_state(
+    h: &History,
+    classes: &[AttemptClass],
+    objects: &Objects,
+    params: &Params,
+    c: &Contract,
+) -> IntentState {
+    let current = objects.current();
+    let succeeded: Vec<_> = current.iter().filter(|o| c.is_success(&o.status)).collect();
+    if succeeded.iter().any(|o| params.matches(o)) {
+        return IntentState::Completed;
+    }
+    if !succeeded.is_empty() {
+        // An effect happened but not the one intended: not positively completed.
+        return IntentState::Unknown;
+    }
+    // A failed object beside a live one leaves the intent pending: the live one may still succeed.
+    if current.iter().any(|o| !c.is_terminal(&o.status)) {
+        return IntentState::Pending;
+    }
+    if current.iter().any(|o| c.is_failure(&o.status)) {
+        return IntentState::FailedAfterExecution;
+    }
+    if !h.attempts.is_empty() && classes.iter().all(|&k| k == AttemptClass::Rejected) {
+        return IntentState::FailedBeforeExecution;
+    }
+    IntentState::Unknown
+}
+
+/// What is safe for an executor now, from the evidence alone. The escalation book overrides it
+/// with `escalate` while an escalation is open.
+fn decide(x: &findings::Ctx) -> Decision {
+    match x.state {
+        IntentState::Completed => Decision::None,
+        IntentState::FailedAfterExecution => Decision::NewIntent,
+        IntentState::FailedBeforeExecution => Decision::FixInput,
+        IntentState::Pending => Decision::Wait,
+        IntentState::Unknown => {
+            let Some(last) = x.h.attempts.last() else {
+                return Decision::Reconcile;
+            };
+            let last_class = x.classes[x.classes.len() - 1];
+            // A 409 means a request with this key is still executing elsewhere.
+            if last_class == AttemptClass::Conflict
+                && x.c.max_in_flight.is_none_or(|d| x.now < last.end + d)
+            {
+                return Decision::Wait;
+            }
+            if x.original_may_still_commit() {
+                return Decision::Wait;
+            }
+            let budget_left =
+                x.c.max_attempts
+                    .is_none_or(|m| (x.h.attempts.len() as u64) < m as u64);
+            let same_key_safe = x.c.idempotency != Idempotency::None
+                && x.safe_retry_until.is_some_and(|until| x.now < until)
+                && budget_left;
+            if same_key_safe {
+                Decision::RetrySameKey
+            } else {
+                Decision::Reconcile
+            }
+        }
+    }
+}
+
+/// The next instant at which the verdict changes with no new event, so the caller can schedule
+/// a re-audit. Only deadlines that matter in the current state count: a settled intent has none.
+fn next_change(x: &findings::Ctx) -> Option<Timestamp> {
+    let mut at: Vec<Timestamp> = Vec::new();
+    match x.state {
+        IntentState::Unknown => {
+            at.extend(x.safe_retry_until);
+            for (a, &k) in x.h.attempts.iter().zip(x.classes) {
+                if k == AttemptClass::Unknown {
+                    at.extend(x.c.max_in_flight.map(|d| a.start + d));
+                }
+                if k == AttemptClass::Conflict {
+                    at.extend(x.c.max_in_flight.map(|d| a.end + d));
+                }
+            }
+            at.extend(x.first_unknown().map(|a| a.start + x.c.unknown_deadline));
+        }
+        IntentState::Pending => at.extend(
+            x.objects
+                .first_pending(x.c)
+                .map(|t| t + x.c.pending_deadline),
+        ),
+        _ => {}
+    }
+    if x.h.attempts.is_empty() {
+        at.extend(
+            x.objects
+                .current()
+                .iter()
+                .map(|o| o.first_seen + x.c.orphan_grace),
+        );
+    }
+    at.into_iter().filter(|&t| t > x.now).min()
+}

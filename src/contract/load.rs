@@ -6,9 +6,17 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum ContractError {
     #[error("{file}:{line}: field `{field}`: {message}")]
-    Invalid { file: PathBuf, line: usize, field: String, message: String },
+    Invalid {
+        file: PathBuf,
+        line: usize,
+        field: String,
+        message: String,
+    },
     #[error("{file}: {source}")]
-    Io { file: PathBuf, source: std::io::Error },
+    Io {
+        file: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 pub fn parse_duration(_s: &str) -> Option<Dur> {

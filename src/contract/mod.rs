@@ -104,16 +104,25 @@ impl Contract {
     }
 
     /// The last instant a same-key retry is safe: first attempt + retention - margin.
-    pub fn safe_retry_until(&self, first_attempt: crate::model::Timestamp) -> Option<crate::model::Timestamp> {
+    pub fn safe_retry_until(
+        &self,
+        first_attempt: crate::model::Timestamp,
+    ) -> Option<crate::model::Timestamp> {
         match self.idempotency {
             Idempotency::None => None,
-            _ => self.key_retention.map(|r| first_attempt + r - self.retry_margin),
+            _ => self
+                .key_retention
+                .map(|r| first_attempt + r - self.retry_margin),
         }
     }
 }
 
 pub fn default_mismatch_errors() -> Vec<String> {
-    vec!["idempotency_error".into(), "idempotency_key_mismatch".into(), "key_reuse_mismatch".into()]
+    vec![
+        "idempotency_error".into(),
+        "idempotency_key_mismatch".into(),
+        "key_reuse_mismatch".into(),
+    ]
 }
 
 /// All loaded contracts, looked up by tool name and by record kind.
@@ -127,10 +136,14 @@ impl Contracts {
         Contracts { contracts }
     }
     pub fn for_tool(&self, tool: &str) -> Option<&Contract> {
-        self.contracts.iter().find(|c| c.tools.iter().any(|t| t == tool))
+        self.contracts
+            .iter()
+            .find(|c| c.tools.iter().any(|t| t == tool))
     }
     pub fn for_record_kind(&self, kind: &str) -> Option<&Contract> {
-        self.contracts.iter().find(|c| c.record_kind.as_deref() == Some(kind))
+        self.contracts
+            .iter()
+            .find(|c| c.record_kind.as_deref() == Some(kind))
     }
     pub fn by_name(&self, name: &str) -> Option<&Contract> {
         self.contracts.iter().find(|c| c.name == name)

@@ -1,1 +1,227 @@
-//! The escalation state machine. (being written)
+//! The escalation queue as a pure state machine.
+//!
+//! A high or critical finding opens an escalation for its intent; an intent has at most one open
+//! (or claimed) escalation and later findings join it. A person claims and resolves it. A finding
+//! not seen before that arrives after resolution opens a new one. Every transition takes its time
+//! as an input, and ids are derived from the intent, so a rebuilt book reaches the same state.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use sha2::{Digest, Sha256};
+
+use crate::model::*;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum EscalationError {
+    #[error("no escalation with id {0}")]
+    NotFound(String),
+    #[error("escalation {id} is already claimed by {by}")]
+    AlreadyClaimed { id: String, by: String },
+    #[error("escalation {0} is already resolved")]
+    AlreadyResolved(String),
+    #[error("{0} must not be empty")]
+    Missing(&'static str),
+}
+
+#[derive(Debug, Default)]
+pub struct EscalationBook {
+    by_id: BTreeMap<String, Escalation>,
+    /// Every escalation of an intent, oldest first.
+    by_intent: HashMap<String, Vec<String>>,
+    /// Findings any escalation of the intent already holds.
+    seen: HashMap<String, BTreeSet<(FindingKind, String)>>,
+}
+
+impl EscalationBook {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Rebuild from stored escalations (any order).
+    pub fn restore(escalations: impl IntoIterator<Item = Escalation>) -> Self {
+        let mut book = Self::new();
+        let mut all: Vec<Escalation> = escalations.into_iter().collect();
+        all.sort_by(|a, b| (a.opened_at, &a.id).cmp(&(b.opened_at, &b.id)));
+        for e in all {
+            book.insert(e);
+        }
+        book
+    }
+
+    fn insert(&mut self, e: Escalation) {
+        let seen = self.seen.entry(e.intent_id.clone()).or_default();
+        seen.extend(e.findings.iter().cloned());
+        let ids = self.by_intent.entry(e.intent_id.clone()).or_default();
+        if !ids.contains(&e.id) {
+            ids.push(e.id.clone());
+        }
+        self.by_id.insert(e.id.clone(), e);
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Escalation> {
+        self.by_id.get(id)
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &Escalation> {
+        self.by_id.values()
+    }
+
+    pub fn count(&self, status: EscalationStatus) -> usize {
+        self.by_id.values().filter(|e| e.status == status).count()
+    }
+
+    /// The open or claimed escalation of an intent.
+    pub fn open_for(&self, intent_id: &str) -> Option<&Escalation> {
+        self.by_intent
+            .get(intent_id)?
+            .iter()
+            .filter_map(|id| self.by_id.get(id))
+            .find(|e| e.status != EscalationStatus::Resolved)
+    }
+
+    pub fn latest_for(&self, intent_id: &str) -> Option<&Escalation> {
+        self.by_intent
+            .get(intent_id)?
+            .last()
+            .and_then(|id| self.by_id.get(id))
+    }
+
+    /// Take in a fresh verdict: open or join with its new high and critical findings. Returns the
+    /// escalation that changed, if any.
+    pub fn observe(&mut self, verdict: &Verdict) -> Option<Escalation> {
+        let seen = self.seen.get(&verdict.intent_id);
+        let fresh: Vec<&Finding> = verdict
+            .findings
+            .iter()
+            .filter(|f| f.severity.escalates())
+            .filter(|f| !seen.is_some_and(|s| s.contains(&(f.kind, f.subject.clone()))))
+            .collect();
+        if fresh.is_empty() {
+            return None;
+        }
+        let severity = fresh
+            .iter()
+            .map(|f| f.severity)
+            .max()
+            .unwrap_or(Severity::High);
+        let keys: Vec<(FindingKind, String)> =
+            fresh.iter().map(|f| (f.kind, f.subject.clone())).collect();
+        let e = match self.open_for(&verdict.intent_id).map(|e| e.id.clone()) {
+            Some(id) => {
+                let e = self.by_id.get_mut(&id)?;
+                e.findings.extend(keys);
+                e.severity = e.severity.max(severity);
+                e.version += 1;
+                e.clone()
+            }
+            None => {
+                let n = self
+                    .by_intent
+                    .get(&verdict.intent_id)
+                    .map_or(0, |v| v.len())
+                    + 1;
+                Escalation {
+                    id: escalation_id(&verdict.intent_id, n),
+                    intent_id: verdict.intent_id.clone(),
+                    status: EscalationStatus::Open,
+                    opened_at: fresh
+                        .iter()
+                        .map(|f| f.at)
+                        .min()
+                        .unwrap_or(verdict.audited_at),
+                    severity,
+                    findings: keys,
+                    claimed_by: None,
+                    claimed_at: None,
+                    resolved_by: None,
+                    resolved_at: None,
+                    resolution: None,
+                    note: None,
+                    version: 1,
+                }
+            }
+        };
+        self.insert(e.clone());
+        Some(e)
+    }
+
+    /// Set the verdict's escalation id, and its decision to `escalate` while one is open.
+    pub fn apply(&self, verdict: &mut Verdict) {
+        if let Some(open) = self.open_for(&verdict.intent_id) {
+            verdict.escalation_id = Some(open.id.clone());
+            verdict.decision = Decision::Escalate;
+        } else if let Some(latest) = self.latest_for(&verdict.intent_id) {
+            verdict.escalation_id = Some(latest.id.clone());
+        }
+    }
+
+    pub fn claim(
+        &mut self,
+        id: &str,
+        by: &str,
+        now: Timestamp,
+    ) -> Result<Escalation, EscalationError> {
+        if by.trim().is_empty() {
+            return Err(EscalationError::Missing("by"));
+        }
+        let e = self
+            .by_id
+            .get_mut(id)
+            .ok_or_else(|| EscalationError::NotFound(id.into()))?;
+        match e.status {
+            EscalationStatus::Resolved => return Err(EscalationError::AlreadyResolved(id.into())),
+            // Claiming twice by the same person is a retry, not a conflict.
+            EscalationStatus::Claimed if e.claimed_by.as_deref() == Some(by) => {
+                return Ok(e.clone())
+            }
+            EscalationStatus::Claimed => {
+                return Err(EscalationError::AlreadyClaimed {
+                    id: id.into(),
+                    by: e.claimed_by.clone().unwrap_or_default(),
+                })
+            }
+            EscalationStatus::Open => {}
+        }
+        e.status = EscalationStatus::Claimed;
+        e.claimed_by = Some(by.to_string());
+        e.claimed_at = Some(now);
+        e.version += 1;
+        Ok(e.clone())
+    }
+
+    pub fn resolve(
+        &mut self,
+        id: &str,
+        by: &str,
+        resolution: &str,
+        note: Option<&str>,
+        now: Timestamp,
+    ) -> Result<Escalation, EscalationError> {
+        if by.trim().is_empty() {
+            return Err(EscalationError::Missing("by"));
+        }
+        if resolution.trim().is_empty() {
+            return Err(EscalationError::Missing("resolution"));
+        }
+        let e = self
+            .by_id
+            .get_mut(id)
+            .ok_or_else(|| EscalationError::NotFound(id.into()))?;
+        if e.status == EscalationStatus::Resolved {
+            return Err(EscalationError::AlreadyResolved(id.into()));
+        }
+        e.status = EscalationStatus::Resolved;
+        e.resolved_by = Some(by.to_string());
+        e.resolved_at = Some(now);
+        e.resolution = Some(resolution.to_string());
+        e.note = note.map(str::to_string);
+        e.version += 1;
+        Ok(e.clone())
+    }
+}
+
+/// Stable across restarts and instances: derived from the intent id and the escalation's ordinal.
+pub fn escalation_id(intent_id: &str, n: usize) -> String {
+    let digest = Sha256::digest(intent_id.as_bytes());
+    format!("esc_{}_{n}", hex::encode(&digest[..8]))
+}

@@ -1,0 +1,480 @@
+//! The finding catalogue of DESIGN.md, one function per kind. Each reads the normalized history
+//! and returns findings whose `(kind, subject)` is stable across re-audits.
+
+use super::objects::{Objects, UNOBSERVED_STATUS};
+use super::params::{same_arguments, Params};
+use super::History;
+use crate::contract::{Contract, Idempotency};
+use crate::model::*;
+
+pub struct Ctx<'a> {
+    pub h: &'a History,
+    pub c: &'a Contract,
+    /// False when the intent's tool has no contract and `c` is the fallback.
+    pub contract_known: bool,
+    pub classes: &'a [AttemptClass],
+    pub objects: &'a Objects,
+    pub params: &'a Params,
+    pub state: IntentState,
+    pub now: Timestamp,
+    pub safe_retry_until: Option<Timestamp>,
+}
+
+impl Ctx<'_> {
+    fn attempts(&self) -> impl Iterator<Item = (&Attempt, AttemptClass)> {
+        self.h.attempts.iter().zip(self.classes.iter().copied())
+    }
+
+    pub fn first_unknown(&self) -> Option<&Attempt> {
+        self.attempts()
+            .find(|(_, k)| *k == AttemptClass::Unknown)
+            .map(|(a, _)| a)
+    }
+
+    /// An unknown attempt could still commit at `t`: sent before `t`, and either no bound on how
+    /// long a request can run or the bound has not passed.
+    fn could_commit_at(&self, t: Timestamp) -> Option<&Attempt> {
+        self.attempts()
+            .filter(|(a, k)| *k == AttemptClass::Unknown && a.start <= t)
+            .map(|(a, _)| a)
+            .find(|a| self.c.max_in_flight.is_none_or(|d| t < a.start + d))
+    }
+
+    /// Decision-time check: only a bounded in-flight window is a reason to wait; with no bound,
+    /// waiting never ends and the key is what makes a retry safe.
+    pub fn original_may_still_commit(&self) -> bool {
+        match self.c.max_in_flight {
+            Some(d) => self
+                .attempts()
+                .any(|(a, k)| k == AttemptClass::Unknown && self.now < a.start + d),
+            None => false,
+        }
+    }
+
+    /// What the executor itself could know of an object's status by `t`: its own attempts'
+    /// responses, and read-backs that found the object (with the record status at that time).
+    fn executor_knew(&self, t: Timestamp) -> Vec<(String, String)> {
+        let mut known: Vec<(Timestamp, String, String)> = Vec::new();
+        for (a, k) in self.attempts() {
+            if a.end <= t {
+                if let (Some(id), true) = (
+                    &a.object_id,
+                    matches!(
+                        k,
+                        AttemptClass::Succeeded | AttemptClass::Failed | AttemptClass::Recorded
+                    ),
+                ) {
+                    let status = a
+                        .object_status
+                        .clone()
+                        .unwrap_or_else(|| UNOBSERVED_STATUS.into());
+                    known.push((a.end, id.clone(), status));
+                }
+            }
+        }
+        for r in &self.h.readbacks {
+            if r.end <= t {
+                for id in &r.object_ids {
+                    let status = self
+                        .objects
+                        .get(id)
+                        .and_then(|o| o.status_at(r.end))
+                        .unwrap_or(UNOBSERVED_STATUS);
+                    known.push((r.end, id.clone(), status.to_string()));
+                }
+            }
+        }
+        known.sort();
+        let mut latest: Vec<(String, String)> = Vec::new();
+        for (_, id, status) in known {
+            match latest.iter_mut().find(|(i, _)| *i == id) {
+                Some(entry) => entry.1 = status,
+                None => latest.push((id, status)),
+            }
+        }
+        latest
+    }
+}
+
+pub fn all(x: &Ctx) -> Vec<Finding> {
+    let mut out = Vec::new();
+    duplicate_effect(x, &mut out);
+    effect_mismatch(x, &mut out);
+    key_reuse_mismatch(x, &mut out);
+    new_key_retry(x, &mut out);
+    expired_key_retry(x, &mut out);
+    no_idempotency_contract(x, &mut out);
+    unresolved_unknown(x, &mut out);
+    replayed_server_error(x, &mut out);
+    misreported_outcome(x, &mut out);
+    resend_while_pending_or_after_terminal(x, &mut out);
+    inconclusive_readback_acted_on(x, &mut out);
+    stuck_pending(x, &mut out);
+    retry_budget_exceeded(x, &mut out);
+    orphan_record(x, &mut out);
+    out.sort_by(|a, b| (a.at, a.kind, &a.subject).cmp(&(b.at, b.kind, &b.subject)));
+    out
+}
+
+fn span_subject(a: &Attempt) -> String {
+    a.span.span_hex()
+}
+
+/// Two or more live objects for one intent: the customer got the effect twice.
+fn duplicate_effect(x: &Ctx, out: &mut Vec<Finding>) {
+    let live: Vec<_> = x
+        .objects
+        .current()
+        .into_iter()
+        .filter(|o| !x.c.is_failure(&o.status))
+        .collect();
+    if let Some((first, rest)) = live.split_first() {
+        for o in rest {
+            out.push(Finding::new(
+                FindingKind::DuplicateEffect,
+                o.first_seen,
+                &o.object_id,
+                format!(
+                    "object {} ({}) is a second effect beside {} ({})",
+                    o.object_id, o.status, first.object_id, first.status
+                ),
+            ));
+        }
+    }
+}
+
+fn effect_mismatch(x: &Ctx, out: &mut Vec<Finding>) {
+    for o in x.objects.current() {
+        let diff = x.params.differences(&Params::of_object(o));
+        if !diff.is_empty() {
+            let show = |p: &Params| {
+                format!(
+                    "amount={} currency={} target={}",
+                    p.amount
+                        .map(|a| a.to_string())
+                        .unwrap_or_else(|| "?".into()),
+                    p.currency.as_deref().unwrap_or("?"),
+                    p.target.as_deref().unwrap_or("?")
+                )
+            };
+            out.push(Finding::new(
+                FindingKind::EffectMismatch,
+                o.first_seen,
+                &o.object_id,
+                format!(
+                    "object {} differs in {}: intended {}, downstream has {}",
+                    o.object_id,
+                    diff.join(", "),
+                    show(x.params),
+                    show(&Params::of_object(o))
+                ),
+            ));
+        }
+    }
+}
+
+/// The same key sent with other parameters, or the downstream said so.
+fn key_reuse_mismatch(x: &Ctx, out: &mut Vec<Finding>) {
+    let mut flagged: Vec<&str> = Vec::new();
+    for (i, b) in x.h.attempts.iter().enumerate() {
+        let Some(key) = b.idempotency_key.as_deref() else {
+            continue;
+        };
+        if flagged.contains(&key) {
+            continue;
+        }
+        let reported = b
+            .error_type
+            .as_deref()
+            .is_some_and(|e| x.c.mismatch_errors.iter().any(|m| m == e));
+        let earlier = x.h.attempts[..i]
+            .iter()
+            .find(|a| a.idempotency_key.as_deref() == Some(key));
+        let changed = earlier.and_then(|a| {
+            let diff = Params::of_attempt(a, x.c).differences(&Params::of_attempt(b, x.c));
+            if !diff.is_empty() {
+                Some(diff.join(", "))
+            } else if same_arguments(a, b) == Some(false) {
+                Some("arguments".to_string())
+            } else {
+                None
+            }
+        });
+        if reported || changed.is_some() {
+            flagged.push(key);
+            let detail = match (changed, reported) {
+                (Some(what), _) => format!("key {key} sent again with different {what}"),
+                (None, _) => format!(
+                    "downstream rejected key {key} as reused with other parameters ({})",
+                    b.error_type.as_deref().unwrap_or("")
+                ),
+            };
+            out.push(Finding::new(
+                FindingKind::KeyReuseMismatch,
+                b.start,
+                key,
+                detail,
+            ));
+        }
+    }
+}
+
+fn new_key_retry(x: &Ctx, out: &mut Vec<Finding>) {
+    let mut seen: Vec<&str> = Vec::new();
+    for a in &x.h.attempts {
+        let Some(key) = a.idempotency_key.as_deref() else {
+            continue;
+        };
+        if seen.contains(&key) {
+            continue;
+        }
+        if let Some(first) = seen.first() {
+            out.push(Finding::new(
+                FindingKind::NewKeyRetry,
+                a.start,
+                key,
+                format!("intent resent under a new key {key} (first key {first}): the downstream cannot recognise it as a repeat"),
+            ));
+        }
+        seen.push(key);
+    }
+}
+
+fn expired_key_retry(x: &Ctx, out: &mut Vec<Finding>) {
+    let Some(until) = x.safe_retry_until else {
+        return;
+    };
+    for a in x.h.attempts.iter().skip(1).filter(|a| a.start >= until) {
+        out.push(Finding::new(
+            FindingKind::ExpiredKeyRetry,
+            a.start,
+            span_subject(a),
+            format!("attempt sent at or after the safe retry window closed ({}): the key may be gone and the send may execute again", crate::codec::rfc3339(until)),
+        ));
+    }
+}
+
+fn no_idempotency_contract(x: &Ctx, out: &mut Vec<Finding>) {
+    if x.contract_known && x.c.idempotency != Idempotency::None {
+        return;
+    }
+    if x.state != IntentState::Unknown {
+        return;
+    }
+    if let Some(a) = x.first_unknown() {
+        let why = if x.contract_known {
+            "the contract promises no idempotency"
+        } else {
+            "no contract covers this tool"
+        };
+        out.push(Finding::new(
+            FindingKind::NoIdempotencyContract,
+            a.end,
+            "",
+            format!("outcome unknown and {why}: no retry is safe"),
+        ));
+    }
+}
+
+fn unresolved_unknown(x: &Ctx, out: &mut Vec<Finding>) {
+    if x.state != IntentState::Unknown {
+        return;
+    }
+    if let Some(a) = x.first_unknown() {
+        let deadline = a.start + x.c.unknown_deadline;
+        if x.now >= deadline {
+            out.push(Finding::new(
+                FindingKind::UnresolvedUnknown,
+                deadline,
+                "",
+                format!(
+                    "outcome still unknown {} after the first unknown attempt",
+                    x.c.unknown_deadline
+                ),
+            ));
+        }
+    }
+}
+
+/// Under replay semantics a same-key retry returns the saved response, so a saved 5xx comes back
+/// every time and says nothing about whether anything was written.
+fn replayed_server_error(x: &Ctx, out: &mut Vec<Finding>) {
+    if x.c.idempotency != Idempotency::Replay || x.state != IntentState::Unknown {
+        return;
+    }
+    let mut keys: Vec<&str> = Vec::new();
+    for a in &x.h.attempts {
+        if let Some(k) = a.idempotency_key.as_deref() {
+            if !keys.contains(&k) {
+                keys.push(k);
+            }
+        }
+    }
+    for key in keys {
+        let errors: Vec<&Attempt> = x
+            .h
+            .attempts
+            .iter()
+            .filter(|a| {
+                a.idempotency_key.as_deref() == Some(key) && a.http_status.is_some_and(|s| s >= 500)
+            })
+            .collect();
+        if errors.len() >= 2 {
+            out.push(Finding::new(
+                FindingKind::ReplayedServerError,
+                errors[1].start,
+                key,
+                format!("key {key} returned a server error {} times: the saved response is replayed, the outcome stays open", errors.len()),
+            ));
+        }
+    }
+}
+
+fn misreported_outcome(x: &Ctx, out: &mut Vec<Finding>) {
+    use AttemptClass as K;
+    use ReportedOutcome as R;
+    for (a, k) in x.attempts() {
+        let Some(told) = a.reported_outcome else {
+            continue;
+        };
+        let wrong = match told {
+            R::Failed => matches!(k, K::Unknown | K::Conflict | K::Recorded | K::Succeeded),
+            R::Succeeded => matches!(
+                k,
+                K::Rejected | K::Failed | K::Unknown | K::Conflict | K::Recorded
+            ),
+            R::Rejected => !matches!(k, K::Rejected),
+            R::Pending | R::Unknown => false,
+        };
+        if wrong {
+            out.push(Finding::new(
+                FindingKind::MisreportedOutcome,
+                a.end,
+                span_subject(a),
+                format!(
+                    "executor reported {} but the evidence says {}",
+                    told.as_str(),
+                    k.as_str()
+                ),
+            ));
+        }
+    }
+}
+
+/// A resend the executor made knowing, from its own responses and reads, that an object was
+/// already recorded (pending) or settled (terminal).
+fn resend_while_pending_or_after_terminal(x: &Ctx, out: &mut Vec<Finding>) {
+    for b in x.h.attempts.iter().skip(1) {
+        let known = x.executor_knew(b.start);
+        if let Some((id, status)) = known.iter().find(|(_, s)| x.c.is_terminal(s)) {
+            out.push(Finding::new(
+                FindingKind::ResendAfterTerminal,
+                b.start,
+                span_subject(b),
+                format!("attempt sent after object {id} was known {status}"),
+            ));
+        } else if let Some((id, status)) = known.iter().find(|(_, s)| !x.c.is_terminal(s)) {
+            out.push(Finding::new(
+                FindingKind::ResendWhilePending,
+                b.start,
+                span_subject(b),
+                format!("attempt sent while object {id} was recorded and {status}"),
+            ));
+        }
+    }
+}
+
+/// An empty read-back proves nothing while the original could still commit.
+fn inconclusive_readback_acted_on(x: &Ctx, out: &mut Vec<Finding>) {
+    for r in x.h.readbacks.iter().filter(|r| r.object_ids.is_empty()) {
+        let Some(original) = x.could_commit_at(r.at) else {
+            continue;
+        };
+        let resend =
+            x.h.attempts
+                .iter()
+                .find(|a| a.start >= r.at && a.span != original.span);
+        let failed_report = if r.reported_outcome == Some(ReportedOutcome::Failed) {
+            Some(r.end)
+        } else {
+            x.h.attempts
+                .iter()
+                .find(|a| a.end >= r.at && a.reported_outcome == Some(ReportedOutcome::Failed))
+                .map(|a| a.end)
+        };
+        let acted = match (resend.map(|a| a.start), failed_report) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(at) = acted {
+            let what = if resend.is_some_and(|a| a.start == at) {
+                "a resend"
+            } else {
+                "a `failed` report"
+            };
+            out.push(Finding::new(
+                FindingKind::InconclusiveReadbackActedOn,
+                at,
+                r.span.span_hex(),
+                format!(
+                    "empty read-back at {} while attempt {} could still commit, followed by {what}",
+                    crate::codec::rfc3339(r.at),
+                    original.span.span_hex()
+                ),
+            ));
+        }
+    }
+}
+
+fn stuck_pending(x: &Ctx, out: &mut Vec<Finding>) {
+    if x.state != IntentState::Pending {
+        return;
+    }
+    if let Some(first) = x.objects.first_pending(x.c) {
+        let deadline = first + x.c.pending_deadline;
+        if x.now >= deadline {
+            out.push(Finding::new(
+                FindingKind::StuckPending,
+                deadline,
+                "",
+                format!("pending for more than {}", x.c.pending_deadline),
+            ));
+        }
+    }
+}
+
+fn retry_budget_exceeded(x: &Ctx, out: &mut Vec<Finding>) {
+    let Some(max) = x.c.max_attempts else { return };
+    if let Some(a) = x.h.attempts.get(max as usize) {
+        out.push(Finding::new(
+            FindingKind::RetryBudgetExceeded,
+            a.start,
+            "",
+            format!(
+                "{} attempts, more than the contract's max_attempts = {max}",
+                x.h.attempts.len()
+            ),
+        ));
+    }
+}
+
+/// Records with no intent to link to, once they have waited out the grace period.
+fn orphan_record(x: &Ctx, out: &mut Vec<Finding>) {
+    if !x.h.attempts.is_empty() {
+        return;
+    }
+    for o in x.objects.current() {
+        let due = o.first_seen + x.c.orphan_grace;
+        if x.now >= due {
+            out.push(Finding::new(
+                FindingKind::OrphanRecord,
+                due,
+                &o.object_id,
+                format!(
+                    "downstream object {} ({}) links to no known intent",
+                    o.object_id, o.status
+                ),
+            ));
+        }
+    }
+}

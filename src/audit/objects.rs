@@ -1,0 +1,183 @@
+//! Downstream objects linked to an intent, folded from every observation of them: the
+//! downstream's own records, objects returned in attempt responses, and objects a read-back
+//! found.
+
+use std::collections::BTreeMap;
+
+use super::History;
+use crate::contract::Contract;
+use crate::model::{Decimal, ObjectView, Timestamp};
+
+/// Where an observation came from. Ordered by how far it is trusted when two observations of
+/// one object carry the same instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Source {
+    /// A read-back found the object but said nothing of its status.
+    Readback,
+    /// The object as an attempt's response described it.
+    Response,
+    /// The downstream's own record.
+    Record,
+}
+
+/// Status given to an object whose existence is known but whose status is not.
+pub const UNOBSERVED_STATUS: &str = "unknown";
+
+#[derive(Clone, Debug)]
+struct Observation {
+    at: Timestamp,
+    terminal: bool,
+    source: Source,
+    status: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct Object {
+    pub object_id: String,
+    pub status: String,
+    pub amount: Option<Decimal>,
+    pub currency: Option<String>,
+    pub target: Option<String>,
+    pub first_seen: Timestamp,
+    pub last_seen: Timestamp,
+    /// Observations in the order they count: by time, then by trust.
+    history: Vec<Observation>,
+}
+
+impl Object {
+    /// The status as of `t`: the last observation at or before it.
+    pub fn status_at(&self, t: Timestamp) -> Option<&str> {
+        self.history
+            .iter()
+            .rev()
+            .find(|o| o.at <= t)
+            .map(|o| o.status.as_str())
+    }
+
+    /// When the object was first seen in a state that is not terminal, if ever.
+    pub fn first_nonterminal(&self) -> Option<Timestamp> {
+        self.history.iter().find(|o| !o.terminal).map(|o| o.at)
+    }
+}
+
+pub struct Objects {
+    by_id: BTreeMap<String, Object>,
+}
+
+impl Objects {
+    pub fn fold(h: &History, c: &Contract, intent_currency: Option<&str>) -> Objects {
+        let mut by_id: BTreeMap<String, Object> = BTreeMap::new();
+        let mut observe = |id: &str, at: Timestamp, source: Source, status: &str| {
+            let o = by_id.entry(id.to_string()).or_insert_with(|| Object {
+                object_id: id.to_string(),
+                status: String::new(),
+                amount: None,
+                currency: None,
+                target: None,
+                first_seen: at,
+                last_seen: at,
+                history: Vec::new(),
+            });
+            o.first_seen = o.first_seen.min(at);
+            o.last_seen = o.last_seen.max(at);
+            o.history.push(Observation {
+                at,
+                terminal: c.is_terminal(status),
+                source,
+                status: status.to_string(),
+            });
+        };
+        for r in &h.records {
+            observe(&r.object_id, r.observed_at, Source::Record, &r.status);
+        }
+        for a in &h.attempts {
+            if let Some(id) = &a.object_id {
+                let status = a.object_status.as_deref().unwrap_or(UNOBSERVED_STATUS);
+                observe(id, a.end, Source::Response, status);
+            }
+        }
+        for rb in &h.readbacks {
+            for id in &rb.object_ids {
+                observe(id, rb.at, Source::Readback, UNOBSERVED_STATUS);
+            }
+        }
+        for o in by_id.values_mut() {
+            // A status learned from a response or a record beats a bare "found" at the same or a
+            // later instant: existence says nothing about progress.
+            let known: Vec<Observation> = o
+                .history
+                .iter()
+                .filter(|x| x.source != Source::Readback)
+                .cloned()
+                .collect();
+            if !known.is_empty() {
+                o.history = known;
+            }
+            // Ties: a terminal state outranks a non-terminal one (webhooks for one second arrive
+            // in any order), then the downstream's record outranks a response.
+            o.history.sort_by(|a, b| {
+                (a.at, a.terminal, a.source, &a.status)
+                    .cmp(&(b.at, b.terminal, b.source, &b.status))
+            });
+            o.status = o
+                .history
+                .last()
+                .map(|x| x.status.clone())
+                .unwrap_or_default();
+        }
+        // Amount, currency and target from the latest record that states them.
+        for r in &h.records {
+            if let Some(o) = by_id.get_mut(&r.object_id) {
+                if r.currency.is_some() {
+                    o.currency = r.currency.clone();
+                }
+                if let Some(amount) = r.amount {
+                    let currency = r
+                        .currency
+                        .as_deref()
+                        .or(o.currency.as_deref())
+                        .or(intent_currency);
+                    o.amount = Some(amount.to_major(currency));
+                }
+                if r.target.is_some() {
+                    o.target = r.target.clone();
+                }
+            }
+        }
+        Objects { by_id }
+    }
+
+    /// Objects with their latest status, oldest first.
+    pub fn current(&self) -> Vec<&Object> {
+        let mut v: Vec<&Object> = self.by_id.values().collect();
+        v.sort_by(|a, b| (a.first_seen, &a.object_id).cmp(&(b.first_seen, &b.object_id)));
+        v
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Object> {
+        self.by_id.get(id)
+    }
+
+    /// The first instant any object was seen not terminal.
+    pub fn first_pending(&self, _c: &Contract) -> Option<Timestamp> {
+        self.by_id
+            .values()
+            .filter_map(|o| o.first_nonterminal())
+            .min()
+    }
+
+    pub fn views(&self) -> Vec<ObjectView> {
+        self.current()
+            .into_iter()
+            .map(|o| ObjectView {
+                object_id: o.object_id.clone(),
+                status: o.status.clone(),
+                amount: o.amount,
+                currency: o.currency.clone(),
+                target: o.target.clone(),
+                first_seen: o.first_seen,
+                last_seen: o.last_seen,
+            })
+            .collect()
+    }
+}

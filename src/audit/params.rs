@@ -1,0 +1,104 @@
+//! The parameters an effect is compared on, read from tool arguments by the contract's JSON
+//! pointers.
+
+use crate::contract::Contract;
+use crate::model::{Attempt, Decimal};
+use serde_json::Value;
+
+use super::objects::Object;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Params {
+    pub amount: Option<Decimal>,
+    pub currency: Option<String>,
+    pub target: Option<String>,
+}
+
+impl Params {
+    /// Parameters of one attempt; empty when content capture was off or the pointers miss.
+    pub fn of_attempt(a: &Attempt, c: &Contract) -> Params {
+        let Some(args) = a
+            .arguments
+            .as_deref()
+            .and_then(|s| serde_json::from_str::<Value>(s).ok())
+        else {
+            return Params::default();
+        };
+        let at = |p: &Option<String>| {
+            p.as_deref()
+                .and_then(|p| args.pointer(p))
+                .filter(|v| !v.is_null())
+        };
+        Params {
+            amount: at(&c.params.amount).and_then(|v| match v {
+                Value::Number(n) => Decimal::parse(&n.to_string()),
+                Value::String(s) => Decimal::parse(s),
+                _ => None,
+            }),
+            currency: at(&c.params.currency).and_then(scalar_text),
+            target: at(&c.params.target).and_then(scalar_text),
+        }
+    }
+
+    /// The intent's parameters: those of its first attempt that carries any.
+    pub fn of_intent(attempts: &[Attempt], c: &Contract) -> Params {
+        attempts
+            .iter()
+            .map(|a| Params::of_attempt(a, c))
+            .find(|p| !p.is_empty())
+            .unwrap_or_default()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.amount.is_none() && self.currency.is_none() && self.target.is_none()
+    }
+
+    /// The fields known on both sides that differ. Unknown is never a mismatch.
+    pub fn differences(&self, other: &Params) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if let (Some(a), Some(b)) = (&self.amount, &other.amount) {
+            if a != b {
+                out.push("amount");
+            }
+        }
+        if let (Some(a), Some(b)) = (&self.currency, &other.currency) {
+            if !a.eq_ignore_ascii_case(b) {
+                out.push("currency");
+            }
+        }
+        if let (Some(a), Some(b)) = (&self.target, &other.target) {
+            if a.trim() != b.trim() {
+                out.push("target");
+            }
+        }
+        out
+    }
+
+    pub fn of_object(o: &Object) -> Params {
+        Params {
+            amount: o.amount,
+            currency: o.currency.clone(),
+            target: o.target.clone(),
+        }
+    }
+
+    pub fn matches(&self, o: &Object) -> bool {
+        self.differences(&Params::of_object(o)).is_empty()
+    }
+}
+
+fn scalar_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// Arguments compared as JSON values, so key order and spacing don't count.
+pub fn same_arguments(a: &Attempt, b: &Attempt) -> Option<bool> {
+    let pa: Value = serde_json::from_str(a.arguments.as_deref()?).ok()?;
+    let pb: Value = serde_json::from_str(b.arguments.as_deref()?).ok()?;
+    Some(pa == pb)
+}

@@ -1,0 +1,9 @@
+//! The audit core, tested as data: scenarios of events, a contract, `now`, and the verdict the
+//! notes in shared/seeds expect. No I/O, no sleeps: time is an input.
+
+mod adversarial;
+mod escalation;
+mod properties;
+mod seed_matrix;
+mod support;
+mod tidy;

@@ -1,0 +1,223 @@
+//! Properties over generated histories, beyond the hand-written cases: the verdict does not
+//! depend on arrival order or re-sent copies, intents never bleed into each other, a verdict
+//! holds until the instant it says it may change, and evidence outranks claims.
+
+use proptest::prelude::*;
+use reckon::audit::{self, classify, History, Ledger};
+use reckon::model::*;
+
+use super::support::*;
+
+/// Histories per property per run.
+pub const CASES: u32 = 512;
+
+fn span(n: u64) -> SpanRef {
+    let mut trace_id = [0u8; 16];
+    trace_id[..8].copy_from_slice(&n.to_be_bytes());
+    SpanRef {
+        trace_id,
+        span_id: n.to_be_bytes(),
+    }
+}
+
+const STATUSES: [&str; 6] = [
+    "succeeded",
+    "failed",
+    "pending",
+    "requires_action",
+    "canceled",
+    "weird",
+];
+
+fn arb_attempt(ns: &'static str) -> impl Strategy<Value = Attempt> {
+    (
+        any::<u64>(),
+        0u32..3000,
+        0u32..40,
+        prop::option::of(0usize..3),
+        prop::option::of(prop::sample::select(vec![
+            200u16, 201, 400, 409, 422, 500, 503,
+        ])),
+        prop::option::of(prop::sample::select(vec![
+            "timeout",
+            "idempotency_error",
+            "500",
+        ])),
+        prop::option::of((0usize..3, 0usize..STATUSES.len())),
+        prop::option::of(prop::sample::select(ReportedOutcome::ALL.to_vec())),
+        prop::option::of(prop::sample::select(vec!["45.00", "40.00"])),
+    )
+        .prop_map(
+            move |(id, start, secs, key, http, err, obj, told, amount)| Attempt {
+                span: span(id),
+                intent_id: format!("{ns}-intent"),
+                tool: "issue_refund".into(),
+                start: at(start as f64),
+                end: at(start as f64 + secs as f64),
+                idempotency_key: key.map(|k| format!("{ns}-k{k}")),
+                http_status: http,
+                error_type: err.map(str::to_string),
+                span_error: err.is_some(),
+                object_id: obj.map(|(o, _)| format!("{ns}-re{o}")),
+                object_status: obj.map(|(_, s)| STATUSES[s].to_string()),
+                reported_outcome: told,
+                arguments: amount.map(refund_args),
+            },
+        )
+}
+
+fn arb_readback(ns: &'static str) -> impl Strategy<Value = Readback> {
+    (
+        any::<u64>(),
+        0u32..3000,
+        prop::collection::vec(0usize..3, 0..3),
+        prop::option::of(Just(ReportedOutcome::Failed)),
+    )
+        .prop_map(move |(id, t, found, told)| Readback {
+            span: span(id),
+            intent_id: format!("{ns}-intent"),
+            tool: "list_refunds".into(),
+            at: at(t as f64),
+            end: at(t as f64 + 0.2),
+            object_ids: found.into_iter().map(|o| format!("{ns}-re{o}")).collect(),
+            reported_outcome: told,
+        })
+}
+
+fn arb_record(ns: &'static str) -> impl Strategy<Value = RecordObservation> {
+    (
+        0usize..3,
+        0usize..STATUSES.len(),
+        0u32..3000,
+        any::<bool>(),
+        prop::option::of(0usize..3),
+        prop::sample::select(vec![4500i128, 4000]),
+    )
+        .prop_map(move |(o, s, t, by_intent, key, minor)| RecordObservation {
+            source: "stripe".into(),
+            kind: Some("refund".into()),
+            object_id: format!("{ns}-re{o}"),
+            intent_id: by_intent.then(|| format!("{ns}-intent")),
+            idempotency_key: key.map(|k| format!("{ns}-k{k}")),
+            status: STATUSES[s].into(),
+            amount: Some(Amount::Minor(minor)),
+            currency: Some("usd".into()),
+            target: Some("1042".into()),
+            created_at: None,
+            observed_at: at(t as f64),
+        })
+}
+
+fn arb_events(ns: &'static str) -> impl Strategy<Value = Vec<Event>> {
+    prop::collection::vec(
+        prop_oneof![
+            4 => arb_attempt(ns).prop_map(Event::Attempt),
+            1 => arb_readback(ns).prop_map(Event::Readback),
+            3 => arb_record(ns).prop_map(Event::Record),
+        ],
+        1..14,
+    )
+}
+
+fn verdicts(events: &[Event], now: Timestamp) -> Vec<Verdict> {
+    let contracts = contracts();
+    let mut ledger = Ledger::new();
+    for e in events {
+        ledger.add(e.clone());
+    }
+    let mut out: Vec<Verdict> = ledger
+        .histories()
+        .map(|h| audit::audit(&h, Ledger::contract_for(&h, &contracts), now))
+        .collect();
+    out.sort_by(|a, b| a.intent_id.cmp(&b.intent_id));
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: CASES, ..ProptestConfig::default() })]
+
+    #[test]
+    fn order_and_resending_do_not_change_verdicts(
+        (events, shuffled) in arb_events("a").prop_flat_map(|e| (Just(e.clone()), Just(e).prop_shuffle())),
+        resend in prop::collection::vec(any::<prop::sample::Index>(), 0..6),
+        now in 0u32..200_000,
+    ) {
+        let now = at(now as f64);
+        let mut delivered = shuffled;
+        for i in resend {
+            let copy = delivered[i.index(delivered.len())].clone();
+            delivered.push(copy);
+        }
+        prop_assert_eq!(verdicts(&events, now), verdicts(&delivered, now));
+    }
+
+    #[test]
+    fn intents_with_their_own_keys_never_bleed(a in arb_events("a"), b in arb_events("b"), now in 0u32..200_000) {
+        let now = at(now as f64);
+        let alone = verdicts(&a, now);
+        let mut both = a.clone();
+        both.extend(b);
+        let together: Vec<Verdict> = verdicts(&both, now).into_iter().filter(|v| alone.iter().any(|x| x.intent_id == v.intent_id)).collect();
+        prop_assert_eq!(alone, together);
+    }
+
+    #[test]
+    fn a_verdict_holds_until_its_next_change(events in arb_events("a"), now in 0u32..200_000, frac in 0.0f64..1.0) {
+        let now = at(now as f64);
+        for v in verdicts(&events, now) {
+            let later = match v.next_change {
+                Some(t) => {
+                    prop_assert!(t > now, "next_change must lie ahead");
+                    Timestamp(now.0 + (((t.0 - now.0 - 1) as f64) * frac) as i64)
+                }
+                None => Timestamp(now.0 + (1e9 * 3600.0 * 1000.0 * frac) as i64),
+            };
+            let again = verdicts(&events, later).into_iter().find(|x| x.intent_id == v.intent_id).unwrap();
+            prop_assert_eq!((v.state, v.decision, &v.findings), (again.state, again.decision, &again.findings));
+        }
+    }
+
+    #[test]
+    fn evidence_outranks_claims(a in arb_attempt("a")) {
+        let class = classify(&a, &refunds());
+        if a.object_status.is_none() && a.http_status.is_none_or(|s| s >= 500 || s == 200 || s == 201) {
+            prop_assert_eq!(class, AttemptClass::Unknown, "no response evidence: unknown, whatever was reported");
+        }
+        if class == AttemptClass::Failed {
+            prop_assert!(a.object_status.as_deref().is_some_and(|s| s == "failed" || s == "canceled"));
+        }
+        // Rewriting the executor's claim never changes the class.
+        let mut told_otherwise = a.clone();
+        told_otherwise.reported_outcome = Some(ReportedOutcome::Failed);
+        told_otherwise.span_error = !a.span_error;
+        prop_assert_eq!(classify(&told_otherwise, &refunds()), class);
+    }
+
+    #[test]
+    fn decision_follows_state(events in arb_events("a"), now in 0u32..200_000) {
+        for v in verdicts(&events, at(now as f64)) {
+            let expected = match v.state {
+                IntentState::Completed => Some(Decision::None),
+                IntentState::FailedAfterExecution => Some(Decision::NewIntent),
+                IntentState::FailedBeforeExecution => Some(Decision::FixInput),
+                IntentState::Pending => Some(Decision::Wait),
+                IntentState::Unknown => None,
+            };
+            if let Some(d) = expected {
+                prop_assert_eq!(v.decision, d);
+            } else {
+                prop_assert!(matches!(v.decision, Decision::Wait | Decision::RetrySameKey | Decision::Reconcile));
+            }
+        }
+    }
+}
+
+#[test]
+fn normalization_is_idempotent() {
+    let mut h = History::new("x");
+    h.attempts.push(attempt("x", "issue_refund", 5.0, 1.0));
+    h.attempts.push(attempt("x", "issue_refund", 1.0, 1.0));
+    let n = h.normalized();
+    assert_eq!(n.normalized(), n);
+    assert!(n.attempts[0].start < n.attempts[1].start);
+}
