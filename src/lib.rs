@@ -3,6 +3,7 @@
 
 pub mod audit;
 pub mod codec;
+pub mod config;
 pub mod contract;
 pub mod escalation;
 pub mod model;
