@@ -6,4 +6,5 @@ pub mod codec;
 pub mod config;
 pub mod contract;
 pub mod escalation;
+pub mod ingest;
 pub mod model;
