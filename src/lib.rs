@@ -6,3 +6,4 @@ pub mod codec;
 pub mod contract;
 pub mod escalation;
 pub mod model;
+pub mod store;
