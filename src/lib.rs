@@ -8,3 +8,4 @@ pub mod contract;
 pub mod escalation;
 pub mod ingest;
 pub mod model;
+pub mod store;

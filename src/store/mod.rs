@@ -1,0 +1,317 @@
+//! The system of record: events, verdicts, findings and escalations.
+//!
+//! [`Store`] is what the rest of reckon sees. It is implemented by [`sqlite::SqliteStore`] (the
+//! embedded default) and later by a ClickHouse store, so its contract is deliberately weak where
+//! ClickHouse is weak: no multi-statement transactions are promised, "upsert" means "the latest
+//! write wins when read back" (ReplacingMergeTree semantics), and ordering of `load_events` is a
+//! courtesy, not something the engine may rely on.
+//!
+//! The app dispatches over an enum of stores, so the trait uses `impl Future + Send` returns
+//! rather than `dyn`-compatible boxed futures.
+
+pub mod sqlite;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+
+use base64::Engine as _;
+use serde::Serialize;
+
+use crate::codec::{rfc3339, VerdictDoc};
+use crate::model::{
+    AttemptClass, Decision, Escalation, EscalationStatus, Event, FindingKind, IntentState,
+    Severity, Timestamp, Verdict,
+};
+
+pub use sqlite::SqliteStore;
+
+/// Everything that can go wrong below the store boundary.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// A stored row that does not decode: the data file was edited or damaged. Never papered over,
+    /// because a silently skipped event would change verdicts.
+    #[error("corrupt row in {table}.{column}: {detail}")]
+    Corrupt {
+        table: &'static str,
+        column: &'static str,
+        detail: String,
+    },
+    #[error(
+        "the data file has schema version {found}, newer than this reckon knows ({known}); \
+         run a newer reckon or restore a backup"
+    )]
+    SchemaTooNew { found: i64, known: i64 },
+    /// Only from a read-only open: upgrading needs a writable open (start the server once).
+    #[error(
+        "the data file has schema version {found}, older than this reckon's {known}; \
+         open it read-write once (start the server) to upgrade it"
+    )]
+    SchemaOutdated { found: i64, known: i64 },
+    #[error("bad cursor: {0}")]
+    BadCursor(String),
+    #[error("the store's writer has stopped")]
+    WriterGone,
+    #[error("the store is open read-only")]
+    ReadOnly,
+    /// The group commit this request was part of did not commit; nothing of it is durable.
+    #[error("write not committed: {0}")]
+    WriteFailed(String),
+    /// A blocking store task panicked or was cancelled.
+    #[error("store task failed: {0}")]
+    Task(String),
+}
+
+impl StoreError {
+    pub(crate) fn corrupt(
+        table: &'static str,
+        column: &'static str,
+        detail: impl Into<String>,
+    ) -> Self {
+        StoreError::Corrupt {
+            table,
+            column,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// Filter and page request for [`Store::list_verdicts`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VerdictFilter {
+    pub state: Option<IntentState>,
+    /// Intents having at least one finding of this kind.
+    pub finding: Option<FindingKind>,
+    pub tool: Option<String>,
+    /// `last_event >= since`.
+    pub since: Option<Timestamp>,
+    /// Page size; 0 means [`VerdictFilter::DEFAULT_LIMIT`], anything above
+    /// [`VerdictFilter::MAX_LIMIT`] is capped.
+    pub limit: usize,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+impl VerdictFilter {
+    pub const DEFAULT_LIMIT: usize = 100;
+    pub const MAX_LIMIT: usize = 1000;
+
+    pub fn effective_limit(&self) -> usize {
+        match self.limit {
+            0 => Self::DEFAULT_LIMIT,
+            n => n.min(Self::MAX_LIMIT),
+        }
+    }
+}
+
+/// One page of a listing. `next_cursor` is `None` on the last page.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub next_cursor: Option<String>,
+}
+
+/// The sort key of the last item of a page: verdicts are listed by `(last_event desc, intent_id)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CursorKey {
+    pub last_event: Timestamp,
+    pub intent_id: String,
+}
+
+impl CursorKey {
+    /// Opaque to clients (base64url of `nanos:intent_id`) so its format can change; shared by all
+    /// stores so a cursor survives switching the backend of a running deployment.
+    pub fn encode(&self) -> String {
+        let raw = format!("{}:{}", self.last_event.0, self.intent_id);
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+    }
+
+    pub fn decode(cursor: &str) -> Result<CursorKey, StoreError> {
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(cursor.trim())
+            .map_err(|e| StoreError::BadCursor(format!("not base64url: {e}")))?;
+        let raw =
+            String::from_utf8(bytes).map_err(|_| StoreError::BadCursor("not UTF-8".into()))?;
+        let (nanos, intent_id) = raw
+            .split_once(':')
+            .ok_or_else(|| StoreError::BadCursor("missing separator".into()))?;
+        let nanos = nanos
+            .parse::<i64>()
+            .map_err(|_| StoreError::BadCursor("bad timestamp".into()))?;
+        Ok(CursorKey {
+            last_event: Timestamp(nanos),
+            intent_id: intent_id.to_string(),
+        })
+    }
+}
+
+/// Per-tool slice of the [`Report`].
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct ToolReport {
+    pub intents: u64,
+    pub attempts: u64,
+    /// Every [`IntentState`] present, zero included.
+    pub by_state: BTreeMap<String, u64>,
+    /// Finding rows of this tool's intents.
+    pub findings: u64,
+    /// Intents of this tool with at least one `duplicate_effect` finding (intents, not findings:
+    /// "how many actions happened twice or more").
+    pub duplicate_effects: u64,
+}
+
+impl Default for ToolReport {
+    fn default() -> Self {
+        ToolReport {
+            intents: 0,
+            attempts: 0,
+            by_state: zeroes(IntentState::ALL.map(IntentState::as_str)),
+            findings: 0,
+            duplicate_effects: 0,
+        }
+    }
+}
+
+/// The audit report (`GET /api/v1/report`, `reckon report`). Every map carries every known enum
+/// value, zero counts included, so dashboards and CSV exports have stable columns.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Report {
+    /// The report covers intents whose latest event is at or after this instant (all if `None`),
+    /// and escalations opened at or after it.
+    pub since: Option<String>,
+    pub generated_at: String,
+    pub intents: u64,
+    pub attempts: u64,
+    pub findings: u64,
+    pub by_state: BTreeMap<String, u64>,
+    pub by_decision: BTreeMap<String, u64>,
+    /// Summed over the covered verdicts' attempts.
+    pub by_attempt_class: BTreeMap<String, u64>,
+    pub by_finding: BTreeMap<String, u64>,
+    pub by_severity: BTreeMap<String, u64>,
+    /// Keyed by tool name; intents without a tool are under [`Report::NO_TOOL`].
+    pub by_tool: BTreeMap<String, ToolReport>,
+    pub escalations: BTreeMap<String, u64>,
+}
+
+pub const SEVERITIES: [Severity; 3] = [Severity::Medium, Severity::High, Severity::Critical];
+pub const ESCALATION_STATUSES: [EscalationStatus; 3] = [
+    EscalationStatus::Open,
+    EscalationStatus::Claimed,
+    EscalationStatus::Resolved,
+];
+
+pub fn parse_severity(s: &str) -> Option<Severity> {
+    SEVERITIES.into_iter().find(|v| v.as_str() == s)
+}
+
+fn zeroes<const N: usize>(keys: [&'static str; N]) -> BTreeMap<String, u64> {
+    keys.into_iter().map(|k| (k.to_string(), 0)).collect()
+}
+
+impl Report {
+    /// Key in `by_tool` for intents with no tool (e.g. orphan records).
+    pub const NO_TOOL: &'static str = "(none)";
+
+    /// An all-zero report: every store fills it in, so the shape is the same for all of them.
+    pub fn empty(since: Option<Timestamp>, now: Timestamp) -> Report {
+        Report {
+            since: since.map(rfc3339),
+            generated_at: rfc3339(now),
+            intents: 0,
+            attempts: 0,
+            findings: 0,
+            by_state: zeroes(IntentState::ALL.map(IntentState::as_str)),
+            by_decision: zeroes(Decision::ALL.map(Decision::as_str)),
+            by_attempt_class: zeroes(AttemptClass::ALL.map(AttemptClass::as_str)),
+            by_finding: zeroes(FindingKind::ALL.map(FindingKind::as_str)),
+            by_severity: zeroes(SEVERITIES.map(Severity::as_str)),
+            by_tool: BTreeMap::new(),
+            escalations: zeroes(ESCALATION_STATUSES.map(EscalationStatus::as_str)),
+        }
+    }
+}
+
+/// The storage boundary. All methods may be called concurrently from many tasks.
+pub trait Store: Send + Sync {
+    /// Make `events` durable. When this returns `Ok` the events survive a crash or power loss
+    /// (the OTLP receiver acknowledges an export only then). Idempotent by identity: an
+    /// attempt or read-back by (trace_id, span_id), a record observation by
+    /// (source, object_id, status, observed_at). Returns, per event, whether it was new (a
+    /// duplicate later in the same batch is not new).
+    fn append(
+        &self,
+        events: Vec<Event>,
+    ) -> impl Future<Output = Result<Vec<bool>, StoreError>> + Send;
+
+    /// Every stored event, for rebuilding engine state at start-up. Returned in ingest order
+    /// where the store knows it; the engine must not depend on the order.
+    fn load_events(&self) -> impl Future<Output = Result<Vec<Event>, StoreError>> + Send;
+
+    /// Upsert by intent id; each intent's findings rows are replaced by the verdict's findings.
+    fn put_verdicts(
+        &self,
+        verdicts: Vec<Verdict>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    fn delete_verdicts(
+        &self,
+        intent_ids: Vec<String>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    fn get_verdict(
+        &self,
+        intent_id: &str,
+    ) -> impl Future<Output = Result<Option<VerdictDoc>, StoreError>> + Send;
+
+    /// Newest first by `(last_event desc, intent_id asc)`. A malformed cursor is
+    /// [`StoreError::BadCursor`].
+    fn list_verdicts(
+        &self,
+        filter: &VerdictFilter,
+    ) -> impl Future<Output = Result<Page<VerdictDoc>, StoreError>> + Send;
+
+    /// Upsert by id; of two writes of one escalation the higher `version` wins (equal versions:
+    /// the later write).
+    fn put_escalations(
+        &self,
+        escalations: Vec<Escalation>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Every escalation, for rebuilding the escalation book at start-up.
+    fn load_escalations(&self) -> impl Future<Output = Result<Vec<Escalation>, StoreError>> + Send;
+
+    fn get_escalation(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<Escalation>, StoreError>> + Send;
+
+    /// Newest first by `(opened_at desc, id)`, at most `limit` (capped at 1000, 0 means 100).
+    fn list_escalations(
+        &self,
+        status: Option<EscalationStatus>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Escalation>, StoreError>> + Send;
+
+    /// Counts over the stored verdicts, findings and escalations (see [`Report`]).
+    fn report(
+        &self,
+        since: Option<Timestamp>,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Report, StoreError>> + Send;
+}
+
+/// The page size rule shared by escalation listings.
+pub fn escalation_limit(limit: usize) -> usize {
+    match limit {
+        0 => VerdictFilter::DEFAULT_LIMIT,
+        n => n.min(VerdictFilter::MAX_LIMIT),
+    }
+}

@@ -1,0 +1,303 @@
+//! Versioned schema migrations for the SQLite file.
+//!
+//! Each migration runs in its own transaction together with the row that records it in
+//! `reckon_schema_migrations`, so a crash mid-upgrade leaves the file at the previous version.
+//! Migrations only ever add: a newer binary upgrades an older file in place and never drops data.
+//! A file written by a newer binary (a version this one does not know) is refused rather than
+//! guessed at.
+
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior};
+
+use crate::codec::{parse_rfc3339, VerdictDoc};
+use crate::model::AttemptClass;
+use crate::store::StoreError;
+
+/// A data step of a migration, run after its SQL in the same transaction.
+pub type Backfill = fn(&Connection) -> Result<(), StoreError>;
+
+pub struct Migration {
+    pub version: i64,
+    pub name: &'static str,
+    pub sql: &'static str,
+    /// Data backfill run after `sql`, in the same transaction.
+    pub backfill: Option<Backfill>,
+}
+
+/// v1: the event log, verdict documents and escalations.
+///
+/// `seq` is the ingest order, shared by the three event tables (assigned by the writer), so a
+/// restart replays events in the order they arrived. Identity is a UNIQUE constraint so a re-sent
+/// export is a no-op insert.
+pub const V1_SQL: &str = "
+CREATE TABLE reckon_attempts (
+    seq INTEGER PRIMARY KEY,
+    trace_id TEXT NOT NULL,
+    span_id TEXT NOT NULL,
+    intent_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    started_at INTEGER NOT NULL,
+    ended_at INTEGER NOT NULL,
+    idempotency_key TEXT,
+    http_status INTEGER,
+    error_type TEXT,
+    span_error INTEGER NOT NULL,
+    object_id TEXT,
+    object_status TEXT,
+    reported_outcome TEXT,
+    arguments TEXT,
+    UNIQUE (trace_id, span_id)
+);
+CREATE TABLE reckon_readbacks (
+    seq INTEGER PRIMARY KEY,
+    trace_id TEXT NOT NULL,
+    span_id TEXT NOT NULL,
+    intent_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    ended_at INTEGER NOT NULL,
+    object_ids TEXT NOT NULL,
+    reported_outcome TEXT,
+    UNIQUE (trace_id, span_id)
+);
+CREATE TABLE reckon_records (
+    seq INTEGER PRIMARY KEY,
+    source TEXT NOT NULL,
+    kind TEXT,
+    object_id TEXT NOT NULL,
+    intent_id TEXT,
+    idempotency_key TEXT,
+    status TEXT NOT NULL,
+    amount TEXT,
+    amount_unit TEXT,
+    currency TEXT,
+    target TEXT,
+    created_at INTEGER,
+    observed_at INTEGER NOT NULL,
+    UNIQUE (source, object_id, status, observed_at)
+);
+CREATE TABLE reckon_verdicts (
+    intent_id TEXT PRIMARY KEY,
+    tool TEXT,
+    contract TEXT,
+    state TEXT NOT NULL,
+    decision TEXT NOT NULL,
+    first_seen INTEGER NOT NULL,
+    last_event INTEGER NOT NULL,
+    audited_at INTEGER NOT NULL,
+    escalation_id TEXT,
+    finding_kinds TEXT NOT NULL DEFAULT '',
+    doc TEXT NOT NULL
+);
+CREATE INDEX reckon_verdicts_recent ON reckon_verdicts (last_event DESC, intent_id);
+CREATE INDEX reckon_verdicts_state ON reckon_verdicts (state, last_event DESC, intent_id);
+CREATE INDEX reckon_verdicts_tool ON reckon_verdicts (tool, last_event DESC, intent_id);
+CREATE TABLE reckon_escalations (
+    id TEXT PRIMARY KEY,
+    intent_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    severity TEXT NOT NULL,
+    opened_at INTEGER NOT NULL,
+    findings TEXT NOT NULL,
+    claimed_by TEXT,
+    claimed_at INTEGER,
+    resolved_by TEXT,
+    resolved_at INTEGER,
+    resolution TEXT,
+    note TEXT,
+    version INTEGER NOT NULL
+);
+CREATE INDEX reckon_escalations_status ON reckon_escalations (status, opened_at DESC, id);
+CREATE INDEX reckon_escalations_recent ON reckon_escalations (opened_at DESC, id);
+";
+
+/// v2: a findings table and per-verdict attempt-class counts, so reports and finding filters are
+/// plain SQL instead of JSON scans. Backfilled from the stored verdict documents.
+pub const V2_SQL: &str = "
+ALTER TABLE reckon_verdicts ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE reckon_verdicts ADD COLUMN attempts_rejected INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE reckon_verdicts ADD COLUMN attempts_conflict INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE reckon_verdicts ADD COLUMN attempts_succeeded INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE reckon_verdicts ADD COLUMN attempts_failed INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE reckon_verdicts ADD COLUMN attempts_recorded INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE reckon_verdicts ADD COLUMN attempts_unknown INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE reckon_findings (
+    intent_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    severity TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    subject TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    tool TEXT
+);
+CREATE INDEX reckon_findings_intent ON reckon_findings (intent_id);
+CREATE INDEX reckon_findings_kind ON reckon_findings (kind, intent_id);
+";
+
+/// The attempt-class count columns of `reckon_verdicts`, in [`AttemptClass::ALL`] order.
+pub const CLASS_COLUMNS: [&str; 6] = [
+    "attempts_rejected",
+    "attempts_conflict",
+    "attempts_succeeded",
+    "attempts_failed",
+    "attempts_recorded",
+    "attempts_unknown",
+];
+
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "event log, verdicts, escalations",
+        sql: V1_SQL,
+        backfill: None,
+    },
+    Migration {
+        version: 2,
+        name: "findings table, attempt class counts",
+        sql: V2_SQL,
+        backfill: Some(backfill_v2),
+    },
+];
+
+/// The schema version this binary writes.
+pub fn latest() -> i64 {
+    MIGRATIONS.last().map(|m| m.version).unwrap_or(0)
+}
+
+const CREATE_MIGRATIONS: &str =
+    "CREATE TABLE IF NOT EXISTS reckon_schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)";
+
+/// The file's schema version: 0 for a new file.
+pub fn current_version(conn: &Connection) -> Result<i64, StoreError> {
+    let has_table: Option<i64> = conn
+        .query_row(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'reckon_schema_migrations'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if has_table.is_none() {
+        return Ok(0);
+    }
+    let v: Option<i64> = conn.query_row(
+        "SELECT max(version) FROM reckon_schema_migrations",
+        [],
+        |r| r.get(0),
+    )?;
+    Ok(v.unwrap_or(0))
+}
+
+/// Bring the file up to [`latest`]. `now_nanos` stamps `applied_at`.
+pub fn migrate(conn: &Connection, now_nanos: i64) -> Result<(), StoreError> {
+    conn.execute_batch(CREATE_MIGRATIONS)?;
+    for m in MIGRATIONS {
+        // IMMEDIATE takes the write lock before reading the version, so two processes opening
+        // one old file cannot both apply the same migration.
+        let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
+        let found = current_version(conn)?;
+        if found > latest() {
+            return Err(StoreError::SchemaTooNew {
+                found,
+                known: latest(),
+            });
+        }
+        if found >= m.version {
+            tx.commit()?;
+            continue;
+        }
+        conn.execute_batch(m.sql)?;
+        if let Some(backfill) = m.backfill {
+            backfill(conn)?;
+        }
+        conn.execute(
+            "INSERT INTO reckon_schema_migrations (version, applied_at) VALUES (?1, ?2)",
+            (m.version, now_nanos),
+        )?;
+        tx.commit()?;
+        tracing::info!(
+            version = m.version,
+            name = m.name,
+            "applied schema migration"
+        );
+    }
+    Ok(())
+}
+
+/// Check without writing (read-only opens): the file must be exactly at [`latest`].
+pub fn check(conn: &Connection) -> Result<(), StoreError> {
+    let found = current_version(conn)?;
+    if found > latest() {
+        return Err(StoreError::SchemaTooNew {
+            found,
+            known: latest(),
+        });
+    }
+    if found < latest() {
+        return Err(StoreError::SchemaOutdated {
+            found,
+            known: latest(),
+        });
+    }
+    Ok(())
+}
+
+/// Fill v2's findings table and class counts from the verdict documents v1 kept.
+fn backfill_v2(conn: &Connection) -> Result<(), StoreError> {
+    let mut select = conn.prepare("SELECT intent_id, tool, doc FROM reckon_verdicts")?;
+    let mut insert = conn.prepare(
+        "INSERT INTO reckon_findings (intent_id, kind, severity, at, subject, detail, tool)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?;
+    let mut update = conn.prepare(&format!(
+        "UPDATE reckon_verdicts SET attempts = ?2, {} WHERE intent_id = ?1",
+        CLASS_COLUMNS
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c} = ?{}", i + 3))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))?;
+    let mut rows = select.query([])?;
+    while let Some(row) = rows.next()? {
+        let intent_id: String = row.get(0)?;
+        let tool: Option<String> = row.get(1)?;
+        let doc: String = row.get(2)?;
+        let doc: VerdictDoc = serde_json::from_str(&doc)
+            .map_err(|e| StoreError::corrupt("reckon_verdicts", "doc", e.to_string()))?;
+        let mut counts = [0i64; 6];
+        for a in &doc.attempts {
+            let class = AttemptClass::parse(&a.class).ok_or_else(|| {
+                StoreError::corrupt(
+                    "reckon_verdicts",
+                    "doc",
+                    format!("unknown attempt class {:?}", a.class),
+                )
+            })?;
+            if let Some(i) = AttemptClass::ALL.iter().position(|c| *c == class) {
+                counts[i] += 1;
+            }
+        }
+        update.execute(rusqlite::params![
+            intent_id,
+            doc.attempts.len() as i64,
+            counts[0],
+            counts[1],
+            counts[2],
+            counts[3],
+            counts[4],
+            counts[5]
+        ])?;
+        for f in &doc.findings {
+            let at = parse_rfc3339(&f.at).ok_or_else(|| {
+                StoreError::corrupt(
+                    "reckon_verdicts",
+                    "doc",
+                    format!("bad finding time {:?}", f.at),
+                )
+            })?;
+            insert.execute(rusqlite::params![
+                intent_id, f.kind, f.severity, at.0, f.subject, f.detail, tool
+            ])?;
+        }
+    }
+    Ok(())
+}

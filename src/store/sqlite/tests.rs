@@ -1,0 +1,920 @@
+//! Tests against real SQLite files, each in its own temporary directory (parallel-safe).
+
+use std::collections::HashSet;
+
+use rusqlite::Connection;
+use tempfile::TempDir;
+
+use super::{schema, SqliteStore, FILE_NAME};
+use crate::codec::VerdictDoc;
+use crate::model::*;
+use crate::store::{Store, StoreError, VerdictFilter};
+
+fn span(n: u64) -> SpanRef {
+    let mut trace_id = [0u8; 16];
+    trace_id[..8].copy_from_slice(&n.to_be_bytes());
+    trace_id[15] = 0xab;
+    SpanRef {
+        trace_id,
+        span_id: n.to_le_bytes(),
+    }
+}
+
+fn attempt(n: u64) -> Event {
+    Event::Attempt(Attempt {
+        span: span(n),
+        intent_id: format!("intent-{}", n % 7),
+        tool: "issue_refund".into(),
+        start: Timestamp(1_700_000_000_000_000_000 + n as i64),
+        end: Timestamp(1_700_000_000_500_000_000 + n as i64),
+        idempotency_key: Some(format!("key-{n}")),
+        http_status: if n % 2 == 0 { Some(200) } else { None },
+        error_type: if n % 2 == 1 {
+            Some("timeout".into())
+        } else {
+            None
+        },
+        span_error: n % 2 == 1,
+        object_id: Some(format!("re_{n}")),
+        object_status: Some("succeeded".into()),
+        reported_outcome: Some(ReportedOutcome::Succeeded),
+        arguments: Some(format!(r#"{{"amount": "45.00", "order_id": "{n}"}}"#)),
+    })
+}
+
+fn readback(n: u64) -> Event {
+    Event::Readback(Readback {
+        span: span(1_000_000 + n),
+        intent_id: format!("intent-{n}"),
+        tool: "get_refund".into(),
+        at: Timestamp(1_700_000_001_000_000_000 + n as i64),
+        end: Timestamp(1_700_000_001_100_000_000 + n as i64),
+        object_ids: if n % 2 == 0 {
+            vec![]
+        } else {
+            vec![format!("re_{n}"), "re_x".into()]
+        },
+        reported_outcome: None,
+    })
+}
+
+fn record(n: u64) -> Event {
+    Event::Record(RecordObservation {
+        source: "stripe".into(),
+        kind: Some("refund".into()),
+        object_id: format!("re_{n}"),
+        intent_id: Some(format!("intent-{n}")),
+        idempotency_key: None,
+        status: if n % 2 == 0 {
+            "pending".into()
+        } else {
+            "succeeded".into()
+        },
+        amount: match n % 3 {
+            0 => Some(Amount::Major(Decimal::parse("45.00").expect("literal"))),
+            1 => Some(Amount::Minor(4500)),
+            _ => None,
+        },
+        currency: Some("usd".into()),
+        target: Some("order-1042".into()),
+        created_at: if n % 2 == 0 {
+            Some(Timestamp(1_700_000_000_000_000_000))
+        } else {
+            None
+        },
+        observed_at: Timestamp(1_700_000_002_000_000_000 + n as i64),
+    })
+}
+
+fn mixed(range: std::ops::Range<u64>) -> Vec<Event> {
+    range
+        .map(|n| match n % 3 {
+            0 => attempt(n),
+            1 => readback(n),
+            _ => record(n),
+        })
+        .collect()
+}
+
+fn view(n: u64, class: AttemptClass) -> AttemptView {
+    AttemptView {
+        span: span(n),
+        start: Timestamp(10 + n as i64),
+        end: Timestamp(20 + n as i64),
+        idempotency_key: Some("k".into()),
+        class,
+        http_status: None,
+        error_type: Some("timeout".into()),
+        object_id: None,
+        object_status: None,
+        reported_outcome: Some(ReportedOutcome::Unknown),
+    }
+}
+
+fn verdict(id: &str, tool: Option<&str>, state: IntentState, last_event: i64) -> Verdict {
+    Verdict {
+        intent_id: id.into(),
+        tool: tool.map(Into::into),
+        contract: tool.map(|_| "payments.refund".into()),
+        idempotency_keys: vec!["k".into()],
+        state,
+        decision: Decision::None,
+        safe_retry_until: Some(Timestamp(99)),
+        escalation_id: None,
+        attempts: vec![
+            view(1, AttemptClass::Unknown),
+            view(2, AttemptClass::Succeeded),
+        ],
+        readbacks: vec![ReadbackView {
+            span: span(3),
+            at: Timestamp(30),
+            object_ids: vec!["re_1".into()],
+        }],
+        objects: vec![ObjectView {
+            object_id: "re_1".into(),
+            status: "succeeded".into(),
+            amount: Decimal::parse("45.00"),
+            currency: Some("usd".into()),
+            target: Some("1042".into()),
+            first_seen: Timestamp(40),
+            last_seen: Timestamp(50),
+        }],
+        findings: vec![],
+        next_change: None,
+        audited_at: Timestamp(last_event + 1),
+        first_seen: Timestamp(1),
+        last_event: Timestamp(last_event),
+    }
+}
+
+fn with_findings(mut v: Verdict, kinds: &[FindingKind]) -> Verdict {
+    v.findings = kinds
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            Finding::new(
+                *k,
+                Timestamp(1_000 + i as i64),
+                format!("subject-{i}"),
+                "detail",
+            )
+        })
+        .collect();
+    v
+}
+
+fn escalation(id: &str, status: EscalationStatus, opened_at: i64, version: u64) -> Escalation {
+    Escalation {
+        id: id.into(),
+        intent_id: format!("intent-of-{id}"),
+        status,
+        opened_at: Timestamp(opened_at),
+        severity: Severity::Critical,
+        findings: vec![
+            (FindingKind::DuplicateEffect, "re_1".into()),
+            (FindingKind::NewKeyRetry, "k2".into()),
+        ],
+        claimed_by: (status != EscalationStatus::Open).then(|| "alice".into()),
+        claimed_at: (status != EscalationStatus::Open).then_some(Timestamp(opened_at + 5)),
+        resolved_by: (status == EscalationStatus::Resolved).then(|| "bob".into()),
+        resolved_at: (status == EscalationStatus::Resolved).then_some(Timestamp(opened_at + 9)),
+        resolution: (status == EscalationStatus::Resolved)
+            .then(|| "refunded twice, reversed one".into()),
+        note: None,
+        version,
+    }
+}
+
+fn raw(dir: &TempDir) -> Connection {
+    Connection::open(dir.path().join(FILE_NAME)).expect("raw open")
+}
+
+#[tokio::test]
+async fn append_is_idempotent() {
+    let dir = TempDir::new().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let batch = mixed(0..30);
+    assert_eq!(store.append(batch.clone()).await.unwrap(), vec![true; 30]);
+    assert_eq!(store.append(batch.clone()).await.unwrap(), vec![false; 30]);
+    assert_eq!(store.append(batch.clone()).await.unwrap(), vec![false; 30]);
+    assert_eq!(
+        store.load_events().await.unwrap(),
+        batch,
+        "each event once, in ingest order"
+    );
+}
+
+#[tokio::test]
+async fn mixed_batch_reports_new_and_old() {
+    let dir = TempDir::new().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    store.append(mixed(0..6)).await.unwrap();
+    // Old, new, a duplicate of an event earlier in the same batch, new.
+    let batch = vec![
+        attempt(0),
+        attempt(100),
+        record(2),
+        attempt(100),
+        readback(101),
+        record(5),
+    ];
+    assert_eq!(
+        store.append(batch).await.unwrap(),
+        vec![false, true, false, false, true, false]
+    );
+    // A record observation differing only in status is a new observation of the same object.
+    let Event::Record(mut r) = record(2) else {
+        unreachable!()
+    };
+    r.status = "failed".into();
+    assert_eq!(
+        store.append(vec![Event::Record(r)]).await.unwrap(),
+        vec![true]
+    );
+    assert_eq!(store.load_events().await.unwrap().len(), 9);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_concurrent_appenders_all_durable() {
+    let dir = TempDir::new().unwrap();
+    let store = std::sync::Arc::new(SqliteStore::open(dir.path()).unwrap());
+    let mut tasks = Vec::new();
+    for t in 0..50u64 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            for b in 0..10u64 {
+                let start = t * 1000 + b * 20;
+                let batch = mixed(start..start + 20);
+                // Re-send half of the previous batch too, as a retrying exporter would.
+                let mut with_retry = batch.clone();
+                if b > 0 {
+                    with_retry.extend(mixed(start - 10..start));
+                }
+                let news = store.append(with_retry).await.expect("acknowledged");
+                assert!(news[..20].iter().all(|n| *n));
+                assert!(news[20..].iter().all(|n| !*n));
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let events = store.load_events().await.unwrap();
+    assert_eq!(events.len(), 50 * 10 * 20);
+    let unique: HashSet<_> = events.iter().collect();
+    assert_eq!(unique.len(), events.len());
+}
+
+#[tokio::test]
+async fn everything_survives_reopen() {
+    let dir = TempDir::new().unwrap();
+    let events = mixed(0..40);
+    let v = with_findings(
+        verdict("i-1", Some("issue_refund"), IntentState::Completed, 500),
+        &[FindingKind::StuckPending],
+    );
+    let e = escalation("esc-1", EscalationStatus::Resolved, 700, 4);
+    {
+        let store = SqliteStore::open(dir.path()).unwrap();
+        store.append(events.clone()).await.unwrap();
+        store.put_verdicts(vec![v.clone()]).await.unwrap();
+        store.put_escalations(vec![e.clone()]).await.unwrap();
+    }
+    let store = SqliteStore::open(dir.path()).unwrap();
+    assert_eq!(store.load_events().await.unwrap(), events);
+    assert_eq!(
+        store.get_verdict("i-1").await.unwrap(),
+        Some(VerdictDoc::from_verdict(&v))
+    );
+    assert_eq!(store.load_escalations().await.unwrap(), vec![e.clone()]);
+    assert_eq!(store.get_escalation("esc-1").await.unwrap(), Some(e));
+    // The ingest sequence continues after a reopen instead of restarting.
+    store.append(vec![attempt(5000)]).await.unwrap();
+    assert_eq!(
+        store.load_events().await.unwrap().last(),
+        Some(&attempt(5000))
+    );
+}
+
+#[tokio::test]
+async fn verdict_filters_and_cursor_pagination() {
+    let dir = TempDir::new().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let mut all = Vec::new();
+    for i in 0..237 {
+        let tool = if i % 3 == 0 {
+            "send_email"
+        } else {
+            "issue_refund"
+        };
+        let state = IntentState::ALL[i % 5];
+        // Many ties on last_event, so the intent_id tie-break matters.
+        let mut v = verdict(&format!("intent-{i:04}"), Some(tool), state, (i / 4) as i64);
+        if i % 10 == 0 {
+            v = with_findings(v, &[FindingKind::DuplicateEffect, FindingKind::NewKeyRetry]);
+        }
+        all.push(v);
+    }
+    store.put_verdicts(all.clone()).await.unwrap();
+
+    let expect = |pred: &dyn Fn(&Verdict) -> bool| {
+        let mut ids: Vec<(i64, String)> = all
+            .iter()
+            .filter(|v| pred(v))
+            .map(|v| (-v.last_event.0, v.intent_id.clone()))
+            .collect();
+        ids.sort();
+        ids.into_iter().map(|(_, id)| id).collect::<Vec<_>>()
+    };
+    let walk = |mut filter: VerdictFilter| {
+        let store = &store;
+        async move {
+            let mut ids = Vec::new();
+            let mut pages = 0;
+            loop {
+                let page = store.list_verdicts(&filter).await.unwrap();
+                assert!(page.items.len() <= filter.effective_limit());
+                ids.extend(page.items.into_iter().map(|d| d.intent_id));
+                pages += 1;
+                assert!(pages < 1000, "pagination does not terminate");
+                match page.next_cursor {
+                    Some(c) => filter.cursor = Some(c),
+                    None => return ids,
+                }
+            }
+        }
+    };
+
+    let everything = walk(VerdictFilter {
+        limit: 7,
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(
+        everything,
+        expect(&|_| true),
+        "all pages, no duplicates or gaps, newest first"
+    );
+    assert_eq!(
+        walk(VerdictFilter {
+            limit: 1000,
+            ..Default::default()
+        })
+        .await
+        .len(),
+        237
+    );
+
+    let f = VerdictFilter {
+        state: Some(IntentState::Pending),
+        limit: 5,
+        ..Default::default()
+    };
+    assert_eq!(walk(f).await, expect(&|v| v.state == IntentState::Pending));
+    let f = VerdictFilter {
+        tool: Some("send_email".into()),
+        limit: 9,
+        ..Default::default()
+    };
+    assert_eq!(
+        walk(f).await,
+        expect(&|v| v.tool.as_deref() == Some("send_email"))
+    );
+    let f = VerdictFilter {
+        finding: Some(FindingKind::NewKeyRetry),
+        limit: 4,
+        ..Default::default()
+    };
+    let with_finding = walk(f).await;
+    assert_eq!(with_finding.len(), 24);
+    assert_eq!(with_finding, expect(&|v| !v.findings.is_empty()));
+    let f = VerdictFilter {
+        finding: Some(FindingKind::OrphanRecord),
+        ..Default::default()
+    };
+    assert!(walk(f).await.is_empty());
+    let f = VerdictFilter {
+        since: Some(Timestamp(30)),
+        state: Some(IntentState::Completed),
+        tool: Some("issue_refund".into()),
+        limit: 3,
+        ..Default::default()
+    };
+    assert_eq!(
+        walk(f).await,
+        expect(&|v| v.last_event.0 >= 30
+            && v.state == IntentState::Completed
+            && v.tool.as_deref() == Some("issue_refund"))
+    );
+
+    // The last page has no cursor; an exact fit does not produce an empty extra page.
+    let page = store
+        .list_verdicts(&VerdictFilter {
+            limit: 237,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!((page.items.len(), page.next_cursor), (237, None));
+
+    for bad in ["not base64!", "bm9jb2xvbg", "eHl6OmE"] {
+        let f = VerdictFilter {
+            cursor: Some(bad.into()),
+            ..Default::default()
+        };
+        assert!(
+            matches!(store.list_verdicts(&f).await, Err(StoreError::BadCursor(_))),
+            "{bad}"
+        );
+    }
+
+    assert_eq!(
+        store
+            .get_verdict("intent-0010")
+            .await
+            .unwrap()
+            .map(|d| d.findings.len()),
+        Some(2)
+    );
+    assert_eq!(store.get_verdict("nope").await.unwrap(), None);
+    store
+        .delete_verdicts(vec!["intent-0010".into(), "intent-0011".into()])
+        .await
+        .unwrap();
+    assert_eq!(store.get_verdict("intent-0010").await.unwrap(), None);
+    assert_eq!(walk(VerdictFilter::default()).await.len(), 235);
+    let findings: i64 = raw(&dir)
+        .query_row(
+            "SELECT count(*) FROM reckon_findings WHERE intent_id = 'intent-0010'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(findings, 0, "deleting a verdict deletes its findings");
+}
+
+#[tokio::test]
+async fn verdict_upsert_replaces_findings() {
+    let dir = TempDir::new().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let v = verdict("i-1", Some("issue_refund"), IntentState::Unknown, 10);
+    store
+        .put_verdicts(vec![with_findings(
+            v.clone(),
+            &[FindingKind::DuplicateEffect, FindingKind::NewKeyRetry],
+        )])
+        .await
+        .unwrap();
+    let mut later = with_findings(v, &[FindingKind::StuckPending]);
+    later.state = IntentState::Pending;
+    later.last_event = Timestamp(20);
+    store.put_verdicts(vec![later.clone()]).await.unwrap();
+
+    let kinds: Vec<String> = {
+        let conn = raw(&dir);
+        let mut stmt = conn
+            .prepare("SELECT kind FROM reckon_findings WHERE intent_id = 'i-1'")
+            .unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    assert_eq!(kinds, vec!["stuck_pending".to_string()]);
+    let (state, finding_kinds, last): (String, String, i64) = raw(&dir)
+        .query_row(
+            "SELECT state, finding_kinds, last_event FROM reckon_verdicts WHERE intent_id = 'i-1'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    assert_eq!(
+        (state.as_str(), finding_kinds.as_str(), last),
+        ("pending", ",stuck_pending,", 20)
+    );
+    assert_eq!(
+        store.get_verdict("i-1").await.unwrap(),
+        Some(VerdictDoc::from_verdict(&later))
+    );
+    let f = VerdictFilter {
+        finding: Some(FindingKind::DuplicateEffect),
+        ..Default::default()
+    };
+    assert!(store.list_verdicts(&f).await.unwrap().items.is_empty());
+}
+
+#[tokio::test]
+async fn escalation_keeps_highest_version() {
+    let dir = TempDir::new().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let v2 = escalation("e1", EscalationStatus::Claimed, 100, 2);
+    store.put_escalations(vec![v2.clone()]).await.unwrap();
+    store
+        .put_escalations(vec![escalation("e1", EscalationStatus::Open, 100, 1)])
+        .await
+        .unwrap();
+    assert_eq!(store.get_escalation("e1").await.unwrap(), Some(v2));
+    let v3 = escalation("e1", EscalationStatus::Resolved, 100, 3);
+    // Older and newer in one call, in either order: the newest wins.
+    store
+        .put_escalations(vec![
+            v3.clone(),
+            escalation("e1", EscalationStatus::Open, 100, 1),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(store.get_escalation("e1").await.unwrap(), Some(v3.clone()));
+
+    store
+        .put_escalations(vec![
+            escalation("e2", EscalationStatus::Open, 300, 1),
+            escalation("e3", EscalationStatus::Open, 200, 1),
+            escalation("e4", EscalationStatus::Claimed, 400, 1),
+        ])
+        .await
+        .unwrap();
+    let open: Vec<String> = store
+        .list_escalations(Some(EscalationStatus::Open), 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(open, vec!["e2", "e3"], "newest first");
+    assert_eq!(store.list_escalations(None, 2).await.unwrap().len(), 2);
+    assert_eq!(store.list_escalations(None, 0).await.unwrap().len(), 4);
+    assert_eq!(store.load_escalations().await.unwrap().len(), 4);
+    assert_eq!(store.get_escalation("missing").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn report_counts() {
+    let dir = TempDir::new().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let mut a = with_findings(
+        verdict("a", Some("issue_refund"), IntentState::Completed, 100),
+        &[
+            FindingKind::DuplicateEffect,
+            FindingKind::DuplicateEffect,
+            FindingKind::MisreportedOutcome,
+        ],
+    );
+    a.decision = Decision::Escalate;
+    let b = verdict("b", Some("issue_refund"), IntentState::Unknown, 200);
+    let mut c = with_findings(
+        verdict("c", None, IntentState::Unknown, 300),
+        &[FindingKind::OrphanRecord],
+    );
+    c.attempts.clear();
+    let old = with_findings(
+        verdict("old", Some("send_email"), IntentState::Pending, 5),
+        &[FindingKind::StuckPending],
+    );
+    store.put_verdicts(vec![a, b, c, old]).await.unwrap();
+    store
+        .put_escalations(vec![
+            escalation("e1", EscalationStatus::Open, 150, 1),
+            escalation("e2", EscalationStatus::Resolved, 10, 1),
+        ])
+        .await
+        .unwrap();
+
+    let r = store.report(None, Timestamp(1_000_000_000)).await.unwrap();
+    assert_eq!(r.since, None);
+    assert_eq!(r.generated_at, "1970-01-01T00:00:01.000000000Z");
+    assert_eq!((r.intents, r.attempts, r.findings), (4, 6, 5));
+    assert_eq!(r.by_state["unknown"], 2);
+    assert_eq!(
+        r.by_state["failed_before_execution"], 0,
+        "zero counts present"
+    );
+    assert_eq!(r.by_state.len(), IntentState::ALL.len());
+    assert_eq!((r.by_decision["escalate"], r.by_decision["none"]), (1, 3));
+    assert_eq!(r.by_decision.len(), Decision::ALL.len());
+    assert_eq!(
+        (
+            r.by_attempt_class["unknown"],
+            r.by_attempt_class["succeeded"]
+        ),
+        (3, 3)
+    );
+    assert_eq!(r.by_attempt_class.len(), AttemptClass::ALL.len());
+    assert_eq!(r.by_finding["duplicate_effect"], 2);
+    assert_eq!(r.by_finding.len(), FindingKind::ALL.len());
+    assert_eq!(
+        (
+            r.by_severity["critical"],
+            r.by_severity["medium"],
+            r.by_severity["high"]
+        ),
+        (2, 3, 0)
+    );
+    let refund = &r.by_tool["issue_refund"];
+    assert_eq!(
+        (
+            refund.intents,
+            refund.attempts,
+            refund.findings,
+            refund.duplicate_effects
+        ),
+        (2, 4, 3, 1)
+    );
+    assert_eq!(
+        (refund.by_state["completed"], refund.by_state["pending"]),
+        (1, 0)
+    );
+    assert_eq!(r.by_tool["(none)"].intents, 1);
+    assert_eq!(r.by_tool["send_email"].by_state["pending"], 1);
+    assert_eq!(
+        (
+            r.escalations["open"],
+            r.escalations["resolved"],
+            r.escalations["claimed"]
+        ),
+        (1, 1, 0)
+    );
+
+    let r = store
+        .report(Some(Timestamp(150)), Timestamp(1_000_000_000))
+        .await
+        .unwrap();
+    assert_eq!(r.since.as_deref(), Some("1970-01-01T00:00:00.000000150Z"));
+    assert_eq!((r.intents, r.attempts, r.findings), (2, 2, 1));
+    assert!(!r.by_tool.contains_key("send_email"));
+    assert_eq!(r.by_finding["orphan_record"], 1);
+    assert_eq!((r.escalations["open"], r.escalations["resolved"]), (1, 0));
+    serde_json::to_string(&r).unwrap();
+}
+
+#[tokio::test]
+async fn migrates_a_v1_file_keeping_data() {
+    let dir = TempDir::new().unwrap();
+    let v = with_findings(
+        verdict("legacy", Some("issue_refund"), IntentState::Unknown, 77),
+        &[
+            FindingKind::UnresolvedUnknown,
+            FindingKind::NoIdempotencyContract,
+        ],
+    );
+    {
+        // What a v1 binary left behind.
+        let conn = raw(&dir);
+        conn.execute_batch(
+            "CREATE TABLE reckon_schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL);
+             INSERT INTO reckon_schema_migrations VALUES (1, 0);",
+        )
+        .unwrap();
+        conn.execute_batch(schema::V1_SQL).unwrap();
+        conn.execute(
+            "INSERT INTO reckon_verdicts (intent_id, tool, contract, state, decision, first_seen, last_event,
+                audited_at, finding_kinds, doc) VALUES ('legacy', 'issue_refund', 'payments.refund', 'unknown',
+                'none', 1, 77, 78, '', ?1)",
+            [serde_json::to_string(&VerdictDoc::from_verdict(&v)).unwrap()],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO reckon_attempts (seq, trace_id, span_id, intent_id, tool, started_at, ended_at, span_error)
+             VALUES (1, '0102030405060708090a0b0c0d0e0f10', '0102030405060708', 'legacy', 'issue_refund', 5, 6, 1)",
+            [],
+        )
+        .unwrap();
+    }
+    assert!(matches!(
+        SqliteStore::open_read_only(dir.path()),
+        Err(StoreError::SchemaOutdated { found: 1, known: 2 })
+    ));
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let events = store.load_events().await.unwrap();
+    assert_eq!(events.len(), 1);
+    let Event::Attempt(a) = &events[0] else {
+        panic!("not an attempt")
+    };
+    assert_eq!(
+        (
+            a.intent_id.as_str(),
+            a.span_error,
+            a.idempotency_key.clone()
+        ),
+        ("legacy", true, None)
+    );
+    assert_eq!(
+        store.get_verdict("legacy").await.unwrap(),
+        Some(VerdictDoc::from_verdict(&v))
+    );
+    // Backfilled from the v1 documents: findings table and attempt-class counts.
+    let f = VerdictFilter {
+        finding: Some(FindingKind::UnresolvedUnknown),
+        ..Default::default()
+    };
+    assert_eq!(store.list_verdicts(&f).await.unwrap().items.len(), 1);
+    let r = store.report(None, Timestamp(0)).await.unwrap();
+    assert_eq!(
+        (
+            r.attempts,
+            r.by_attempt_class["unknown"],
+            r.by_severity["high"]
+        ),
+        (2, 1, 2)
+    );
+    let versions: Vec<i64> = {
+        let conn = raw(&dir);
+        let mut stmt = conn
+            .prepare("SELECT version FROM reckon_schema_migrations ORDER BY version")
+            .unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    assert_eq!(versions, vec![1, 2]);
+    // Opening again is a no-op.
+    drop(store);
+    SqliteStore::open(dir.path()).unwrap();
+}
+
+#[tokio::test]
+async fn refuses_a_newer_schema() {
+    let dir = TempDir::new().unwrap();
+    drop(SqliteStore::open(dir.path()).unwrap());
+    raw(&dir)
+        .execute("INSERT INTO reckon_schema_migrations VALUES (99, 0)", [])
+        .unwrap();
+    let err = SqliteStore::open(dir.path()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::SchemaTooNew {
+                found: 99,
+                known: 2
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("newer"));
+    assert!(matches!(
+        SqliteStore::open_read_only(dir.path()),
+        Err(StoreError::SchemaTooNew { .. })
+    ));
+}
+
+#[tokio::test]
+async fn corrupt_rows_are_errors_naming_table_and_column() {
+    let dir = TempDir::new().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    store.append(mixed(0..6)).await.unwrap();
+    store
+        .put_verdicts(vec![verdict("i-1", None, IntentState::Unknown, 1)])
+        .await
+        .unwrap();
+    store
+        .put_escalations(vec![escalation("e1", EscalationStatus::Open, 1, 1)])
+        .await
+        .unwrap();
+
+    let conn = raw(&dir);
+    conn.execute(
+        "UPDATE reckon_attempts SET trace_id = 'zz' WHERE seq = 1",
+        [],
+    )
+    .unwrap();
+    let err = store.load_events().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Corrupt {
+                table: "reckon_attempts",
+                column: "trace_id",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    conn.execute(
+        "UPDATE reckon_attempts SET trace_id = '0102030405060708090a0b0c0d0e0f10'",
+        [],
+    )
+    .unwrap();
+    conn.execute("UPDATE reckon_records SET amount_unit = 'furlongs'", [])
+        .unwrap();
+    assert!(matches!(
+        store.load_events().await,
+        Err(StoreError::Corrupt {
+            table: "reckon_records",
+            column: "amount_unit",
+            ..
+        })
+    ));
+    conn.execute("UPDATE reckon_verdicts SET doc = '{not json'", [])
+        .unwrap();
+    assert!(matches!(
+        store.get_verdict("i-1").await,
+        Err(StoreError::Corrupt {
+            table: "reckon_verdicts",
+            column: "doc",
+            ..
+        })
+    ));
+    conn.execute("UPDATE reckon_verdicts SET state = 'sideways'", [])
+        .unwrap();
+    assert!(matches!(
+        store.report(None, Timestamp(0)).await,
+        Err(StoreError::Corrupt {
+            table: "reckon_verdicts",
+            column: "state",
+            ..
+        })
+    ));
+    conn.execute("UPDATE reckon_escalations SET status = 42", [])
+        .unwrap();
+    assert!(matches!(
+        store.load_escalations().await,
+        Err(StoreError::Corrupt {
+            table: "reckon_escalations",
+            column: "status",
+            ..
+        })
+    ));
+}
+
+#[tokio::test]
+async fn read_only_open_of_running_and_stopped_server() {
+    let dir = TempDir::new().unwrap();
+    assert!(matches!(
+        SqliteStore::open_read_only(dir.path()),
+        Err(StoreError::Io { .. })
+    ));
+    let store = SqliteStore::open(dir.path()).unwrap();
+    store.append(mixed(0..9)).await.unwrap();
+    store
+        .put_verdicts(vec![verdict(
+            "i-1",
+            Some("issue_refund"),
+            IntentState::Completed,
+            1,
+        )])
+        .await
+        .unwrap();
+
+    let reader = SqliteStore::open_read_only(dir.path()).unwrap();
+    assert_eq!(reader.load_events().await.unwrap().len(), 9);
+    // The running server keeps writing; the reader sees committed data.
+    store.append(mixed(9..12)).await.unwrap();
+    assert_eq!(reader.load_events().await.unwrap().len(), 12);
+    assert!(matches!(
+        reader.append(mixed(20..21)).await,
+        Err(StoreError::ReadOnly)
+    ));
+    assert!(matches!(
+        reader
+            .put_verdicts(vec![verdict("x", None, IntentState::Unknown, 1)])
+            .await,
+        Err(StoreError::ReadOnly)
+    ));
+    drop(reader);
+    drop(store);
+
+    let reader = SqliteStore::open_read_only(dir.path()).unwrap();
+    assert_eq!(reader.report(None, Timestamp(0)).await.unwrap().intents, 1);
+    assert_eq!(reader.load_events().await.unwrap().len(), 12);
+}
+
+/// Throughput and start-up numbers; run by hand:
+/// `cargo test --lib store::sqlite::tests::measure -- --ignored --nocapture`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn measure() {
+    let dir = TempDir::new().unwrap();
+    let store = std::sync::Arc::new(SqliteStore::open(dir.path()).unwrap());
+    let total: u64 = 400_000;
+    let per_batch: u64 = 500;
+    let tasks: u64 = 32;
+    let started = std::time::Instant::now();
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let store = store.clone();
+        handles.push(tokio::spawn(async move {
+            let mut n = t * per_batch;
+            while n < total {
+                let batch: Vec<Event> = (n..n + per_batch).map(attempt).collect();
+                store.append(batch).await.unwrap();
+                n += tasks * per_batch;
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "append: {total} attempts in {secs:.2}s = {:.0}/s",
+        total as f64 / secs
+    );
+    let started = std::time::Instant::now();
+    let events = store.load_events().await.unwrap();
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "load_events: {} in {secs:.2}s = {:.0}/s",
+        events.len(),
+        events.len() as f64 / secs
+    );
+}
