@@ -5,6 +5,7 @@ pub mod audit;
 pub mod codec;
 pub mod config;
 pub mod contract;
+pub mod demo;
 pub mod escalation;
 pub mod ingest;
 pub mod model;
