@@ -5,4 +5,5 @@ pub mod audit;
 pub mod codec;
 pub mod contract;
 pub mod escalation;
+pub mod ingest;
 pub mod model;
