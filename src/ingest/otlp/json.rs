@@ -20,7 +20,9 @@ use opentelemetry_proto::tonic::common::v1::{
 };
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs, SeverityNumber};
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{span, status, ResourceSpans, ScopeSpans, Span, Status};
+use opentelemetry_proto::tonic::trace::v1::{
+    span, status, ResourceSpans, ScopeSpans, Span, Status,
+};
 use serde_json::{Map, Value};
 
 use super::recognize::clip;
@@ -29,9 +31,13 @@ use super::DecodeError;
 type Obj = Map<String, Value>;
 
 /// A trace request and the reasons for the spans that could not be decoded.
-pub(crate) fn trace_request(body: &[u8]) -> Result<(ExportTraceServiceRequest, Vec<String>), DecodeError> {
+pub(crate) fn trace_request(
+    body: &[u8],
+) -> Result<(ExportTraceServiceRequest, Vec<String>), DecodeError> {
     let mut rejected = Vec::new();
-    let Some(top) = top_object(body)? else { return Ok((ExportTraceServiceRequest::default(), rejected)) };
+    let Some(top) = top_object(body)? else {
+        return Ok((ExportTraceServiceRequest::default(), rejected));
+    };
     let mut index = 0usize;
     let mut resource_spans = Vec::new();
     for rs in array(&top, &["resourceSpans", "resource_spans"], "resourceSpans")? {
@@ -40,7 +46,14 @@ pub(crate) fn trace_request(body: &[u8]) -> Result<(ExportTraceServiceRequest, V
         let mut scope_spans = Vec::new();
         let scopes = array(rs, &["scopeSpans", "scope_spans"], "scopeSpans")?
             .iter()
-            .chain(array(rs, &["instrumentationLibrarySpans", "instrumentation_library_spans"], "scopeSpans")?);
+            .chain(array(
+                rs,
+                &[
+                    "instrumentationLibrarySpans",
+                    "instrumentation_library_spans",
+                ],
+                "scopeSpans",
+            )?);
         for ss in scopes {
             let ss = object(ss, "scopeSpans[]")?;
             let mut spans = Vec::new();
@@ -51,7 +64,11 @@ pub(crate) fn trace_request(body: &[u8]) -> Result<(ExportTraceServiceRequest, V
                 }
                 index += 1;
             }
-            scope_spans.push(ScopeSpans { scope: scope(ss)?, spans, schema_url: string(ss, &["schemaUrl", "schema_url"]) });
+            scope_spans.push(ScopeSpans {
+                scope: scope(ss)?,
+                spans,
+                schema_url: string(ss, &["schemaUrl", "schema_url"]),
+            });
         }
         resource_spans.push(ResourceSpans {
             resource,
@@ -63,9 +80,13 @@ pub(crate) fn trace_request(body: &[u8]) -> Result<(ExportTraceServiceRequest, V
 }
 
 /// A log request and the reasons for the records that could not be decoded.
-pub(crate) fn logs_request(body: &[u8]) -> Result<(ExportLogsServiceRequest, Vec<String>), DecodeError> {
+pub(crate) fn logs_request(
+    body: &[u8],
+) -> Result<(ExportLogsServiceRequest, Vec<String>), DecodeError> {
     let mut rejected = Vec::new();
-    let Some(top) = top_object(body)? else { return Ok((ExportLogsServiceRequest::default(), rejected)) };
+    let Some(top) = top_object(body)? else {
+        return Ok((ExportLogsServiceRequest::default(), rejected));
+    };
     let mut index = 0usize;
     let mut resource_logs = Vec::new();
     for rl in array(&top, &["resourceLogs", "resource_logs"], "resourceLogs")? {
@@ -74,7 +95,11 @@ pub(crate) fn logs_request(body: &[u8]) -> Result<(ExportLogsServiceRequest, Vec
         let mut scope_logs = Vec::new();
         let scopes = array(rl, &["scopeLogs", "scope_logs"], "scopeLogs")?
             .iter()
-            .chain(array(rl, &["instrumentationLibraryLogs", "instrumentation_library_logs"], "scopeLogs")?);
+            .chain(array(
+                rl,
+                &["instrumentationLibraryLogs", "instrumentation_library_logs"],
+                "scopeLogs",
+            )?);
         for sl in scopes {
             let sl = object(sl, "scopeLogs[]")?;
             let mut log_records = Vec::new();
@@ -85,7 +110,11 @@ pub(crate) fn logs_request(body: &[u8]) -> Result<(ExportLogsServiceRequest, Vec
                 }
                 index += 1;
             }
-            scope_logs.push(ScopeLogs { scope: scope(sl)?, log_records, schema_url: string(sl, &["schemaUrl", "schema_url"]) });
+            scope_logs.push(ScopeLogs {
+                scope: scope(sl)?,
+                log_records,
+                schema_url: string(sl, &["schemaUrl", "schema_url"]),
+            });
         }
         resource_logs.push(ResourceLogs {
             resource,
@@ -104,7 +133,10 @@ fn top_object(body: &[u8]) -> Result<Option<Obj>, DecodeError> {
     match serde_json::from_slice::<Value>(body)? {
         Value::Object(o) => Ok(Some(o)),
         Value::Null => Ok(None),
-        other => Err(DecodeError::Shape(format!("the request must be a JSON object, not {}", kind(&other)))),
+        other => Err(DecodeError::Shape(format!(
+            "the request must be a JSON object, not {}",
+            kind(&other)
+        ))),
     }
 }
 
@@ -126,14 +158,18 @@ fn get<'a>(o: &'a Obj, keys: &[&str]) -> Option<&'a Value> {
 }
 
 fn object<'a>(v: &'a Value, what: &str) -> Result<&'a Obj, DecodeError> {
-    v.as_object().ok_or_else(|| DecodeError::Shape(format!("{what} is {}, want an object", kind(v))))
+    v.as_object()
+        .ok_or_else(|| DecodeError::Shape(format!("{what} is {}, want an object", kind(v))))
 }
 
 fn array<'a>(o: &'a Obj, keys: &[&str], what: &str) -> Result<&'a [Value], DecodeError> {
     match get(o, keys) {
         None => Ok(&[]),
         Some(Value::Array(a)) => Ok(a),
-        Some(v) => Err(DecodeError::Shape(format!("{what} is {}, want an array", kind(v)))),
+        Some(v) => Err(DecodeError::Shape(format!(
+            "{what} is {}, want an array",
+            kind(v)
+        ))),
     }
 }
 
@@ -147,7 +183,9 @@ fn string(o: &Obj, keys: &[&str]) -> String {
 }
 
 fn resource(o: &Obj) -> Result<Option<Resource>, DecodeError> {
-    let Some(r) = get(o, &["resource"]) else { return Ok(None) };
+    let Some(r) = get(o, &["resource"]) else {
+        return Ok(None);
+    };
     let r = object(r, "resource")?;
     Ok(Some(Resource {
         attributes: attributes(r).map_err(|e| DecodeError::Shape(format!("resource {e}")))?,
@@ -156,7 +194,12 @@ fn resource(o: &Obj) -> Result<Option<Resource>, DecodeError> {
 }
 
 fn scope(o: &Obj) -> Result<Option<InstrumentationScope>, DecodeError> {
-    let Some(s) = get(o, &["scope", "instrumentationLibrary", "instrumentation_library"]) else { return Ok(None) };
+    let Some(s) = get(
+        o,
+        &["scope", "instrumentationLibrary", "instrumentation_library"],
+    ) else {
+        return Ok(None);
+    };
     let s = object(s, "scope")?;
     Ok(Some(InstrumentationScope {
         name: string(s, &["name"]),
@@ -167,7 +210,9 @@ fn scope(o: &Obj) -> Result<Option<InstrumentationScope>, DecodeError> {
 }
 
 fn decode_span(v: &Value) -> Result<Span, String> {
-    let Value::Object(o) = v else { return Err(format!("is {}, want an object", kind(v))) };
+    let Value::Object(o) = v else {
+        return Err(format!("is {}, want an object", kind(v)));
+    };
     let name = string(o, &["name"]);
     let ctx = |e: String| format!("'{}': {e}", clip(&name));
     let span = Span {
@@ -176,8 +221,13 @@ fn decode_span(v: &Value) -> Result<Span, String> {
         parent_span_id: id(o, &["parentSpanId", "parent_span_id"], 8).map_err(ctx)?,
         trace_state: string(o, &["traceState", "trace_state"]),
         flags: u32::try_from(uint(o, &["flags"]).map_err(ctx)?).unwrap_or(0),
-        kind: enumeration(get(o, &["kind"]), |n| span::SpanKind::from_str_name(n).map(|k| k as i32), "SPAN_KIND_"),
-        start_time_unix_nano: uint(o, &["startTimeUnixNano", "start_time_unix_nano"]).map_err(ctx)?,
+        kind: enumeration(
+            get(o, &["kind"]),
+            |n| span::SpanKind::from_str_name(n).map(|k| k as i32),
+            "SPAN_KIND_",
+        ),
+        start_time_unix_nano: uint(o, &["startTimeUnixNano", "start_time_unix_nano"])
+            .map_err(ctx)?,
         end_time_unix_nano: uint(o, &["endTimeUnixNano", "end_time_unix_nano"]).map_err(ctx)?,
         attributes: attributes(o).map_err(ctx)?,
         events: events(o).map_err(ctx)?,
@@ -189,11 +239,17 @@ fn decode_span(v: &Value) -> Result<Span, String> {
 }
 
 fn events(o: &Obj) -> Result<Vec<span::Event>, String> {
-    let Some(v) = get(o, &["events"]) else { return Ok(Vec::new()) };
-    let Value::Array(a) = v else { return Err(format!("events is {}, want an array", kind(v))) };
+    let Some(v) = get(o, &["events"]) else {
+        return Ok(Vec::new());
+    };
+    let Value::Array(a) = v else {
+        return Err(format!("events is {}, want an array", kind(v)));
+    };
     a.iter()
         .map(|e| {
-            let Value::Object(e) = e else { return Err(format!("event is {}, want an object", kind(e))) };
+            let Value::Object(e) = e else {
+                return Err(format!("event is {}, want an object", kind(e)));
+            };
             Ok(span::Event {
                 time_unix_nano: uint(e, &["timeUnixNano", "time_unix_nano"])?,
                 name: string(e, &["name"]),
@@ -206,15 +262,23 @@ fn events(o: &Obj) -> Result<Vec<span::Event>, String> {
 
 /// A status that cannot be read is no status: the span stays, `span_error` is only a hint.
 fn status(o: &Obj) -> Option<Status> {
-    let Some(Value::Object(s)) = get(o, &["status"]) else { return None };
+    let Some(Value::Object(s)) = get(o, &["status"]) else {
+        return None;
+    };
     Some(Status {
-        code: enumeration(get(s, &["code"]), |n| status::StatusCode::from_str_name(n).map(|c| c as i32), "STATUS_CODE_"),
+        code: enumeration(
+            get(s, &["code"]),
+            |n| status::StatusCode::from_str_name(n).map(|c| c as i32),
+            "STATUS_CODE_",
+        ),
         message: string(s, &["message"]),
     })
 }
 
 fn decode_log_record(v: &Value) -> Result<LogRecord, String> {
-    let Value::Object(o) = v else { return Err(format!("is {}, want an object", kind(v))) };
+    let Value::Object(o) = v else {
+        return Err(format!("is {}, want an object", kind(v)));
+    };
     Ok(LogRecord {
         time_unix_nano: uint(o, &["timeUnixNano", "time_unix_nano"])?,
         observed_time_unix_nano: uint(o, &["observedTimeUnixNano", "observed_time_unix_nano"])?,
@@ -261,7 +325,13 @@ fn id(o: &Obj, keys: &[&str], len: usize) -> Result<Vec<u8>, String> {
     engines
         .iter()
         .find_map(|e| e.decode(s).ok().filter(|b| b.len() == len))
-        .ok_or_else(|| format!("{what} \"{}\" is neither {} hex digits nor base64 of {len} bytes", clip(s), 2 * len))
+        .ok_or_else(|| {
+            format!(
+                "{what} \"{}\" is neither {} hex digits nor base64 of {len} bytes",
+                clip(s),
+                2 * len
+            )
+        })
 }
 
 /// A uint64 field: a JSON number or, as the proto3 mapping writes 64-bit integers, a string.
@@ -271,14 +341,19 @@ fn uint(o: &Obj, keys: &[&str]) -> Result<u64, String> {
         None => Ok(0),
         Some(Value::Number(n)) => n
             .as_u64()
-            .or_else(|| n.as_f64().filter(|f| f.is_finite() && *f >= 0.0 && *f < u64::MAX as f64).map(|f| f as u64))
+            .or_else(|| {
+                n.as_f64()
+                    .filter(|f| f.is_finite() && *f >= 0.0 && *f < u64::MAX as f64)
+                    .map(|f| f as u64)
+            })
             .ok_or_else(|| format!("{what} {n} is not an unsigned integer")),
         Some(Value::String(s)) => {
             let t = s.trim();
             if t.is_empty() {
                 return Ok(0);
             }
-            t.parse::<u64>().map_err(|_| format!("{what} \"{}\" is not an unsigned integer", clip(t)))
+            t.parse::<u64>()
+                .map_err(|_| format!("{what} \"{}\" is not an unsigned integer", clip(t)))
         }
         Some(v) => Err(format!("{what} is {}, want an integer", kind(v))),
     }
@@ -295,29 +370,43 @@ fn enumeration(v: Option<&Value>, from_name: impl Fn(&str) -> Option<i32>, prefi
                 return i;
             }
             let upper = t.to_ascii_uppercase();
-            from_name(&upper).or_else(|| from_name(&format!("{prefix}{upper}"))).unwrap_or(0)
+            from_name(&upper)
+                .or_else(|| from_name(&format!("{prefix}{upper}")))
+                .unwrap_or(0)
         }
         _ => 0,
     }
 }
 
 fn attributes(o: &Obj) -> Result<Vec<KeyValue>, String> {
-    let Some(v) = get(o, &["attributes"]) else { return Ok(Vec::new()) };
+    let Some(v) = get(o, &["attributes"]) else {
+        return Ok(Vec::new());
+    };
     key_values(v, "attributes")
 }
 
 fn key_values(v: &Value, what: &str) -> Result<Vec<KeyValue>, String> {
-    let Value::Array(a) = v else { return Err(format!("{what} is {}, want an array", kind(v))) };
+    let Value::Array(a) = v else {
+        return Err(format!("{what} is {}, want an array", kind(v)));
+    };
     let mut out = Vec::with_capacity(a.len());
     for kv in a {
-        let Value::Object(kv) = kv else { return Err(format!("{what} entry is {}, want an object", kind(kv))) };
+        let Value::Object(kv) = kv else {
+            return Err(format!("{what} entry is {}, want an object", kind(kv)));
+        };
         // An attribute without a key can be looked up by no one.
-        let Some(Value::String(key)) = get(kv, &["key"]) else { continue };
+        let Some(Value::String(key)) = get(kv, &["key"]) else {
+            continue;
+        };
         let value = match get(kv, &["value"]) {
             None => None,
             Some(v) => Some(any_value(v).map_err(|e| format!("attribute \"{}\": {e}", clip(key)))?),
         };
-        out.push(KeyValue { key: key.clone(), value, key_strindex: 0 });
+        out.push(KeyValue {
+            key: key.clone(),
+            value,
+            key_strindex: 0,
+        });
     }
     Ok(out)
 }
@@ -333,7 +422,9 @@ fn any_value(v: &Value) -> Result<AnyValue, String> {
             Some(i) => V::IntValue(i),
             None => V::DoubleValue(n.as_f64().unwrap_or(f64::NAN)),
         }),
-        Value::Array(a) => Some(V::ArrayValue(ArrayValue { values: a.iter().map(any_value).collect::<Result<_, _>>()? })),
+        Value::Array(a) => Some(V::ArrayValue(ArrayValue {
+            values: a.iter().map(any_value).collect::<Result<_, _>>()?,
+        })),
         Value::Object(o) => typed_any_value(o)?,
     };
     Ok(AnyValue { value })
@@ -359,11 +450,17 @@ fn typed_any_value(o: &Obj) -> Result<Option<any_value::Value>, String> {
     }
     if let Some(v) = get(o, &["intValue", "int_value"]) {
         let i = match v {
-            Value::Number(n) => n.as_i64().or_else(|| n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.0e18).map(|f| f as i64)),
+            Value::Number(n) => n.as_i64().or_else(|| {
+                n.as_f64()
+                    .filter(|f| f.fract() == 0.0 && f.abs() < 9.0e18)
+                    .map(|f| f as i64)
+            }),
             Value::String(s) => s.trim().parse::<i64>().ok(),
             _ => None,
         };
-        return i.map(|i| Some(V::IntValue(i))).ok_or_else(|| format!("intValue {} is not a 64-bit integer", clip(&v.to_string())));
+        return i
+            .map(|i| Some(V::IntValue(i)))
+            .ok_or_else(|| format!("intValue {} is not a 64-bit integer", clip(&v.to_string())));
     }
     if let Some(v) = get(o, &["doubleValue", "double_value"]) {
         let d = match v {
@@ -377,7 +474,9 @@ fn typed_any_value(o: &Obj) -> Result<Option<any_value::Value>, String> {
             },
             _ => None,
         };
-        return d.map(|d| Some(V::DoubleValue(d))).ok_or_else(|| format!("doubleValue {} is not a number", clip(&v.to_string())));
+        return d
+            .map(|d| Some(V::DoubleValue(d)))
+            .ok_or_else(|| format!("doubleValue {} is not a number", clip(&v.to_string())));
     }
     if let Some(v) = get(o, &["arrayValue", "array_value"]) {
         let values = match v {
@@ -403,7 +502,9 @@ fn typed_any_value(o: &Obj) -> Result<Option<any_value::Value>, String> {
         return Ok(Some(V::KvlistValue(KeyValueList { values })));
     }
     if let Some(v) = get(o, &["bytesValue", "bytes_value"]) {
-        let Value::String(s) = v else { return Err(format!("bytesValue is {}", kind(v))) };
+        let Value::String(s) = v else {
+            return Err(format!("bytesValue is {}", kind(v)));
+        };
         let b = base64::engine::general_purpose::STANDARD
             .decode(s.trim())
             .or_else(|_| base64::engine::general_purpose::URL_SAFE.decode(s.trim()))

@@ -105,11 +105,17 @@ pub(crate) fn record_to_event(rec: &LogRecord, resource: Option<&Resource>) -> O
     let Some(status) = scan.status.and_then(text_of) else {
         return Outcome::Rejected(why(&format!("{STATUS} is missing or empty")));
     };
-    let observed = if rec.time_unix_nano != 0 { rec.time_unix_nano } else { rec.observed_time_unix_nano };
+    let observed = if rec.time_unix_nano != 0 {
+        rec.time_unix_nano
+    } else {
+        rec.observed_time_unix_nano
+    };
     if observed == 0 {
         // The observation time is part of the record's identity; inventing one would make a
         // re-sent export a second observation.
-        return Outcome::Rejected(why("neither time_unix_nano nor observed_time_unix_nano is set"));
+        return Outcome::Rejected(why(
+            "neither time_unix_nano nor observed_time_unix_nano is set",
+        ));
     }
     let amount = match scan.amount.map(amount) {
         None | Some(Ok(None)) => None,
@@ -123,7 +129,8 @@ pub(crate) fn record_to_event(rec: &LogRecord, resource: Option<&Resource>) -> O
     };
     let resource_attrs = resource.map(|r| r.attributes.as_slice()).unwrap_or(&[]);
     let owned = |v: Option<&AnyValue>| v.and_then(text_of).map(Cow::into_owned);
-    let source = owned(scan.source.or_else(|| find(resource_attrs, SOURCE))).unwrap_or_else(|| DEFAULT_SOURCE.to_string());
+    let source = owned(scan.source.or_else(|| find(resource_attrs, SOURCE)))
+        .unwrap_or_else(|| DEFAULT_SOURCE.to_string());
     Outcome::Event(Event::Record(RecordObservation {
         source,
         kind: owned(scan.kind.or_else(|| find(resource_attrs, KIND))),
@@ -145,10 +152,17 @@ fn amount(v: &AnyValue) -> Result<Option<Amount>, String> {
     let bad = |s: &dyn std::fmt::Display| format!("{AMOUNT} {s} is not a decimal amount");
     let d = match &v.value {
         None => return Ok(None),
-        Some(Value::IntValue(i)) => Decimal { mantissa: *i as i128, scale: 0 },
-        Some(Value::DoubleValue(d)) if d.is_finite() => Decimal::parse(&d.to_string()).ok_or_else(|| bad(d))?,
+        Some(Value::IntValue(i)) => Decimal {
+            mantissa: *i as i128,
+            scale: 0,
+        },
+        Some(Value::DoubleValue(d)) if d.is_finite() => {
+            Decimal::parse(&d.to_string()).ok_or_else(|| bad(d))?
+        }
         Some(Value::StringValue(s)) if s.trim().is_empty() => return Ok(None),
-        Some(Value::StringValue(s)) => Decimal::parse(s).ok_or_else(|| bad(&format!("\"{}\"", clip(s))))?,
+        Some(Value::StringValue(s)) => {
+            Decimal::parse(s).ok_or_else(|| bad(&format!("\"{}\"", clip(s))))?
+        }
         Some(_) => return Err(bad(&"(not a number)")),
     };
     Ok(Some(Amount::Major(d)))
@@ -181,25 +195,54 @@ mod tests {
     use super::*;
 
     fn s(v: &str) -> AnyValue {
-        AnyValue { value: Some(Value::StringValue(v.into())) }
+        AnyValue {
+            value: Some(Value::StringValue(v.into())),
+        }
     }
 
     #[test]
     fn amount_reads_numbers_and_decimal_strings() {
         let major = |m: i128, scale: u32| Some(Amount::Major(Decimal { mantissa: m, scale }));
         assert_eq!(amount(&s("45.00")).unwrap(), major(45, 0));
-        assert_eq!(amount(&AnyValue { value: Some(Value::DoubleValue(45.1)) }).unwrap(), major(451, 1));
-        assert_eq!(amount(&AnyValue { value: Some(Value::IntValue(45)) }).unwrap(), major(45, 0));
+        assert_eq!(
+            amount(&AnyValue {
+                value: Some(Value::DoubleValue(45.1))
+            })
+            .unwrap(),
+            major(451, 1)
+        );
+        assert_eq!(
+            amount(&AnyValue {
+                value: Some(Value::IntValue(45))
+            })
+            .unwrap(),
+            major(45, 0)
+        );
         assert_eq!(amount(&s("")).unwrap(), None);
         assert!(amount(&s("forty-five")).unwrap_err().contains("forty-five"));
-        assert!(amount(&AnyValue { value: Some(Value::DoubleValue(f64::NAN)) }).is_err());
+        assert!(amount(&AnyValue {
+            value: Some(Value::DoubleValue(f64::NAN))
+        })
+        .is_err());
     }
 
     #[test]
     fn created_at_reads_nanos_and_rfc3339() {
-        assert_eq!(created_at(&AnyValue { value: Some(Value::IntValue(1_700_000_000_000_000_000)) }).unwrap(), Some(Timestamp(1_700_000_000_000_000_000)));
-        assert_eq!(created_at(&s("1700000000000000000")).unwrap(), Some(Timestamp(1_700_000_000_000_000_000)));
-        assert_eq!(created_at(&s("2023-11-14T22:13:20.5Z")).unwrap(), Some(Timestamp(1_700_000_000_500_000_000)));
+        assert_eq!(
+            created_at(&AnyValue {
+                value: Some(Value::IntValue(1_700_000_000_000_000_000))
+            })
+            .unwrap(),
+            Some(Timestamp(1_700_000_000_000_000_000))
+        );
+        assert_eq!(
+            created_at(&s("1700000000000000000")).unwrap(),
+            Some(Timestamp(1_700_000_000_000_000_000))
+        );
+        assert_eq!(
+            created_at(&s("2023-11-14T22:13:20.5Z")).unwrap(),
+            Some(Timestamp(1_700_000_000_500_000_000))
+        );
         assert!(created_at(&s("yesterday")).is_err());
     }
 }

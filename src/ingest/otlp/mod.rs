@@ -120,7 +120,10 @@ pub fn traces_from_proto(req: &ExportTraceServiceRequest, contracts: &Contracts)
 }
 
 /// Tool spans of an OTLP/HTTP protobuf body (`application/x-protobuf`).
-pub fn traces_from_protobuf_bytes(body: &[u8], contracts: &Contracts) -> Result<Decoded, DecodeError> {
+pub fn traces_from_protobuf_bytes(
+    body: &[u8],
+    contracts: &Contracts,
+) -> Result<Decoded, DecodeError> {
     let req = ExportTraceServiceRequest::decode(body)?;
     Ok(traces_from_proto(&req, contracts))
 }

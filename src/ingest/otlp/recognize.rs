@@ -39,8 +39,11 @@ fn span_ref(span: &Span) -> Result<SpanRef, String> {
         .as_slice()
         .try_into()
         .map_err(|_| format!("trace id has {} bytes, want 16", span.trace_id.len()))?;
-    let span_id: [u8; 8] =
-        span.span_id.as_slice().try_into().map_err(|_| format!("span id has {} bytes, want 8", span.span_id.len()))?;
+    let span_id: [u8; 8] = span
+        .span_id
+        .as_slice()
+        .try_into()
+        .map_err(|_| format!("span id has {} bytes, want 8", span.span_id.len()))?;
     // All-zero ids are the W3C "invalid" value: two such spans would collide on identity.
     if trace_id == [0; 16] || span_id == [0; 8] {
         return Err("all-zero trace or span id".into());
@@ -63,7 +66,11 @@ fn is_tool_span(span: &Span) -> bool {
             // OpenInference writes "TOOL"; hand-rolled emitters write "tool".
             Some(b'o') => {
                 key == b"openinference.span.kind"
-                    && kv.value.as_ref().and_then(str_of).is_some_and(|v| v.eq_ignore_ascii_case("TOOL"))
+                    && kv
+                        .value
+                        .as_ref()
+                        .and_then(str_of)
+                        .is_some_and(|v| v.eq_ignore_ascii_case("TOOL"))
             }
             Some(b't') => key == b"traceloop.span.kind" && value_is(kv, "tool"),
             Some(b'r') => key == b"reckon.intent.id" && kv.value.as_ref().is_some_and(has_text),
@@ -73,7 +80,8 @@ fn is_tool_span(span: &Span) -> bool {
 }
 
 fn is_execute_tool_name(name: &str) -> bool {
-    name.strip_prefix(EXECUTE_TOOL).is_some_and(|rest| rest.is_empty() || rest.starts_with(' '))
+    name.strip_prefix(EXECUTE_TOOL)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(' '))
 }
 
 fn value_is(kv: &KeyValue, want: &str) -> bool {
@@ -153,7 +161,14 @@ impl<'a> Scan<'a> {
 }
 
 fn tool_span_to_event(span: &Span, id: SpanRef, contracts: &Contracts) -> Outcome {
-    let why = |msg: &dyn Display| format!("span {}/{} '{}': {msg}", id.trace_hex(), id.span_hex(), clip(&span.name));
+    let why = |msg: &dyn Display| {
+        format!(
+            "span {}/{} '{}': {msg}",
+            id.trace_hex(),
+            id.span_hex(),
+            clip(&span.name)
+        )
+    };
     let scan = Scan::of(&span.attributes);
     let tool = tool_name(&scan, &span.name);
     let contract = contracts.for_tool(&tool);
@@ -176,7 +191,10 @@ fn tool_span_to_event(span: &Span, id: SpanRef, contracts: &Contracts) -> Outcom
     let args = arguments(&scan, span);
     let intent_id = match intent_attr {
         Some(i) => i.into_owned(),
-        None => match by_pointer(args.as_ref(), contract.and_then(|c| c.intent_id_pointer.as_deref())) {
+        None => match by_pointer(
+            args.as_ref(),
+            contract.and_then(|c| c.intent_id_pointer.as_deref()),
+        ) {
             Some(i) => i,
             None => return Outcome::DroppedNoIntent,
         },
@@ -220,9 +238,16 @@ fn tool_span_to_event(span: &Span, id: SpanRef, contracts: &Contracts) -> Outcom
         start,
         end,
         idempotency_key,
-        http_status: scan.http_status.and_then(int_of).and_then(|s| u16::try_from(s).ok()).filter(|s| (100..=599).contains(s)),
+        http_status: scan
+            .http_status
+            .and_then(int_of)
+            .and_then(|s| u16::try_from(s).ok())
+            .filter(|s| (100..=599).contains(s)),
         error_type: scan.error_type.and_then(text_of).map(Cow::into_owned),
-        span_error: span.status.as_ref().is_some_and(|s| s.code == StatusCode::Error as i32),
+        span_error: span
+            .status
+            .as_ref()
+            .is_some_and(|s| s.code == StatusCode::Error as i32),
         object_id: scan.object_id.and_then(text_of).map(Cow::into_owned),
         object_status: scan.object_status.and_then(text_of).map(Cow::into_owned),
         reported_outcome,
@@ -231,7 +256,10 @@ fn tool_span_to_event(span: &Span, id: SpanRef, contracts: &Contracts) -> Outcom
 }
 
 fn key_by_pointer(args: Option<&J>, contract: Option<&Contract>) -> Option<String> {
-    by_pointer(args, contract.and_then(|c| c.idempotency_key_pointer.as_deref()))
+    by_pointer(
+        args,
+        contract.and_then(|c| c.idempotency_key_pointer.as_deref()),
+    )
 }
 
 fn by_pointer(args: Option<&J>, pointer: Option<&str>) -> Option<String> {
@@ -244,30 +272,44 @@ fn outcome(s: &str) -> Option<ReportedOutcome> {
 }
 
 fn tool_name<'a>(scan: &Scan<'a>, span_name: &'a str) -> Cow<'a, str> {
-    [scan.genai_tool, scan.vercel_tool, scan.openinference_tool, scan.traceloop_entity]
-        .into_iter()
-        .flatten()
-        .find_map(text_of)
-        .unwrap_or_else(|| {
-            // Span-name forms: `execute_tool {name}` (GenAI) and `tools/call {name}` (MCP).
-            let from_name = span_name
-                .strip_prefix("execute_tool ")
-                .or_else(|| span_name.strip_prefix("tools/call "))
-                .map(str::trim)
-                .filter(|n| !n.is_empty());
-            Cow::Borrowed(from_name.unwrap_or(span_name))
-        })
+    [
+        scan.genai_tool,
+        scan.vercel_tool,
+        scan.openinference_tool,
+        scan.traceloop_entity,
+    ]
+    .into_iter()
+    .flatten()
+    .find_map(text_of)
+    .unwrap_or_else(|| {
+        // Span-name forms: `execute_tool {name}` (GenAI) and `tools/call {name}` (MCP).
+        let from_name = span_name
+            .strip_prefix("execute_tool ")
+            .or_else(|| span_name.strip_prefix("tools/call "))
+            .map(str::trim)
+            .filter(|n| !n.is_empty());
+        Cow::Borrowed(from_name.unwrap_or(span_name))
+    })
 }
 
 /// The call's arguments, from wherever this emitter put them.
 fn arguments(scan: &Scan<'_>, span: &Span) -> Option<J> {
-    let direct = [scan.genai_args, scan.adk_args, scan.vercel_args, scan.pydantic_args]
-        .into_iter()
-        .flatten()
-        .find_map(json_of)
-        .or_else(|| scan.traceloop_input.and_then(json_of).map(traceloop_arguments))
-        // `tool.parameters` is the tool's JSON schema; the call itself is `input.value`.
-        .or_else(|| scan.openinference_input.and_then(json_of));
+    let direct = [
+        scan.genai_args,
+        scan.adk_args,
+        scan.vercel_args,
+        scan.pydantic_args,
+    ]
+    .into_iter()
+    .flatten()
+    .find_map(json_of)
+    .or_else(|| {
+        scan.traceloop_input
+            .and_then(json_of)
+            .map(traceloop_arguments)
+    })
+    // `tool.parameters` is the tool's JSON schema; the call itself is `input.value`.
+    .or_else(|| scan.openinference_input.and_then(json_of));
     direct.or_else(|| event_arguments(span))
 }
 
@@ -278,16 +320,22 @@ fn event_arguments(span: &Span) -> Option<J> {
         "gen_ai.tool.message" => find(&ev.attributes, "content").and_then(json_of),
         // Strands with `gen_ai_latest_experimental`: a message list holding a `tool_call` part.
         "gen_ai.client.inference.operation.details" => {
-            find(&ev.attributes, "gen_ai.input.messages").and_then(json_of).and_then(tool_call_part_arguments)
+            find(&ev.attributes, "gen_ai.input.messages")
+                .and_then(json_of)
+                .and_then(tool_call_part_arguments)
         }
         _ => find(&ev.attributes, "gen_ai.tool.call.arguments").and_then(json_of),
     })
 }
 
 fn tool_call_part_arguments(messages: J) -> Option<J> {
-    let J::Array(messages) = messages else { return None };
+    let J::Array(messages) = messages else {
+        return None;
+    };
     messages.into_iter().find_map(|mut m| {
-        let J::Array(parts) = m.get_mut("parts")?.take() else { return None };
+        let J::Array(parts) = m.get_mut("parts")?.take() else {
+            return None;
+        };
         parts.into_iter().find_map(|mut p| {
             if p.get("type").and_then(J::as_str) != Some("tool_call") {
                 return None;
@@ -305,14 +353,18 @@ fn tool_call_part_arguments(messages: J) -> Option<J> {
 /// `{"args": [...]}`). Tools are called with keyword arguments in Python and with one object
 /// in JS, so the arguments are the kwargs, or else a lone object positional argument.
 fn traceloop_arguments(input: J) -> J {
-    let J::Object(mut m) = input else { return input };
+    let J::Object(mut m) = input else {
+        return input;
+    };
     if !m.contains_key("args") && !m.contains_key("kwargs") {
         return J::Object(m);
     }
     match m.remove("kwargs") {
         Some(J::Object(kw)) if !kw.is_empty() => J::Object(kw),
         kwargs => match m.remove("args") {
-            Some(J::Array(mut a)) if a.len() == 1 && a[0].is_object() => a.pop().unwrap_or_default(),
+            Some(J::Array(mut a)) if a.len() == 1 && a[0].is_object() => {
+                a.pop().unwrap_or_default()
+            }
             _ => match kwargs {
                 Some(kw @ J::Object(_)) => kw,
                 _ => J::Object(Default::default()),
@@ -326,16 +378,25 @@ fn traceloop_arguments(input: J) -> J {
 fn object_ids(v: &AnyValue) -> Result<Vec<String>, String> {
     const BAD: &str = "reckon.readback.object_ids is not an array of ids";
     match &v.value {
-        Some(Value::ArrayValue(a)) => {
-            a.values.iter().map(|v| text_of(v).map(Cow::into_owned).ok_or_else(|| BAD.to_string())).collect()
-        }
+        Some(Value::ArrayValue(a)) => a
+            .values
+            .iter()
+            .map(|v| {
+                text_of(v)
+                    .map(Cow::into_owned)
+                    .ok_or_else(|| BAD.to_string())
+            })
+            .collect(),
         Some(Value::StringValue(s)) => {
             let t = s.trim();
             if t.is_empty() {
                 Ok(Vec::new())
             } else if t.starts_with('[') {
                 let items: Vec<J> = serde_json::from_str(t).map_err(|e| format!("{BAD}: {e}"))?;
-                items.iter().map(|v| json_text(v).ok_or_else(|| BAD.to_string())).collect()
+                items
+                    .iter()
+                    .map(|v| json_text(v).ok_or_else(|| BAD.to_string()))
+                    .collect()
             } else {
                 Ok(vec![t.to_string()])
             }
@@ -360,20 +421,34 @@ mod tests {
     #[test]
     fn traceloop_arguments_prefers_kwargs_then_lone_object() {
         let t = |s: &str| traceloop_arguments(serde_json::from_str(s).unwrap()).to_string();
-        assert_eq!(t(r#"{"args": [], "kwargs": {"order_id": "1042"}}"#), r#"{"order_id":"1042"}"#);
-        assert_eq!(t(r#"{"args": [{"order_id": "1042"}]}"#), r#"{"order_id":"1042"}"#);
+        assert_eq!(
+            t(r#"{"args": [], "kwargs": {"order_id": "1042"}}"#),
+            r#"{"order_id":"1042"}"#
+        );
+        assert_eq!(
+            t(r#"{"args": [{"order_id": "1042"}]}"#),
+            r#"{"order_id":"1042"}"#
+        );
         assert_eq!(t(r#"{"args": [1, 2], "kwargs": {}}"#), "{}");
         assert_eq!(t(r#"{"order_id": "1042"}"#), r#"{"order_id":"1042"}"#);
     }
 
     #[test]
     fn object_ids_accepts_arrays_json_and_single_ids() {
-        let s = |v: &str| AnyValue { value: Some(Value::StringValue(v.into())) };
-        assert_eq!(object_ids(&s(r#"["re_1","re_2"]"#)).unwrap(), vec!["re_1", "re_2"]);
+        let s = |v: &str| AnyValue {
+            value: Some(Value::StringValue(v.into())),
+        };
+        assert_eq!(
+            object_ids(&s(r#"["re_1","re_2"]"#)).unwrap(),
+            vec!["re_1", "re_2"]
+        );
         assert_eq!(object_ids(&s("[]")).unwrap(), Vec::<String>::new());
         assert_eq!(object_ids(&s("re_9")).unwrap(), vec!["re_9"]);
         assert!(object_ids(&s(r#"[{"id":1}]"#)).is_err());
-        assert!(object_ids(&AnyValue { value: Some(Value::BoolValue(true)) }).is_err());
+        assert!(object_ids(&AnyValue {
+            value: Some(Value::BoolValue(true))
+        })
+        .is_err());
     }
 
     #[test]

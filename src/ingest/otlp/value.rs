@@ -8,7 +8,10 @@ use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValu
 
 /// The value of the first attribute named `key`.
 pub(crate) fn find<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a AnyValue> {
-    attrs.iter().find(|kv| kv.key == key).and_then(|kv| kv.value.as_ref())
+    attrs
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref())
 }
 
 pub(crate) fn str_of(v: &AnyValue) -> Option<&str> {
@@ -55,15 +58,24 @@ pub(crate) fn to_json(v: &AnyValue) -> serde_json::Value {
         Some(Value::StringValue(s)) => J::String(s.clone()),
         Some(Value::BoolValue(b)) => J::Bool(*b),
         Some(Value::IntValue(i)) => J::from(*i),
-        Some(Value::DoubleValue(d)) => serde_json::Number::from_f64(*d).map(J::Number).unwrap_or(J::Null),
+        Some(Value::DoubleValue(d)) => serde_json::Number::from_f64(*d)
+            .map(J::Number)
+            .unwrap_or(J::Null),
         Some(Value::ArrayValue(a)) => J::Array(a.values.iter().map(to_json).collect()),
         Some(Value::KvlistValue(kv)) => J::Object(
             kv.values
                 .iter()
-                .map(|kv| (kv.key.clone(), kv.value.as_ref().map(to_json).unwrap_or(J::Null)))
+                .map(|kv| {
+                    (
+                        kv.key.clone(),
+                        kv.value.as_ref().map(to_json).unwrap_or(J::Null),
+                    )
+                })
                 .collect(),
         ),
-        Some(Value::BytesValue(b)) => J::String(base64::engine::general_purpose::STANDARD.encode(b)),
+        Some(Value::BytesValue(b)) => {
+            J::String(base64::engine::general_purpose::STANDARD.encode(b))
+        }
     }
 }
 
@@ -98,14 +110,31 @@ mod tests {
     use opentelemetry_proto::tonic::common::v1::{ArrayValue, KeyValueList};
 
     fn s(v: &str) -> AnyValue {
-        AnyValue { value: Some(Value::StringValue(v.into())) }
+        AnyValue {
+            value: Some(Value::StringValue(v.into())),
+        }
     }
 
     #[test]
     fn int_of_tolerates_double_and_string() {
-        assert_eq!(int_of(&AnyValue { value: Some(Value::IntValue(504)) }), Some(504));
-        assert_eq!(int_of(&AnyValue { value: Some(Value::DoubleValue(504.0)) }), Some(504));
-        assert_eq!(int_of(&AnyValue { value: Some(Value::DoubleValue(504.5)) }), None);
+        assert_eq!(
+            int_of(&AnyValue {
+                value: Some(Value::IntValue(504))
+            }),
+            Some(504)
+        );
+        assert_eq!(
+            int_of(&AnyValue {
+                value: Some(Value::DoubleValue(504.0))
+            }),
+            Some(504)
+        );
+        assert_eq!(
+            int_of(&AnyValue {
+                value: Some(Value::DoubleValue(504.5))
+            }),
+            None
+        );
         assert_eq!(int_of(&s(" 504 ")), Some(504));
         assert_eq!(int_of(&s("504.0")), Some(504));
         assert_eq!(int_of(&s("five")), None);
@@ -116,8 +145,19 @@ mod tests {
     fn text_of_trims_and_treats_blank_as_absent() {
         assert_eq!(text_of(&s("  int_1 ")).as_deref(), Some("int_1"));
         assert_eq!(text_of(&s("   ")), None);
-        assert_eq!(text_of(&AnyValue { value: Some(Value::IntValue(7)) }).as_deref(), Some("7"));
-        assert_eq!(text_of(&AnyValue { value: Some(Value::BoolValue(true)) }), None);
+        assert_eq!(
+            text_of(&AnyValue {
+                value: Some(Value::IntValue(7))
+            })
+            .as_deref(),
+            Some("7")
+        );
+        assert_eq!(
+            text_of(&AnyValue {
+                value: Some(Value::BoolValue(true))
+            }),
+            None
+        );
     }
 
     #[test]
@@ -125,19 +165,33 @@ mod tests {
         let kv = AnyValue {
             value: Some(Value::KvlistValue(KeyValueList {
                 values: vec![
-                    KeyValue { key: "amount".into(), value: Some(AnyValue { value: Some(Value::DoubleValue(45.5)) }), key_strindex: 0 },
+                    KeyValue {
+                        key: "amount".into(),
+                        value: Some(AnyValue {
+                            value: Some(Value::DoubleValue(45.5)),
+                        }),
+                        key_strindex: 0,
+                    },
                     KeyValue {
                         key: "tags".into(),
                         value: Some(AnyValue {
-                            value: Some(Value::ArrayValue(ArrayValue { values: vec![s("a"), s("b")] })),
+                            value: Some(Value::ArrayValue(ArrayValue {
+                                values: vec![s("a"), s("b")],
+                            })),
                         }),
                         key_strindex: 0,
                     },
                 ],
             })),
         };
-        assert_eq!(json_of(&kv).map(|j| j.to_string()).as_deref(), Some(r#"{"amount":45.5,"tags":["a","b"]}"#));
-        assert_eq!(json_of(&s(r#"{"a": 1}"#)).map(|j| j.to_string()).as_deref(), Some(r#"{"a":1}"#));
+        assert_eq!(
+            json_of(&kv).map(|j| j.to_string()).as_deref(),
+            Some(r#"{"amount":45.5,"tags":["a","b"]}"#)
+        );
+        assert_eq!(
+            json_of(&s(r#"{"a": 1}"#)).map(|j| j.to_string()).as_deref(),
+            Some(r#"{"a":1}"#)
+        );
         assert_eq!(json_of(&s("<not specified>")), None);
     }
 }
