@@ -8,6 +8,7 @@
 //! `Err`; a single malformed span or log record is counted in `Decoded::rejected` with a reason
 //! while the rest of the request is kept.
 
+pub mod attr;
 mod json;
 pub mod logs;
 mod recognize;
@@ -83,6 +84,8 @@ pub enum DecodeError {
 }
 
 /// What became of one span or log record.
+// Moved once into `Decoded`; boxing the large variant would cost an allocation per tool span.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Outcome {
     Event(Event),
     Dropped,

@@ -12,6 +12,7 @@ use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValu
 use opentelemetry_proto::tonic::trace::v1::{status::StatusCode, Span};
 use serde_json::Value as J;
 
+use super::attr;
 use super::value::{find, int_of, json_of, json_text, nanos, str_of, text_of};
 use super::Outcome;
 use crate::contract::{Contract, Contracts};
@@ -73,7 +74,9 @@ fn is_tool_span(span: &Span) -> bool {
                         .is_some_and(|v| v.eq_ignore_ascii_case("TOOL"))
             }
             Some(b't') => key == b"traceloop.span.kind" && value_is(kv, "tool"),
-            Some(b'r') => key == b"reckon.intent.id" && kv.value.as_ref().is_some_and(has_text),
+            Some(b'r') => {
+                key == attr::INTENT_ID.as_bytes() && kv.value.as_ref().is_some_and(has_text)
+            }
             _ => false,
         }
     })
@@ -130,16 +133,16 @@ impl<'a> Scan<'a> {
         for kv in attrs {
             let Some(v) = kv.value.as_ref() else { continue };
             let slot = match kv.key.as_str() {
-                "reckon.intent.id" => &mut s.intent_id,
-                "reckon.idempotency_key" => &mut s.idempotency_key,
-                "reckon.action" => &mut s.action,
-                "reckon.outcome" => &mut s.outcome,
-                "reckon.downstream.object_id" => &mut s.object_id,
-                "reckon.downstream.status" => &mut s.object_status,
-                "reckon.readback.object_ids" => &mut s.readback_ids,
+                attr::INTENT_ID => &mut s.intent_id,
+                attr::IDEMPOTENCY_KEY => &mut s.idempotency_key,
+                attr::ACTION => &mut s.action,
+                attr::OUTCOME => &mut s.outcome,
+                attr::DOWNSTREAM_OBJECT_ID => &mut s.object_id,
+                attr::DOWNSTREAM_STATUS => &mut s.object_status,
+                attr::READBACK_OBJECT_IDS => &mut s.readback_ids,
                 // `http.status_code` is the pre-1.23 semconv name, still sent by older SDKs.
-                "http.response.status_code" | "http.status_code" => &mut s.http_status,
-                "error.type" => &mut s.error_type,
+                attr::HTTP_STATUS_CODE | "http.status_code" => &mut s.http_status,
+                attr::ERROR_TYPE => &mut s.error_type,
                 "gen_ai.tool.name" => &mut s.genai_tool,
                 "ai.toolCall.name" => &mut s.vercel_tool,
                 "tool.name" => &mut s.openinference_tool,
@@ -456,6 +459,26 @@ mod tests {
         assert!(is_execute_tool_name("execute_tool issue_refund"));
         assert!(is_execute_tool_name("execute_tool"));
         assert!(!is_execute_tool_name("execute_tools_batch"));
+    }
+
+    #[test]
+    fn tool_name_falls_back_to_span_name_forms() {
+        let scan = Scan::default();
+        assert_eq!(
+            tool_name(&scan, "execute_tool issue_refund"),
+            "issue_refund"
+        );
+        assert_eq!(tool_name(&scan, "tools/call issue_refund"), "issue_refund");
+        assert_eq!(tool_name(&scan, "execute_tool "), "execute_tool ");
+        assert_eq!(tool_name(&scan, "refund-order"), "refund-order");
+        let name = AnyValue {
+            value: Some(Value::StringValue("from_attr".into())),
+        };
+        let scan = Scan {
+            traceloop_entity: Some(&name),
+            ..Scan::default()
+        };
+        assert_eq!(tool_name(&scan, "x.tool"), "from_attr");
     }
 
     #[test]

@@ -84,7 +84,14 @@ pub(crate) fn to_json(v: &AnyValue) -> serde_json::Value {
 /// placeholders such as `<not specified>` there.
 pub(crate) fn json_of(v: &AnyValue) -> Option<serde_json::Value> {
     match &v.value {
-        Some(Value::StringValue(s)) => serde_json::from_str(s).ok(),
+        Some(Value::StringValue(s)) => match serde_json::from_str(s).ok()? {
+            // Double-encoded (`JSON.stringify` of a string that already was JSON).
+            serde_json::Value::String(inner) => match serde_json::from_str(&inner) {
+                Ok(v @ (serde_json::Value::Object(_) | serde_json::Value::Array(_))) => Some(v),
+                _ => Some(serde_json::Value::String(inner)),
+            },
+            v => Some(v),
+        },
         Some(Value::KvlistValue(_)) | Some(Value::ArrayValue(_)) => Some(to_json(v)),
         _ => None,
     }
@@ -193,5 +200,11 @@ mod tests {
             Some(r#"{"a":1}"#)
         );
         assert_eq!(json_of(&s("<not specified>")), None);
+        assert_eq!(
+            json_of(&s(r#""{\"a\": 1}""#))
+                .map(|j| j.to_string())
+                .as_deref(),
+            Some(r#"{"a":1}"#)
+        );
     }
 }
