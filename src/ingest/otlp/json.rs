@@ -304,7 +304,7 @@ fn decode_log_record(v: &Value) -> Result<LogRecord, String> {
 /// which some encoders apply), told apart by length. Empty stays empty; whether that is
 /// acceptable is the caller's business (a root span has no parent).
 fn id(o: &Obj, keys: &[&str], len: usize) -> Result<Vec<u8>, String> {
-    let what = keys[0];
+    let what = keys.first().copied().unwrap_or_default();
     let s = match get(o, keys) {
         None => return Ok(Vec::new()),
         Some(Value::String(s)) => s.trim(),
@@ -336,7 +336,7 @@ fn id(o: &Obj, keys: &[&str], len: usize) -> Result<Vec<u8>, String> {
 
 /// A uint64 field: a JSON number or, as the proto3 mapping writes 64-bit integers, a string.
 fn uint(o: &Obj, keys: &[&str]) -> Result<u64, String> {
-    let what = keys[0];
+    let what = keys.first().copied().unwrap_or_default();
     match get(o, keys) {
         None => Ok(0),
         Some(Value::Number(n)) => n
