@@ -10,7 +10,12 @@ pub enum StoreConfig {
     /// One SQLite file in the data directory (the embedded default).
     Sqlite,
     /// `clickhouse://user:pass@host:8123/db`, through the official client over HTTP.
-    ClickHouse { url: String, user: String, password: String, database: String },
+    ClickHouse {
+        url: String,
+        user: String,
+        password: String,
+        database: String,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

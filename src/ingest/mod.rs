@@ -8,3 +8,8 @@
 pub mod otlp;
 pub mod records;
 pub mod stripe;
+
+pub mod error;
+pub mod grpc;
+pub mod http;
+pub mod service;

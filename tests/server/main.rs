@@ -1,0 +1,4 @@
+//! reckon as a running server: real OTLP exporters, real HTTP, a real SQLite file.
+
+mod otlp_export;
+mod support;
