@@ -2,10 +2,13 @@
 //! idempotency contract. See ARCHITECTURE.md for the code map and the invariants.
 
 pub mod audit;
+pub mod cli;
 pub mod codec;
 pub mod config;
 pub mod contract;
 pub mod escalation;
 pub mod ingest;
+pub mod logging;
+pub mod metrics;
 pub mod model;
 pub mod store;
