@@ -1,6 +1,9 @@
 //! The plain runtime configuration. `cli.rs` and the config file loader produce it; nothing else
 //! knows where a setting came from.
 
+pub mod file;
+pub mod value;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;

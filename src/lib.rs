@@ -4,12 +4,14 @@
 pub mod api;
 pub mod app;
 pub mod audit;
+pub mod cli;
 pub mod codec;
 pub mod config;
 pub mod contract;
 pub mod engine;
 pub mod escalation;
 pub mod ingest;
+pub mod logging;
 pub mod metrics;
 pub mod model;
 pub mod store;
