@@ -144,7 +144,7 @@ impl IngestService {
         }
         for e in &decoded.events {
             if let Event::Record(r) = e {
-                self.metrics.record_received(&r.source);
+                self.metrics.records_received(&r.source, 1);
             }
         }
         let reply = PartialSuccess {
@@ -167,7 +167,7 @@ impl IngestService {
                 .rejection("bad_record", batch.rejected.len() as u64);
         }
         for r in &batch.accepted {
-            self.metrics.record_received(&r.source);
+            self.metrics.records_received(&r.source, 1);
         }
         let accepted = batch.accepted.len();
         self.durable(
@@ -213,7 +213,7 @@ impl IngestService {
             stripe::StripeOutcome::Record {
                 event_type, record, ..
             } => {
-                self.metrics.record_received(&record.source);
+                self.metrics.records_received(&record.source, 1);
                 self.durable(vec![Event::Record(record)], received).await?;
                 Ok(StripeReply {
                     received: true,
