@@ -204,3 +204,45 @@ impl EscalationDoc {
         }
     }
 }
+
+/// A contract as the evidence bundle shows it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ContractDoc {
+    pub name: String,
+    pub tools: Vec<String>,
+    pub record_kind: Option<String>,
+    pub idempotency: String,
+    pub key_retention: Option<String>,
+    pub retry_margin: String,
+    pub max_in_flight: Option<String>,
+    pub unknown_deadline: String,
+    pub pending_deadline: String,
+    pub max_attempts: Option<u32>,
+    pub success_states: Vec<String>,
+    pub failure_states: Vec<String>,
+    pub pending_states: Vec<String>,
+    pub not_executed_status: Vec<u16>,
+    pub conflict_status: Vec<u16>,
+}
+
+impl ContractDoc {
+    pub fn from_contract(c: &crate::contract::Contract) -> Self {
+        ContractDoc {
+            name: c.name.clone(),
+            tools: c.tools.clone(),
+            record_kind: c.record_kind.clone(),
+            idempotency: c.idempotency.as_str().into(),
+            key_retention: c.key_retention.map(|d| d.to_string()),
+            retry_margin: c.retry_margin.to_string(),
+            max_in_flight: c.max_in_flight.map(|d| d.to_string()),
+            unknown_deadline: c.unknown_deadline.to_string(),
+            pending_deadline: c.pending_deadline.to_string(),
+            max_attempts: c.max_attempts,
+            success_states: c.success_states.clone(),
+            failure_states: c.failure_states.clone(),
+            pending_states: c.pending_states.clone(),
+            not_executed_status: c.not_executed_status.clone(),
+            conflict_status: c.conflict_status.clone(),
+        }
+    }
+}

@@ -1,6 +1,9 @@
 //! The plain runtime configuration. `cli.rs` and the config file loader produce it; nothing else
 //! knows where a setting came from.
 
+pub mod file;
+pub mod value;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -10,7 +13,12 @@ pub enum StoreConfig {
     /// One SQLite file in the data directory (the embedded default).
     Sqlite,
     /// `clickhouse://user:pass@host:8123/db`, through the official client over HTTP.
-    ClickHouse { url: String, user: String, password: String, database: String },
+    ClickHouse {
+        url: String,
+        user: String,
+        password: String,
+        database: String,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

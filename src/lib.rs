@@ -1,12 +1,19 @@
 //! reckon: an OTLP export target that audits AI-agent tool calls against the downstream's
 //! idempotency contract. See ARCHITECTURE.md for the code map and the invariants.
 
+pub mod api;
+pub mod app;
 pub mod audit;
+pub mod cli;
 pub mod codec;
 pub mod config;
 pub mod contract;
 pub mod demo;
+pub mod engine;
 pub mod escalation;
 pub mod ingest;
+pub mod logging;
+pub mod metrics;
 pub mod model;
+pub mod report;
 pub mod store;

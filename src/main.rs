@@ -1,3 +1,171 @@
-fn main() -> anyhow::Result<()> {
-    Ok(())
+//! The `reckon` binary: parse the command line once into plain data, then run it. `anyhow` lives
+//! here and in `app`; everything below returns typed errors.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use reckon::cli::{self, CliError, Command, EscalationAction, ReportFormat};
+use reckon::codec::EscalationDoc;
+use reckon::config::{LogFormat, StoreConfig};
+use reckon::store::{AnyStore, SqliteStore, Store};
+
+fn main() -> ExitCode {
+    let command = match cli::parse() {
+        Ok(c) => c,
+        Err(CliError::Usage(e)) => e.exit(),
+        Err(e) => {
+            eprintln!("reckon: {e}");
+            return ExitCode::from(e.exit_code() as u8);
+        }
+    };
+    match run(command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("reckon: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Serve(config) => {
+            reckon::logging::init_logging(config.log_format, &config.log_filter)?;
+            runtime()?.block_on(async {
+                let running = reckon::app::start(config).await?;
+                running.until_signal().await
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Report(args) => {
+            let rt = runtime()?;
+            let report = rt.block_on(async {
+                let store = match &args.store {
+                    StoreConfig::Sqlite => {
+                        AnyStore::Sqlite(SqliteStore::open_read_only(&args.data_dir).with_context(
+                            || format!("opening the data directory {}", args.data_dir.display()),
+                        )?)
+                    }
+                    other => {
+                        let config = reckon::config::Config {
+                            store: other.clone(),
+                            data_dir: args.data_dir.clone(),
+                            ..Default::default()
+                        };
+                        reckon::app::open_store(&config).await?
+                    }
+                };
+                let now = reckon::engine::wall_now();
+                anyhow::Ok(store.report(Some(args.since.resolve(now)), now).await?)
+            })?;
+            let out = match args.format {
+                ReportFormat::Text => reckon::report::text(&report),
+                ReportFormat::Csv => reckon::report::csv(&report),
+                ReportFormat::Json => serde_json::to_string_pretty(&report)? + "\n",
+            };
+            print!("{out}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Escalations(cmd) => runtime()?.block_on(escalations(cmd)),
+        Command::Demo(args) => {
+            reckon::logging::init_logging(LogFormat::Text, "warn")?;
+            runtime()?.block_on(reckon::demo::run(args))
+        }
+        Command::CheckContracts { dir } => {
+            let contracts = reckon::contract::load_dir(&dir)?;
+            for c in &contracts {
+                println!(
+                    "{:<28} tools={:<40} idempotency={:<8} key_retention={}",
+                    c.name,
+                    c.tools.join(","),
+                    c.idempotency.as_str(),
+                    c.key_retention
+                        .map(|d| d.to_string())
+                        .unwrap_or_else(|| "-".into())
+                );
+            }
+            println!(
+                "{} contract(s) in {} are valid",
+                contracts.len(),
+                dir.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The escalation queue, worked from a terminal against a running server.
+async fn escalations(cmd: cli::EscalationsCmd) -> anyhow::Result<ExitCode> {
+    let http = reqwest::Client::new();
+    let base = format!("{}/api/v1/escalations", cmd.server);
+    let response = match &cmd.action {
+        EscalationAction::List { status } => {
+            let url = match status {
+                Some(s) => format!("{base}?status={}", s.as_str()),
+                None => base.clone(),
+            };
+            http.get(url).send().await
+        }
+        EscalationAction::Show { id } => http.get(format!("{base}/{id}")).send().await,
+        EscalationAction::Claim { id, by } => {
+            http.post(format!("{base}/{id}/claim"))
+                .json(&serde_json::json!({ "by": by }))
+                .send()
+                .await
+        }
+        EscalationAction::Resolve {
+            id,
+            by,
+            resolution,
+            note,
+        } => {
+            http.post(format!("{base}/{id}/resolve"))
+                .json(&serde_json::json!({ "by": by, "resolution": resolution, "note": note }))
+                .send()
+                .await
+        }
+    }
+    .with_context(|| format!("reaching reckon at {}", cmd.server))?;
+    let status = response.status();
+    let body: serde_json::Value = response
+        .json()
+        .await
+        .context("reading the server's answer")?;
+    if !status.is_success() {
+        let message = body["error"]["message"]
+            .as_str()
+            .unwrap_or("unexpected answer");
+        eprintln!("reckon: {status}: {message}");
+        return Ok(ExitCode::FAILURE);
+    }
+    match &cmd.action {
+        EscalationAction::List { .. } => {
+            let items: Vec<EscalationDoc> = serde_json::from_value(body["items"].clone())
+                .context("decoding the escalation list")?;
+            if items.is_empty() {
+                println!("no escalations");
+            }
+            for e in items {
+                let kinds: Vec<&str> = e.findings.iter().map(|f| f.kind.as_str()).collect();
+                println!(
+                    "{:<28} {:<9} {:<9} {:<30} {} {}",
+                    e.id,
+                    e.status,
+                    e.severity,
+                    e.intent_id,
+                    e.opened_at,
+                    kinds.join(",")
+                );
+            }
+        }
+        _ => println!("{}", serde_json::to_string_pretty(&body)?),
+    }
+    Ok(ExitCode::SUCCESS)
 }

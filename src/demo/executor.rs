@@ -17,7 +17,9 @@ use std::time::{Duration, Instant, SystemTime};
 use opentelemetry::trace::{Span, SpanKind, Status, Tracer, TracerProvider as _};
 use opentelemetry::{Array, KeyValue, StringValue, Value as OtelValue};
 use opentelemetry_otlp::WithExportConfig;
-use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider};
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider,
+};
 use opentelemetry_sdk::Resource;
 use serde_json::{json, Value};
 
@@ -435,14 +437,13 @@ impl Executor {
     pub async fn read_back(&self, intent: &Intent, told: Option<ReportedOutcome>) -> Vec<String> {
         let start = SystemTime::now();
         // Intent ids are the demo's own ([a-z0-9-]): nothing to escape.
-        let url = format!("{}{}?intent_id={}", self.base, intent.tool.path(), intent.id);
-        let found: Vec<String> = match self
-            .http
-            .get(url)
-            .timeout(SEND_TIMEOUT)
-            .send()
-            .await
-        {
+        let url = format!(
+            "{}{}?intent_id={}",
+            self.base,
+            intent.tool.path(),
+            intent.id
+        );
+        let found: Vec<String> = match self.http.get(url).timeout(SEND_TIMEOUT).send().await {
             Ok(resp) => resp
                 .json::<Value>()
                 .await
@@ -530,7 +531,17 @@ impl Executor {
                         .first_attempt
                         .is_some_and(|t| t.elapsed() < SAFE_RETRY_WINDOW) =>
             {
-                let a = self.send(intent, SendOpts { key: None, args: None, told: None, ..opts }).await;
+                let a = self
+                    .send(
+                        intent,
+                        SendOpts {
+                            key: None,
+                            args: None,
+                            told: None,
+                            ..opts
+                        },
+                    )
+                    .await;
                 intent.record(&a);
                 format!("{} retried with its key: {}", intent.id, a.outcome.as_str())
             }
@@ -584,7 +595,13 @@ impl Careless<'_> {
         let key = mint_key();
         let a = self
             .0
-            .send(intent, SendOpts { key: Some(key), ..opts })
+            .send(
+                intent,
+                SendOpts {
+                    key: Some(key),
+                    ..opts
+                },
+            )
             .await;
         intent.record(&a);
         a
@@ -612,7 +629,13 @@ impl Careless<'_> {
         }
         let a = self
             .0
-            .send(intent, SendOpts { args: Some(args), ..opts })
+            .send(
+                intent,
+                SendOpts {
+                    args: Some(args),
+                    ..opts
+                },
+            )
             .await;
         intent.record(&a);
         a

@@ -33,24 +33,16 @@ use table::{Check, ObjectCheck, Row};
 /// The scaled demo contracts, written into the in-process server's contracts directory.
 pub const DEMO_CONTRACTS: &str = include_str!("../../contracts/demo.toml");
 
-#[derive(clap::Args, Clone, Debug, Default)]
-pub struct DemoArgs {
-    /// A running reckon's API base URL (e.g. http://127.0.0.1:8080). It must have loaded
-    /// contracts/demo.toml. Without it, reckon starts in-process on a temporary store.
-    #[arg(long, value_name = "URL")]
-    pub target: Option<String>,
-    /// The target's OTLP gRPC endpoint (default: the target's host, port 4317).
-    #[arg(long, value_name = "URL", requires = "target")]
-    pub otlp: Option<String>,
-    /// The target's Stripe webhook secret, when it verifies signatures.
-    #[arg(long, env = "RECKON_STRIPE_WEBHOOK_SECRET", hide_env_values = true)]
-    pub stripe_secret: Option<String>,
-    /// Exit after the table instead of leaving the in-process server up.
-    #[arg(long)]
-    pub once: bool,
-    /// Run only the scenarios whose name contains this text.
-    #[arg(long, value_name = "TEXT")]
-    pub only: Option<String>,
+/// The target's OTLP gRPC endpoint when it is not the target's host on port 4317.
+pub const ENV_OTLP: &str = "RECKON_DEMO_OTLP";
+/// The target's Stripe webhook secret, when it verifies signatures (the same variable `serve`
+/// reads, so a shell that started the server can run the demo against it).
+pub const ENV_STRIPE_SECRET: &str = "RECKON_STRIPE_WEBHOOK_SECRET";
+/// Run only the scenarios whose name contains this text.
+pub const ENV_ONLY: &str = "RECKON_DEMO_ONLY";
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -139,55 +131,78 @@ pub fn in_process_config(dir: &Path, secret: &str) -> crate::config::Config {
     }
 }
 
-/// A reckon started by the demo.
-pub struct InProcess {
-    // Wired to `crate::app::Running` at merge; `()` keeps this branch compiling before it exists.
-    running: (),
-}
-
-impl InProcess {
-    async fn shutdown(self) -> anyhow::Result<()> {
-        let () = self.running;
-        Ok(())
+/// Writes the in-process server's contracts into `dir`: the operator's `contracts_dir` if
+/// given (so a changed demo contract can be tried), plus the embedded `demo.toml` unless that
+/// directory brings its own.
+fn write_contracts(dir: &Path, from: Option<&Path>) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut has_demo = false;
+    if let Some(from) = from {
+        let entries =
+            std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))?;
+        for entry in entries {
+            let path = entry?.path();
+            if path.extension().is_some_and(|e| e == "toml") && path.is_file() {
+                let name = path.file_name().unwrap_or_default();
+                has_demo |= name == "demo.toml";
+                std::fs::copy(&path, dir.join(name))
+                    .with_context(|| format!("copying {}", path.display()))?;
+            }
+        }
     }
+    if !has_demo {
+        std::fs::write(dir.join("demo.toml"), DEMO_CONTRACTS)
+            .context("writing the demo contracts")?;
+    }
+    Ok(())
 }
 
-/// Starts reckon in-process on `dir`. The one place that knows `app::start`.
-async fn start_reckon(dir: &Path) -> anyhow::Result<(Target, InProcess)> {
-    std::fs::create_dir_all(dir.join("contracts"))?;
-    std::fs::create_dir_all(dir.join("data"))?;
-    std::fs::write(dir.join("contracts").join("demo.toml"), DEMO_CONTRACTS)
-        .context("writing the demo contracts")?;
+/// Starts reckon in-process on `dir`: the one place that knows `app::start`.
+async fn start_reckon(
+    dir: &Path,
+    contracts_from: Option<&Path>,
+) -> anyhow::Result<(Target, crate::app::Running)> {
+    write_contracts(&dir.join("contracts"), contracts_from)?;
     let secret = format!("whsec_demo_{}", run_tag());
     let config = in_process_config(dir, &secret);
-    // At merge: `let running = crate::app::start(config).await?;` and the addresses below from
-    // `running.api_addr` / `running.grpc_addr`.
-    let _ = config;
-    anyhow::bail!(
-        "this build has no in-process server yet; run `reckon serve` and `reckon demo --target http://127.0.0.1:8080`"
-    )
+    let running = crate::app::start(config)
+        .await
+        .context("starting reckon in-process")?;
+    let target = Target {
+        api: running.api_url(),
+        otlp: running.grpc_url(),
+        stripe_secret: Some(secret),
+    };
+    Ok((target, running))
 }
 
 /// Runs the demo; the process exit code is non-zero when any row fails.
-pub async fn run(args: DemoArgs) -> anyhow::Result<std::process::ExitCode> {
+///
+/// `--target` selects a running server; [`ENV_OTLP`], [`ENV_STRIPE_SECRET`] and [`ENV_ONLY`]
+/// refine it. `contracts_dir` feeds the in-process server (see [`write_contracts`]).
+pub async fn run(args: crate::cli::DemoArgs) -> anyhow::Result<std::process::ExitCode> {
     let all = scenarios::all();
-    let selected: Vec<Scenario> = match &args.only {
-        Some(text) => all.into_iter().filter(|s| s.name.contains(text.as_str())).collect(),
+    let only = env(ENV_ONLY);
+    let selected: Vec<Scenario> = match &only {
+        Some(text) => all
+            .into_iter()
+            .filter(|s| s.name.contains(text.as_str()))
+            .collect(),
         None => all,
     };
     if selected.is_empty() {
-        return Err(DemoError::NoScenario(args.only.clone().unwrap_or_default()).into());
+        return Err(DemoError::NoScenario(only.unwrap_or_default()).into());
     }
 
     let tmp;
     let (target, server) = match &args.target {
         Some(t) => (
-            Target::from_args(t, args.otlp.as_deref(), args.stripe_secret.clone())?,
+            Target::from_args(t, env(ENV_OTLP).as_deref(), env(ENV_STRIPE_SECRET))?,
             None,
         ),
         None => {
             tmp = tempfile::tempdir().context("creating the demo's temporary directory")?;
-            let (t, s) = start_reckon(tmp.path()).await?;
+            let (t, s) = start_reckon(tmp.path(), args.contracts_dir.as_deref()).await?;
             (t, Some(s))
         }
     };
@@ -371,7 +386,10 @@ async fn run_scenario(h: &Harness, n: usize, sc: Scenario) -> Row {
                         row.problems.push(p);
                     }
                 }
-                row.checks.push(Check { intent: i, ..check.0 });
+                row.checks.push(Check {
+                    intent: i,
+                    ..check.0
+                });
             }
             Step::Objects(i, expected) => row.objects.push(ObjectCheck {
                 intent: i,
@@ -444,7 +462,12 @@ impl ApiClient {
 
     async fn verdict(&self, intent_id: &str) -> Result<Option<Value>, String> {
         let url = format!("{}/api/v1/intents/{intent_id}", self.base);
-        let resp = self.http.get(&url).send().await.map_err(|e| e.to_string())?;
+        let resp = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
         match resp.status().as_u16() {
             404 => Ok(None),
             200 => resp.json().await.map(Some).map_err(|e| e.to_string()),
@@ -535,3 +558,5 @@ pub fn verdict_summary(v: &Value) -> String {
     scenarios::summary(s("state"), s("decision"), kinds)
 }
 
+#[cfg(test)]
+mod tests;

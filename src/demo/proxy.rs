@@ -151,7 +151,9 @@ async fn read_request(client: &mut TcpStream) -> Result<Request, ExchangeError> 
         let mut chunk = [0u8; 4096];
         let n = client.read(&mut chunk).await?;
         if n == 0 {
-            return Err(ExchangeError::Malformed("connection closed before the head ended"));
+            return Err(ExchangeError::Malformed(
+                "connection closed before the head ended",
+            ));
         }
         buf.extend_from_slice(&chunk[..n]);
     };
@@ -175,7 +177,9 @@ async fn read_request(client: &mut TcpStream) -> Result<Request, ExchangeError> 
                     .map_err(|_| ExchangeError::Malformed("bad content-length"))?;
             }
             "transfer-encoding" => {
-                return Err(ExchangeError::Malformed("chunked requests are not supported"))
+                return Err(ExchangeError::Malformed(
+                    "chunked requests are not supported",
+                ))
             }
             "connection" | "keep-alive" => continue,
             _ if lower == FAULT_HEADER => {
@@ -198,7 +202,9 @@ async fn read_request(client: &mut TcpStream) -> Result<Request, ExchangeError> 
         let mut chunk = vec![0u8; (content_length - body.len()).min(64 * 1024)];
         let n = client.read(&mut chunk).await?;
         if n == 0 {
-            return Err(ExchangeError::Malformed("connection closed inside the body"));
+            return Err(ExchangeError::Malformed(
+                "connection closed inside the body",
+            ));
         }
         body.extend_from_slice(&chunk[..n]);
     }

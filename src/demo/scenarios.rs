@@ -588,7 +588,11 @@ pub fn normalize(expected: &str) -> String {
 }
 
 /// `state / decision / findings` with the findings sorted and deduplicated.
-pub fn summary<'a>(state: &str, decision: &str, kinds: impl IntoIterator<Item = &'a str>) -> String {
+pub fn summary<'a>(
+    state: &str,
+    decision: &str,
+    kinds: impl IntoIterator<Item = &'a str>,
+) -> String {
     let mut kinds: Vec<&str> = kinds.into_iter().collect();
     kinds.sort_unstable();
     kinds.dedup();

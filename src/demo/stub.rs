@@ -290,9 +290,8 @@ impl Shared {
     /// request is still running.
     fn prune(&self, st: &mut Books) {
         let retention = self.retention;
-        st.keys.retain(|_, e| {
-            matches!(e.phase, Phase::Executing) || e.saved_at.elapsed() < retention
-        });
+        st.keys
+            .retain(|_, e| matches!(e.phase, Phase::Executing) || e.saved_at.elapsed() < retention);
     }
 }
 
@@ -390,20 +389,16 @@ fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route(
             "/v1/refunds",
-            post(
-                |s: State<Arc<Shared>>, h: HeaderMap, b: Bytes| async move {
-                    create_refund(s.0, Endpoint::RefundsV1, h, b).await
-                },
-            )
+            post(|s: State<Arc<Shared>>, h: HeaderMap, b: Bytes| async move {
+                create_refund(s.0, Endpoint::RefundsV1, h, b).await
+            })
             .get(list_refunds),
         )
         .route(
             "/v2/refunds",
-            post(
-                |s: State<Arc<Shared>>, h: HeaderMap, b: Bytes| async move {
-                    create_refund(s.0, Endpoint::RefundsV2, h, b).await
-                },
-            )
+            post(|s: State<Arc<Shared>>, h: HeaderMap, b: Bytes| async move {
+                create_refund(s.0, Endpoint::RefundsV2, h, b).await
+            })
             .get(list_refunds),
         )
         .route("/drafts", post(create_draft).get(list_drafts))
@@ -446,6 +441,8 @@ struct RefundRequest {
     metadata: serde_json::Map<String, Value>,
 }
 
+// The error is the HTTP response to send as is: one per request, never stored or passed on.
+#[allow(clippy::result_large_err)]
 fn parse_refund(body: &[u8]) -> Result<(RefundRequest, Value), Response> {
     let bad = |param: &str, message: &str| {
         stripe_error(
@@ -576,7 +573,15 @@ async fn create_refund(
         }
         return respond(&saved);
     }
-    let saved = execute_refund(&shared, &mut st, endpoint, key.as_deref(), &req, &params, knobs);
+    let saved = execute_refund(
+        &shared,
+        &mut st,
+        endpoint,
+        key.as_deref(),
+        &req,
+        &params,
+        knobs,
+    );
     respond(&saved)
 }
 
@@ -725,7 +730,11 @@ fn report_draft(shared: &Arc<Shared>, d: &Draft, delay: Duration) {
 fn event_id() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static SEQ: AtomicU64 = AtomicU64::new(1);
-    format!("evt_{}{:08}", super::run_tag(), SEQ.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "evt_{}{:08}",
+        super::run_tag(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// Sends one report in the background, retrying like Stripe does (briefly: this is a demo).
@@ -906,7 +915,14 @@ async fn create_draft(
         object_id: Some(draft.id.clone()),
     };
     if let Some(key) = &key {
-        finish_key(&mut st, Endpoint::Drafts, key, &params, &knobs, saved.clone());
+        finish_key(
+            &mut st,
+            Endpoint::Drafts,
+            key,
+            &params,
+            &knobs,
+            saved.clone(),
+        );
     }
     drop(st);
     report_draft(&shared, &draft, knobs.report_delay);
@@ -935,7 +951,11 @@ async fn send_email(
         Ok(v) => v,
         Err(e) => return draft_error(StatusCode::BAD_REQUEST, "invalid_json", &e.to_string()),
     };
-    let Some(to) = v.get("to").and_then(Value::as_str).filter(|t| t.contains('@')) else {
+    let Some(to) = v
+        .get("to")
+        .and_then(Value::as_str)
+        .filter(|t| t.contains('@'))
+    else {
         return draft_error(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_recipient",

@@ -56,14 +56,21 @@ pub fn render(rows: &[Row]) -> String {
     let passed = rows.iter().filter(|r| r.pass()).count();
     let _ = writeln!(
         out,
-        "{:>3}  {:<6} {:<72} {}",
-        "#", "result", "scenario (source)", "time"
+        "{:>3}  {:<6} {:<72} time",
+        "#", "result", "scenario (source)"
     );
     let _ = writeln!(out, "{}", "-".repeat(100));
     for (n, r) in rows.iter().enumerate() {
         let result = if r.pass() { "PASS" } else { "FAIL" };
         let title = format!("{} ({})", r.name, r.source);
-        let _ = writeln!(out, "{:>3}  {:<6} {:<72} {:.1}s", n + 1, result, title, r.secs);
+        let _ = writeln!(
+            out,
+            "{:>3}  {:<6} {:<72} {:.1}s",
+            n + 1,
+            result,
+            title,
+            r.secs
+        );
         let _ = writeln!(out, "{:>11}notes expect: {}", "", r.notes);
         let multi = r.checks.iter().any(|c| c.intent > 0);
         for c in &r.checks {
@@ -154,7 +161,10 @@ mod tests {
         let text = render(&[row(true, true), row(false, true)]);
         assert!(text.contains("PASS"), "{text}");
         assert!(text.contains("FAIL"), "{text}");
-        assert!(text.contains("concluded: unknown / retry_same_key / -"), "{text}");
+        assert!(
+            text.contains("concluded: unknown / retry_same_key / -"),
+            "{text}"
+        );
         assert!(text.contains("1/2 scenarios pass"), "{text}");
     }
 }

@@ -30,6 +30,16 @@ pub struct EscalationBook {
     by_intent: HashMap<String, Vec<String>>,
     /// Findings any escalation of the intent already holds.
     seen: HashMap<String, BTreeSet<(FindingKind, String)>>,
+    /// Escalations by status (open, claimed, resolved), kept current so gauges cost nothing.
+    counts: [usize; 3],
+}
+
+fn slot(status: EscalationStatus) -> usize {
+    match status {
+        EscalationStatus::Open => 0,
+        EscalationStatus::Claimed => 1,
+        EscalationStatus::Resolved => 2,
+    }
 }
 
 impl EscalationBook {
@@ -55,7 +65,10 @@ impl EscalationBook {
         if !ids.contains(&e.id) {
             ids.push(e.id.clone());
         }
-        self.by_id.insert(e.id.clone(), e);
+        self.counts[slot(e.status)] += 1;
+        if let Some(old) = self.by_id.insert(e.id.clone(), e) {
+            self.counts[slot(old.status)] -= 1;
+        }
     }
 
     pub fn get(&self, id: &str) -> Option<&Escalation> {
@@ -67,7 +80,7 @@ impl EscalationBook {
     }
 
     pub fn count(&self, status: EscalationStatus) -> usize {
-        self.by_id.values().filter(|e| e.status == status).count()
+        self.counts[slot(status)]
     }
 
     /// The open or claimed escalation of an intent.
@@ -166,7 +179,7 @@ impl EscalationBook {
         }
         let e = self
             .by_id
-            .get_mut(id)
+            .get(id)
             .ok_or_else(|| EscalationError::NotFound(id.into()))?;
         match e.status {
             EscalationStatus::Resolved => return Err(EscalationError::AlreadyResolved(id.into())),
@@ -182,11 +195,13 @@ impl EscalationBook {
             }
             EscalationStatus::Open => {}
         }
+        let mut e = e.clone();
         e.status = EscalationStatus::Claimed;
         e.claimed_by = Some(by.to_string());
         e.claimed_at = Some(now);
         e.version += 1;
-        Ok(e.clone())
+        self.insert(e.clone());
+        Ok(e)
     }
 
     pub fn resolve(
@@ -205,18 +220,20 @@ impl EscalationBook {
         }
         let e = self
             .by_id
-            .get_mut(id)
+            .get(id)
             .ok_or_else(|| EscalationError::NotFound(id.into()))?;
         if e.status == EscalationStatus::Resolved {
             return Err(EscalationError::AlreadyResolved(id.into()));
         }
+        let mut e = e.clone();
         e.status = EscalationStatus::Resolved;
         e.resolved_by = Some(by.to_string());
         e.resolved_at = Some(now);
         e.resolution = Some(resolution.to_string());
         e.note = note.map(str::to_string);
         e.version += 1;
-        Ok(e.clone())
+        self.insert(e.clone());
+        Ok(e)
     }
 }
 

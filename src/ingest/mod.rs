@@ -1,5 +1,15 @@
-//! Ingest edges: decode what transports carry into `model` events. Pure: no I/O, no clock
-//! (`now` is passed in), so every transport shares one tested implementation.
+//! Ingest: decode what transports carry into `model` events, and the one ingest service every
+//! transport feeds.
+//!
+//! `otlp`, `records` and `stripe` are pure decoders (no I/O, no clock: `now` is passed in).
+//! `service` makes decoded events durable and hands them to the engine; `grpc` and `http` are
+//! thin adapters that only decode and map errors through `error`'s one table.
 
+pub mod otlp;
 pub mod records;
 pub mod stripe;
+
+pub mod error;
+pub mod grpc;
+pub mod http;
+pub mod service;

@@ -27,7 +27,7 @@ pub struct RecordsBatch {
 
 /// One refused item. `index` is its position in the array, or its ordinal among the non-blank
 /// lines of an NDJSON body (0-based either way).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct RecordRejection {
     pub index: usize,
     /// `field: what was wrong`, e.g. `amount: expected a number or a decimal string, got true`.

@@ -9,6 +9,7 @@
 //! The app dispatches over an enum of stores, so the trait uses `impl Future + Send` returns
 //! rather than `dyn`-compatible boxed futures.
 
+pub mod any;
 pub mod sqlite;
 
 use std::collections::BTreeMap;
@@ -24,6 +25,7 @@ use crate::model::{
     Severity, Timestamp, Verdict,
 };
 
+pub use any::AnyStore;
 pub use sqlite::SqliteStore;
 
 /// Everything that can go wrong below the store boundary.

@@ -1,0 +1,272 @@
+//! The HTTP API on :8080 (DESIGN.md "HTTP API"): records and webhooks in, verdicts, escalations
+//! and reports out, plus metrics and health. JSON everywhere; errors are
+//! `{"error": {"code", "message"}}`.
+
+mod error;
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+
+pub use error::ApiError;
+
+use crate::codec::{rfc3339, ContractDoc, EscalationDoc, VerdictDoc};
+use crate::engine::{wall_now, Engine};
+use crate::ingest::http::body_of;
+use crate::ingest::service::IngestService;
+use crate::metrics::Metrics;
+use crate::model::*;
+use crate::store::{AnyStore, Store, VerdictFilter};
+
+#[derive(Clone)]
+pub struct ApiState {
+    pub engine: Arc<Engine>,
+    pub ingest: Arc<IngestService>,
+    pub store: Arc<AnyStore>,
+    pub metrics: Arc<Metrics>,
+    pub max_bytes: usize,
+}
+
+pub fn router(state: ApiState) -> Router {
+    let max = state.max_bytes;
+    Router::new()
+        .route("/api/v1/records", post(post_records))
+        .route("/api/v1/webhooks/stripe", post(post_stripe))
+        .route("/api/v1/intents", get(list_intents))
+        .route("/api/v1/intents/{intent_id}", get(get_intent))
+        .route("/api/v1/escalations", get(list_escalations))
+        .route("/api/v1/escalations/{id}", get(get_escalation))
+        .route("/api/v1/escalations/{id}/claim", post(claim))
+        .route("/api/v1/escalations/{id}/resolve", post(resolve))
+        .route("/api/v1/report", get(report))
+        .route("/metrics", get(metrics))
+        .route(
+            "/healthz",
+            get(|| async { Json(serde_json::json!({ "status": "ok" })) }),
+        )
+        .route("/readyz", get(ready))
+        .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
+        .layer(DefaultBodyLimit::max(max))
+        .with_state(state)
+}
+
+async fn post_records(
+    State(s): State<ApiState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let raw = body_of(&headers, &body, s.max_bytes)?;
+    let reply = s.ingest.records(&raw).await?;
+    Ok(Json(reply).into_response())
+}
+
+async fn post_stripe(
+    State(s): State<ApiState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let signature = headers
+        .get("stripe-signature")
+        .and_then(|v| v.to_str().ok());
+    let reply = s.ingest.stripe(signature, &body).await?;
+    Ok(Json(reply).into_response())
+}
+
+async fn get_intent(
+    State(s): State<ApiState>,
+    Path(intent_id): Path<String>,
+) -> Result<Response, ApiError> {
+    if let Some(v) = s.engine.verdict(&intent_id) {
+        return Ok(Json(VerdictDoc::from_verdict(&v)).into_response());
+    }
+    match s.store.get_verdict(&intent_id).await? {
+        Some(doc) => Ok(Json(doc).into_response()),
+        None => Err(ApiError::NotFound(format!("no intent {intent_id}"))),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct IntentQuery {
+    state: Option<String>,
+    finding: Option<String>,
+    tool: Option<String>,
+    since: Option<String>,
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
+/// `since` as RFC 3339 or as a duration back from now (`24h`).
+fn parse_since(s: Option<&str>) -> Result<Option<Timestamp>, ApiError> {
+    let Some(s) = s.map(str::trim).filter(|s| !s.is_empty()) else {
+        return Ok(None);
+    };
+    if let Some(t) = crate::codec::parse_rfc3339(s) {
+        return Ok(Some(t));
+    }
+    match crate::contract::parse_duration(s) {
+        Some(d) => Ok(Some(wall_now() - d)),
+        None => Err(ApiError::BadRequest(format!(
+            "since: expected RFC 3339 or a duration like 24h, got {s:?}"
+        ))),
+    }
+}
+
+async fn list_intents(
+    State(s): State<ApiState>,
+    Query(q): Query<IntentQuery>,
+) -> Result<Response, ApiError> {
+    let state = match q.state.as_deref() {
+        Some(x) => Some(
+            IntentState::parse(x)
+                .ok_or_else(|| ApiError::BadRequest(format!("state: unknown state {x:?}")))?,
+        ),
+        None => None,
+    };
+    let finding =
+        match q.finding.as_deref() {
+            Some(x) => Some(FindingKind::parse(x).ok_or_else(|| {
+                ApiError::BadRequest(format!("finding: unknown finding kind {x:?}"))
+            })?),
+            None => None,
+        };
+    let filter = VerdictFilter {
+        state,
+        finding,
+        tool: q.tool,
+        since: parse_since(q.since.as_deref())?,
+        limit: q.limit.unwrap_or(0),
+        cursor: q.cursor,
+    };
+    let page = s.store.list_verdicts(&filter).await?;
+    Ok(Json(page).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+struct EscalationQuery {
+    status: Option<String>,
+}
+
+async fn list_escalations(
+    State(s): State<ApiState>,
+    Query(q): Query<EscalationQuery>,
+) -> Result<Response, ApiError> {
+    let status = match q.status.as_deref() {
+        Some(x) => Some(EscalationStatus::parse(x).ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "status: expected open, claimed or resolved, got {x:?}"
+            ))
+        })?),
+        None => None,
+    };
+    let items: Vec<EscalationDoc> = s
+        .engine
+        .escalations(status)
+        .iter()
+        .map(EscalationDoc::from_escalation)
+        .collect();
+    Ok(Json(serde_json::json!({ "items": items })).into_response())
+}
+
+/// The escalation with its evidence bundle: the intent's verdict and the contract it was judged by.
+async fn get_escalation(
+    State(s): State<ApiState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let e = s
+        .engine
+        .escalation(&id)
+        .ok_or_else(|| ApiError::NotFound(format!("no escalation {id}")))?;
+    Ok(Json(bundle(&s, &e)).into_response())
+}
+
+fn bundle(s: &ApiState, e: &Escalation) -> serde_json::Value {
+    let verdict = s.engine.verdict(&e.intent_id);
+    let contract = verdict.as_ref().and_then(|v| s.engine.contract_of(v));
+    let mut doc = serde_json::to_value(EscalationDoc::from_escalation(e)).unwrap_or_default();
+    doc["verdict"] =
+        serde_json::to_value(verdict.as_ref().map(VerdictDoc::from_verdict)).unwrap_or_default();
+    doc["contract"] =
+        serde_json::to_value(contract.as_ref().map(ContractDoc::from_contract)).unwrap_or_default();
+    doc
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClaimBody {
+    by: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResolveBody {
+    by: String,
+    resolution: String,
+    note: Option<String>,
+}
+
+fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("body: {e}")))
+}
+
+async fn claim(
+    State(s): State<ApiState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let b: ClaimBody = json_body(&body)?;
+    let e = s.engine.claim(&id, &b.by).await?;
+    Ok(Json(bundle(&s, &e)).into_response())
+}
+
+async fn resolve(
+    State(s): State<ApiState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let b: ResolveBody = json_body(&body)?;
+    let e = s
+        .engine
+        .resolve(&id, &b.by, &b.resolution, b.note.as_deref())
+        .await?;
+    Ok(Json(bundle(&s, &e)).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+struct ReportQuery {
+    since: Option<String>,
+}
+
+async fn report(
+    State(s): State<ApiState>,
+    Query(q): Query<ReportQuery>,
+) -> Result<Response, ApiError> {
+    let report = s
+        .store
+        .report(parse_since(q.since.as_deref())?, wall_now())
+        .await?;
+    Ok(Json(report).into_response())
+}
+
+async fn metrics(State(s): State<ApiState>) -> Response {
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        s.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn ready(State(s): State<ApiState>) -> Response {
+    // The engine exists only after its state was rebuilt from the store, so serving this
+    // handler at all means the rebuild finished.
+    Json(serde_json::json!({ "status": "ready", "intents": s.engine.intents(), "at": rfc3339(wall_now()) })).into_response()
+}

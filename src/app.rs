@@ -1,0 +1,199 @@
+//! Wiring: contracts, store, engine, the three listeners, and an orderly shutdown. This is the
+//! top of the program, so errors here are `anyhow`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::api::{self, ApiState};
+use crate::config::{Config, StoreConfig};
+use crate::contract::{self, Contracts};
+use crate::engine::{Engine, EngineTasks};
+use crate::ingest::service::IngestService;
+use crate::ingest::{grpc, http};
+use crate::metrics::Metrics;
+use crate::model::Dur;
+use crate::store::{AnyStore, SqliteStore};
+
+/// A started reckon. The addresses are the bound ones (a `:0` port in the config is resolved).
+pub struct Running {
+    pub grpc_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    pub api_addr: SocketAddr,
+    pub engine: Arc<Engine>,
+    stop: watch::Sender<bool>,
+    servers: Vec<JoinHandle<anyhow::Result<()>>>,
+    tasks: EngineTasks,
+    grace: std::time::Duration,
+}
+
+pub async fn open_store(config: &Config) -> anyhow::Result<AnyStore> {
+    match &config.store {
+        StoreConfig::Sqlite => {
+            let dir = config.data_dir.clone();
+            let store = tokio::task::spawn_blocking(move || SqliteStore::open(&dir))
+                .await?
+                .with_context(|| {
+                    format!("opening the SQLite store in {}", config.data_dir.display())
+                })?;
+            Ok(AnyStore::Sqlite(store))
+        }
+        StoreConfig::ClickHouse { .. } => {
+            anyhow::bail!("the ClickHouse store is not available in this build")
+        }
+    }
+}
+
+pub async fn start(config: Config) -> anyhow::Result<Running> {
+    let contracts = contract::load_dir(&config.contracts_dir)?;
+    if contracts.is_empty() {
+        tracing::warn!(dir = %config.contracts_dir.display(), "no contracts loaded: only spans carrying reckon.intent.id will be audited");
+    }
+    for c in &contracts {
+        tracing::info!(contract = %c.name, tools = ?c.tools, idempotency = c.idempotency.as_str(), "contract loaded");
+    }
+    let contracts = Arc::new(Contracts::new(contracts));
+    let store = Arc::new(open_store(&config).await?);
+    let metrics = Arc::new(Metrics::new());
+    let (engine, tasks) = Engine::start(contracts.clone(), store.clone(), metrics.clone())
+        .await
+        .context("rebuilding state from the store")?;
+    let ingest = Arc::new(IngestService::new(
+        engine.clone(),
+        contracts,
+        metrics.clone(),
+        config.max_concurrent_exports,
+        config.stripe_webhook_secret.clone(),
+        Dur(config.stripe_tolerance.as_nanos() as i64),
+    ));
+
+    // Bind everything before serving anything: a port in use fails the start, not a request.
+    let bind = |addr: SocketAddr, what: &'static str| async move {
+        TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding the {what} listener on {addr}"))
+    };
+    let grpc_listener = bind(config.grpc_addr, "OTLP gRPC").await?;
+    let http_listener = bind(config.http_addr, "OTLP HTTP").await?;
+    let api_listener = bind(config.api_addr, "API").await?;
+    let (grpc_addr, http_addr, api_addr) = (
+        grpc_listener.local_addr()?,
+        http_listener.local_addr()?,
+        api_listener.local_addr()?,
+    );
+
+    let (stop, stopped) = watch::channel(false);
+    let until_stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+
+    let grpc_routes = grpc::router(ingest.clone(), config.max_request_bytes);
+    let grpc_server = tokio::spawn({
+        let rx = stopped.clone();
+        async move {
+            tonic::transport::Server::builder()
+                .add_routes(grpc_routes)
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
+                    until_stopped(rx),
+                )
+                .await
+                .context("OTLP gRPC server")
+        }
+    });
+    let http_router = http::router(ingest.clone(), config.max_request_bytes);
+    let http_server = tokio::spawn({
+        let rx = stopped.clone();
+        async move {
+            axum::serve(http_listener, http_router)
+                .with_graceful_shutdown(until_stopped(rx))
+                .await
+                .context("OTLP HTTP server")
+        }
+    });
+    let api_router = api::router(ApiState {
+        engine: engine.clone(),
+        ingest,
+        store,
+        metrics,
+        max_bytes: config.max_request_bytes,
+    });
+    let api_server = tokio::spawn({
+        let rx = stopped.clone();
+        async move {
+            axum::serve(api_listener, api_router)
+                .with_graceful_shutdown(until_stopped(rx))
+                .await
+                .context("API server")
+        }
+    });
+    tracing::info!(%grpc_addr, %http_addr, %api_addr, data_dir = %config.data_dir.display(), "reckon serving");
+    Ok(Running {
+        grpc_addr,
+        http_addr,
+        api_addr,
+        engine,
+        stop,
+        servers: vec![grpc_server, http_server, api_server],
+        tasks,
+        grace: config.shutdown_grace,
+    })
+}
+
+impl Running {
+    pub fn api_url(&self) -> String {
+        format!("http://{}", self.api_addr)
+    }
+    pub fn grpc_url(&self) -> String {
+        format!("http://{}", self.grpc_addr)
+    }
+    pub fn http_url(&self) -> String {
+        format!("http://{}", self.http_addr)
+    }
+
+    /// Stop accepting, let in-flight requests finish (up to the grace period), then write out
+    /// every verdict and escalation concluded so far.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(true);
+        let mut first_error = None;
+        for server in self.servers {
+            match tokio::time::timeout(self.grace, server).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(e))) => {
+                    first_error.get_or_insert(e);
+                }
+                Ok(Err(join)) => {
+                    first_error.get_or_insert(anyhow::anyhow!("server task failed: {join}"));
+                }
+                Err(_) => tracing::warn!("a server did not drain within the grace period"),
+            }
+        }
+        self.engine.close();
+        drop(self.engine);
+        self.tasks.finish().await;
+        tracing::info!("reckon stopped");
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Serve until SIGINT or SIGTERM, then shut down.
+    pub async fn until_signal(self) -> anyhow::Result<()> {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        ctrl_c.await?;
+        tracing::info!("signal received; draining");
+        self.shutdown().await
+    }
+}

@@ -1,0 +1,601 @@
+//! The command line. The clap types stay in this file: they are parsed once, layered with the
+//! `RECKON_*` environment and the config file, and handed out as the plain `Command`.
+//!
+//! Precedence for every setting: flag > environment variable > config file > default.
+//!
+//! The environment is read through a lookup function rather than clap's `env` so that the same
+//! code path runs in production (`parse`) and in tests (`parse_with_env`, with a map), without
+//! tests racing on the process environment. Help texts name each variable by hand; a test checks
+//! they agree with the lookups.
+
+use crate::config::file::{self, ConfigFileError};
+use crate::config::value::{self, ValueError};
+use crate::config::{Config, LogFormat, StoreConfig};
+use crate::model::{Dur, EscalationStatus, Timestamp};
+use clap::{Args, Parser, Subcommand};
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+// ---------------------------------------------------------------------------------------------
+// Plain results
+// ---------------------------------------------------------------------------------------------
+
+/// What the user asked for, with every setting resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    Serve(Config),
+    Report(ReportArgs),
+    Escalations(EscalationsCmd),
+    Demo(DemoArgs),
+    /// Validate the contracts in `dir` and list them.
+    CheckContracts {
+        dir: PathBuf,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReportArgs {
+    pub data_dir: PathBuf,
+    pub store: StoreConfig,
+    pub since: Since,
+    pub format: ReportFormat,
+}
+
+/// The start of a report window. `Ago` is kept relative so the caller resolves it against its own
+/// clock (`Since::resolve`), keeping parsing free of time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Since {
+    Ago(Dur),
+    At(Timestamp),
+}
+
+impl Since {
+    pub fn resolve(self, now: Timestamp) -> Timestamp {
+        match self {
+            Since::Ago(d) => now - d,
+            Since::At(t) => t,
+        }
+    }
+}
+
+impl Default for Since {
+    fn default() -> Self {
+        Since::Ago(Dur::hours(24))
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReportFormat {
+    #[default]
+    Text,
+    Json,
+    Csv,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EscalationsCmd {
+    /// Base URL of the reckon API, without a trailing slash (default `http://127.0.0.1:8080`).
+    pub server: String,
+    pub action: EscalationAction,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EscalationAction {
+    List {
+        status: Option<EscalationStatus>,
+    },
+    Show {
+        id: String,
+    },
+    Claim {
+        id: String,
+        by: String,
+    },
+    Resolve {
+        id: String,
+        by: String,
+        resolution: String,
+        note: Option<String>,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DemoArgs {
+    /// Base URL of the reckon to drive; `None`: the demo's own default.
+    pub target: Option<String>,
+    /// Run the scenarios once and exit instead of looping.
+    pub once: bool,
+    /// Contracts for the stub downstream; `None`: the demo's built-in ones.
+    pub contracts_dir: Option<PathBuf>,
+}
+
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8080";
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Bad usage, or `--help` / `--version`: print it (`clap::Error::print`) and exit with
+    /// `exit_code()` (0 for help and version).
+    #[error("{0}")]
+    Usage(#[from] clap::Error),
+    #[error("environment variable {var}: {error}")]
+    Env {
+        var: &'static str,
+        error: ValueError,
+    },
+    #[error(transparent)]
+    ConfigFile(#[from] ConfigFileError),
+}
+
+impl CliError {
+    /// The process exit code for this error: clap's for usage, 2 (usage error) otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Usage(e) => e.exit_code(),
+            _ => 2,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Entry points
+// ---------------------------------------------------------------------------------------------
+
+/// Parses the process arguments and environment.
+pub fn parse() -> Result<Command, CliError> {
+    parse_from(std::env::args_os())
+}
+
+/// Parses `args` (the first is the program name) against the process environment.
+pub fn parse_from<I, T>(args: I) -> Result<Command, CliError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    parse_with_env(args, |name| {
+        std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
+    })
+}
+
+/// Parses `args` with `env` standing in for the process environment.
+pub fn parse_with_env<I, T>(
+    args: I,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Command, CliError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = Cli::try_parse_from(args)?;
+    let env = Env(&env);
+    Ok(match cli.command {
+        Sub::Serve(a) => Command::Serve(a.resolve(&env)?),
+        Sub::Report(a) => Command::Report(a.resolve(&env)?),
+        Sub::Escalations(a) => Command::Escalations(a.resolve(&env)?),
+        Sub::Demo(a) => Command::Demo(a.resolve(&env)?),
+        Sub::CheckContracts(a) => Command::CheckContracts {
+            dir: a.resolve(&env)?,
+        },
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Layering
+// ---------------------------------------------------------------------------------------------
+
+const ENV_CONFIG: &str = "RECKON_CONFIG";
+const ENV_GRPC_ADDR: &str = "RECKON_GRPC_ADDR";
+const ENV_HTTP_ADDR: &str = "RECKON_HTTP_ADDR";
+const ENV_API_ADDR: &str = "RECKON_API_ADDR";
+const ENV_DATA_DIR: &str = "RECKON_DATA_DIR";
+const ENV_CONTRACTS_DIR: &str = "RECKON_CONTRACTS_DIR";
+const ENV_STORE: &str = "RECKON_STORE";
+const ENV_STRIPE_WEBHOOK_SECRET: &str = "RECKON_STRIPE_WEBHOOK_SECRET";
+const ENV_STRIPE_TOLERANCE: &str = "RECKON_STRIPE_TOLERANCE";
+const ENV_MAX_REQUEST_BYTES: &str = "RECKON_MAX_REQUEST_BYTES";
+const ENV_MAX_CONCURRENT_EXPORTS: &str = "RECKON_MAX_CONCURRENT_EXPORTS";
+const ENV_SHUTDOWN_GRACE: &str = "RECKON_SHUTDOWN_GRACE";
+const ENV_LOG_FORMAT: &str = "RECKON_LOG_FORMAT";
+const ENV_LOG_FILTER: &str = "RECKON_LOG_FILTER";
+const ENV_SERVER: &str = "RECKON_SERVER";
+
+struct Env<'a>(&'a dyn Fn(&str) -> Option<String>);
+
+impl Env<'_> {
+    /// The variable's value, parsed. An empty variable counts as unset: `FOO=` is how compose
+    /// files and shells blank a setting, and it should fall through to the file or default.
+    fn get<T>(
+        &self,
+        var: &'static str,
+        parse: impl Fn(&str) -> Result<T, ValueError>,
+    ) -> Result<Option<T>, CliError> {
+        match (self.0)(var) {
+            Some(v) if !v.is_empty() => parse(&v)
+                .map(Some)
+                .map_err(|error| CliError::Env { var, error }),
+            _ => Ok(None),
+        }
+    }
+
+    /// The flag if given, else the variable. The variable is not even parsed when the flag wins,
+    /// as with clap's own `env`.
+    fn or<T>(
+        &self,
+        flag: Option<T>,
+        var: &'static str,
+        parse: impl Fn(&str) -> Result<T, ValueError>,
+    ) -> Result<Option<T>, CliError> {
+        match flag {
+            Some(v) => Ok(Some(v)),
+            None => self.get(var, parse),
+        }
+    }
+
+    /// `Config::default()` with the config file (from `--config` or `RECKON_CONFIG`) applied.
+    fn base(&self, config: Option<PathBuf>) -> Result<Config, CliError> {
+        let mut cfg = Config::default();
+        if let Some(path) = self.or(config, ENV_CONFIG, path)? {
+            file::load_file(&path)?.apply(&mut cfg);
+        }
+        Ok(cfg)
+    }
+}
+
+fn path(s: &str) -> Result<PathBuf, ValueError> {
+    Ok(PathBuf::from(s))
+}
+
+fn non_empty_path(s: &str) -> Result<PathBuf, ValueError> {
+    if s.trim().is_empty() {
+        return Err(ValueError::Empty);
+    }
+    Ok(PathBuf::from(s))
+}
+
+fn store(s: &str) -> Result<StoreConfig, ValueError> {
+    Ok(value::parse_store(s)?)
+}
+
+fn set<T>(dst: &mut T, v: Option<T>) {
+    if let Some(v) = v {
+        *dst = v;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// clap types
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "reckon",
+    version,
+    about = "OTLP export target that audits AI-agent tool calls against downstream idempotency contracts",
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Sub,
+}
+
+// Parsed once per process and immediately turned into `Command`: boxing buys nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Subcommand, Debug)]
+enum Sub {
+    /// Run the service: OTLP receivers, records and webhooks, audit engine, API and metrics.
+    Serve(ServeCli),
+    /// Print the audit report from the store.
+    Report(ReportCli),
+    /// Work the escalation queue of a running reckon.
+    Escalations(EscalationsCli),
+    /// Run the demo scenarios against a reckon.
+    Demo(DemoCli),
+    /// Validate the contract files and list them.
+    CheckContracts(CheckContractsCli),
+}
+
+#[derive(Args, Debug)]
+struct ServeCli {
+    /// TOML config file; flags and environment variables override it [env: RECKON_CONFIG]
+    #[arg(long, value_name = "FILE", value_parser = non_empty_path)]
+    config: Option<PathBuf>,
+    /// OTLP gRPC listen address [default: 0.0.0.0:4317] [env: RECKON_GRPC_ADDR]
+    #[arg(long, value_name = "ADDR", value_parser = value::parse_addr)]
+    grpc_addr: Option<SocketAddr>,
+    /// OTLP HTTP listen address [default: 0.0.0.0:4318] [env: RECKON_HTTP_ADDR]
+    #[arg(long, value_name = "ADDR", value_parser = value::parse_addr)]
+    http_addr: Option<SocketAddr>,
+    /// API, metrics and health listen address [default: 0.0.0.0:8080] [env: RECKON_API_ADDR]
+    #[arg(long, value_name = "ADDR", value_parser = value::parse_addr)]
+    api_addr: Option<SocketAddr>,
+    /// Data directory (the SQLite store) [default: ./reckon-data] [env: RECKON_DATA_DIR]
+    #[arg(long, value_name = "DIR", value_parser = non_empty_path)]
+    data_dir: Option<PathBuf>,
+    /// Contracts directory [default: ./contracts] [env: RECKON_CONTRACTS_DIR]
+    #[arg(long = "contracts", visible_alias = "contracts-dir", value_name = "DIR", value_parser = non_empty_path)]
+    contracts_dir: Option<PathBuf>,
+    /// `sqlite` or clickhouse://USER:PASS@HOST:8123/DB [default: sqlite] [env: RECKON_STORE]
+    #[arg(long, value_name = "URL", value_parser = store)]
+    store: Option<StoreConfig>,
+    /// Verify the Stripe-Signature of webhooks with this secret; prefer the variable, arguments
+    /// are visible to other users [env: RECKON_STRIPE_WEBHOOK_SECRET]
+    #[arg(long, value_name = "SECRET", value_parser = value::parse_secret)]
+    stripe_webhook_secret: Option<String>,
+    /// How old a signed Stripe webhook may be [default: 5m] [env: RECKON_STRIPE_TOLERANCE]
+    #[arg(long, value_name = "DURATION", value_parser = value::parse_positive_duration)]
+    stripe_tolerance: Option<Duration>,
+    /// Largest request body or gRPC message, after decompression [default: 16MiB]
+    /// [env: RECKON_MAX_REQUEST_BYTES]
+    #[arg(long, value_name = "N", value_parser = value::parse_size)]
+    max_request_bytes: Option<usize>,
+    /// Exports made durable at once before new ones are refused as retryable [default: 64]
+    /// [env: RECKON_MAX_CONCURRENT_EXPORTS]
+    #[arg(long, value_name = "N", value_parser = value::parse_count)]
+    max_concurrent_exports: Option<usize>,
+    /// How long shutdown waits for in-flight requests [default: 10s] [env: RECKON_SHUTDOWN_GRACE]
+    #[arg(long, value_name = "DURATION", value_parser = value::parse_duration)]
+    shutdown_grace: Option<Duration>,
+    /// `text` or `json` [default: text] [env: RECKON_LOG_FORMAT]
+    #[arg(long, value_name = "FORMAT", value_parser = value::parse_log_format)]
+    log_format: Option<LogFormat>,
+    /// tracing filter directive; RUST_LOG overrides it [default: info] [env: RECKON_LOG_FILTER]
+    #[arg(long, value_name = "FILTER", value_parser = value::parse_log_filter)]
+    log_filter: Option<String>,
+}
+
+impl ServeCli {
+    fn resolve(self, env: &Env) -> Result<Config, CliError> {
+        let mut c = env.base(self.config)?;
+        set(
+            &mut c.grpc_addr,
+            env.or(self.grpc_addr, ENV_GRPC_ADDR, value::parse_addr)?,
+        );
+        set(
+            &mut c.http_addr,
+            env.or(self.http_addr, ENV_HTTP_ADDR, value::parse_addr)?,
+        );
+        set(
+            &mut c.api_addr,
+            env.or(self.api_addr, ENV_API_ADDR, value::parse_addr)?,
+        );
+        set(
+            &mut c.data_dir,
+            env.or(self.data_dir, ENV_DATA_DIR, non_empty_path)?,
+        );
+        set(
+            &mut c.contracts_dir,
+            env.or(self.contracts_dir, ENV_CONTRACTS_DIR, non_empty_path)?,
+        );
+        set(&mut c.store, env.or(self.store, ENV_STORE, store)?);
+        if let Some(s) = env.or(
+            self.stripe_webhook_secret,
+            ENV_STRIPE_WEBHOOK_SECRET,
+            value::parse_secret,
+        )? {
+            c.stripe_webhook_secret = Some(s);
+        }
+        set(
+            &mut c.stripe_tolerance,
+            env.or(
+                self.stripe_tolerance,
+                ENV_STRIPE_TOLERANCE,
+                value::parse_positive_duration,
+            )?,
+        );
+        set(
+            &mut c.max_request_bytes,
+            env.or(
+                self.max_request_bytes,
+                ENV_MAX_REQUEST_BYTES,
+                value::parse_size,
+            )?,
+        );
+        set(
+            &mut c.max_concurrent_exports,
+            env.or(
+                self.max_concurrent_exports,
+                ENV_MAX_CONCURRENT_EXPORTS,
+                value::parse_count,
+            )?,
+        );
+        set(
+            &mut c.shutdown_grace,
+            env.or(
+                self.shutdown_grace,
+                ENV_SHUTDOWN_GRACE,
+                value::parse_duration,
+            )?,
+        );
+        set(
+            &mut c.log_format,
+            env.or(self.log_format, ENV_LOG_FORMAT, value::parse_log_format)?,
+        );
+        set(
+            &mut c.log_filter,
+            env.or(self.log_filter, ENV_LOG_FILTER, value::parse_log_filter)?,
+        );
+        Ok(c)
+    }
+}
+
+#[derive(Args, Debug)]
+struct ReportCli {
+    /// TOML config file (for data_dir and store) [env: RECKON_CONFIG]
+    #[arg(long, value_name = "FILE", value_parser = non_empty_path)]
+    config: Option<PathBuf>,
+    /// Data directory [default: ./reckon-data] [env: RECKON_DATA_DIR]
+    #[arg(long, value_name = "DIR", value_parser = non_empty_path)]
+    data_dir: Option<PathBuf>,
+    /// `sqlite` or clickhouse://USER:PASS@HOST:8123/DB [default: sqlite] [env: RECKON_STORE]
+    #[arg(long, value_name = "URL", value_parser = store)]
+    store: Option<StoreConfig>,
+    /// Window start: a duration back from now (`24h`, `7d`) or an RFC 3339 time [default: 24h]
+    #[arg(long, value_name = "WHEN", value_parser = parse_since)]
+    since: Option<Since>,
+    /// `text`, `json` or `csv` [default: text]
+    #[arg(long, value_name = "FORMAT", value_parser = parse_report_format)]
+    format: Option<ReportFormat>,
+}
+
+impl ReportCli {
+    fn resolve(self, env: &Env) -> Result<ReportArgs, CliError> {
+        let base = env.base(self.config)?;
+        Ok(ReportArgs {
+            data_dir: env
+                .or(self.data_dir, ENV_DATA_DIR, non_empty_path)?
+                .unwrap_or(base.data_dir),
+            store: env.or(self.store, ENV_STORE, store)?.unwrap_or(base.store),
+            since: self.since.unwrap_or_default(),
+            format: self.format.unwrap_or_default(),
+        })
+    }
+}
+
+/// `24h` (back from now) or an RFC 3339 instant.
+pub fn parse_since(s: &str) -> Result<Since, String> {
+    let t = s.trim();
+    if let Some(d) = crate::contract::parse_duration(t) {
+        return Ok(Since::Ago(d));
+    }
+    if let Some(ts) = crate::codec::parse_rfc3339(t) {
+        return Ok(Since::At(ts));
+    }
+    Err(format!(
+        "invalid time {s:?}: expected a duration back from now (\"24h\", \"7d\", \"90m\") or RFC 3339 (\"2025-01-31T00:00:00Z\")"
+    ))
+}
+
+fn parse_report_format(s: &str) -> Result<ReportFormat, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "text" => Ok(ReportFormat::Text),
+        "json" => Ok(ReportFormat::Json),
+        "csv" => Ok(ReportFormat::Csv),
+        _ => Err(format!(
+            "invalid format {s:?}: expected \"text\", \"json\" or \"csv\""
+        )),
+    }
+}
+
+fn parse_status(s: &str) -> Result<EscalationStatus, String> {
+    EscalationStatus::parse(s.trim()).ok_or_else(|| {
+        format!("invalid status {s:?}: expected \"open\", \"claimed\" or \"resolved\"")
+    })
+}
+
+#[derive(Args, Debug)]
+struct EscalationsCli {
+    /// Base URL of the reckon API [default: http://127.0.0.1:8080] [env: RECKON_SERVER]
+    #[arg(long, global = true, value_name = "URL", value_parser = value::parse_http_url)]
+    server: Option<String>,
+    #[command(subcommand)]
+    action: EscalationsSub,
+}
+
+#[derive(Subcommand, Debug)]
+enum EscalationsSub {
+    /// List escalations.
+    List {
+        /// Only this status: `open`, `claimed` or `resolved`
+        #[arg(long, value_parser = parse_status)]
+        status: Option<EscalationStatus>,
+    },
+    /// Show one escalation with its evidence.
+    Show {
+        #[arg(value_parser = value::parse_non_empty)]
+        id: String,
+    },
+    /// Take an open escalation.
+    Claim {
+        #[arg(value_parser = value::parse_non_empty)]
+        id: String,
+        /// Who takes it
+        #[arg(long, value_parser = value::parse_non_empty)]
+        by: String,
+    },
+    /// Close an escalation with what was done.
+    Resolve {
+        #[arg(value_parser = value::parse_non_empty)]
+        id: String,
+        /// Who resolves it
+        #[arg(long, value_parser = value::parse_non_empty)]
+        by: String,
+        /// What was decided (e.g. `refunded_once`, `reversed_duplicate`)
+        #[arg(long, value_parser = value::parse_non_empty)]
+        resolution: String,
+        /// Free text for the audit trail
+        #[arg(long)]
+        note: Option<String>,
+    },
+}
+
+impl EscalationsCli {
+    fn resolve(self, env: &Env) -> Result<EscalationsCmd, CliError> {
+        let server = env
+            .or(self.server, ENV_SERVER, value::parse_http_url)?
+            .unwrap_or_else(|| DEFAULT_SERVER.to_string());
+        let action = match self.action {
+            EscalationsSub::List { status } => EscalationAction::List { status },
+            EscalationsSub::Show { id } => EscalationAction::Show { id },
+            EscalationsSub::Claim { id, by } => EscalationAction::Claim { id, by },
+            EscalationsSub::Resolve {
+                id,
+                by,
+                resolution,
+                note,
+            } => EscalationAction::Resolve {
+                id,
+                by,
+                resolution,
+                // An empty note is no note.
+                note: note.filter(|n| !n.trim().is_empty()),
+            },
+        };
+        Ok(EscalationsCmd { server, action })
+    }
+}
+
+#[derive(Args, Debug)]
+struct DemoCli {
+    /// Base URL of the reckon to drive
+    #[arg(long, value_name = "URL", value_parser = value::parse_http_url)]
+    target: Option<String>,
+    /// Run the scenarios once and exit
+    #[arg(long)]
+    once: bool,
+    /// Contracts for the stub downstream [env: RECKON_CONTRACTS_DIR]
+    #[arg(long, visible_alias = "contracts", value_name = "DIR", value_parser = non_empty_path)]
+    contracts_dir: Option<PathBuf>,
+}
+
+impl DemoCli {
+    fn resolve(self, env: &Env) -> Result<DemoArgs, CliError> {
+        Ok(DemoArgs {
+            target: self.target,
+            once: self.once,
+            contracts_dir: env.or(self.contracts_dir, ENV_CONTRACTS_DIR, non_empty_path)?,
+        })
+    }
+}
+
+#[derive(Args, Debug)]
+struct CheckContractsCli {
+    /// TOML config file (for contracts_dir) [env: RECKON_CONFIG]
+    #[arg(long, value_name = "FILE", value_parser = non_empty_path)]
+    config: Option<PathBuf>,
+    /// Contracts directory [default: ./contracts] [env: RECKON_CONTRACTS_DIR]
+    #[arg(long = "contracts", visible_alias = "contracts-dir", value_name = "DIR", value_parser = non_empty_path)]
+    contracts_dir: Option<PathBuf>,
+}
+
+impl CheckContractsCli {
+    fn resolve(self, env: &Env) -> Result<PathBuf, CliError> {
+        let base = env.base(self.config)?;
+        Ok(env
+            .or(self.contracts_dir, ENV_CONTRACTS_DIR, non_empty_path)?
+            .unwrap_or(base.contracts_dir))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,591 @@
+use super::*;
+use clap::CommandFactory;
+use std::collections::HashMap;
+use std::path::Path;
+
+fn run(args: &[&str], env: &[(&str, &str)]) -> Result<Command, CliError> {
+    let env: HashMap<String, String> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let argv = std::iter::once("reckon").chain(args.iter().copied());
+    parse_with_env(argv, move |k| env.get(k).cloned())
+}
+
+fn serve(args: &[&str], env: &[(&str, &str)]) -> Config {
+    match run(args, env) {
+        Ok(Command::Serve(c)) => c,
+        other => panic!("{args:?}: {other:?}"),
+    }
+}
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+fn ch(host: &str) -> StoreConfig {
+    StoreConfig::ClickHouse {
+        url: format!("http://{host}:8123"),
+        user: "default".into(),
+        password: String::new(),
+        database: "default".into(),
+    }
+}
+
+/// Every setting, in the three layers, with a different value in each.
+struct Layers {
+    _dir: tempfile::TempDir,
+    file: PathBuf,
+    dir: PathBuf,
+}
+
+impl Layers {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("reckon.toml");
+        std::fs::write(
+            &file,
+            r#"
+grpc_addr = "127.0.0.1:1001"
+http_addr = "127.0.0.1:1002"
+api_addr = "127.0.0.1:1003"
+data_dir = "/file/data"
+contracts_dir = "/file/contracts"
+store = "clickhouse://file"
+stripe_webhook_secret = "file-secret"
+stripe_tolerance = "1m"
+max_request_bytes = 1001
+max_concurrent_exports = 1
+shutdown_grace = "1s"
+log_format = "json"
+log_filter = "warn"
+"#,
+        )
+        .unwrap();
+        Layers {
+            dir: dir.path().to_path_buf(),
+            _dir: dir,
+            file,
+        }
+    }
+}
+
+const ENV: &[(&str, &str)] = &[
+    ("RECKON_GRPC_ADDR", "127.0.0.1:2001"),
+    ("RECKON_HTTP_ADDR", "127.0.0.1:2002"),
+    ("RECKON_API_ADDR", "127.0.0.1:2003"),
+    ("RECKON_DATA_DIR", "/env/data"),
+    ("RECKON_CONTRACTS_DIR", "/env/contracts"),
+    ("RECKON_STORE", "clickhouse://env"),
+    ("RECKON_STRIPE_WEBHOOK_SECRET", "env-secret"),
+    ("RECKON_STRIPE_TOLERANCE", "2m"),
+    ("RECKON_MAX_REQUEST_BYTES", "2002"),
+    ("RECKON_MAX_CONCURRENT_EXPORTS", "2"),
+    ("RECKON_SHUTDOWN_GRACE", "2s"),
+    ("RECKON_LOG_FORMAT", "text"),
+    ("RECKON_LOG_FILTER", "error"),
+];
+
+const FLAGS: &[&str] = &[
+    "--grpc-addr=127.0.0.1:3001",
+    "--http-addr=127.0.0.1:3002",
+    "--api-addr=127.0.0.1:3003",
+    "--data-dir=/flag/data",
+    "--contracts=/flag/contracts",
+    "--store=clickhouse://flag",
+    "--stripe-webhook-secret=flag-secret",
+    "--stripe-tolerance=3m",
+    "--max-request-bytes=3KiB",
+    "--max-concurrent-exports=3",
+    "--shutdown-grace=3s",
+    "--log-format=json",
+    "--log-filter=debug",
+];
+
+#[test]
+fn defaults_without_anything() {
+    assert_eq!(serve(&["serve"], &[]), Config::default());
+}
+
+#[test]
+fn flag_beats_env_beats_file_beats_default() {
+    let l = Layers::new();
+    let config = format!("--config={}", l.file.display());
+
+    let file_only = serve(&["serve", &config], &[]);
+    assert_eq!(
+        file_only,
+        Config {
+            grpc_addr: addr("127.0.0.1:1001"),
+            http_addr: addr("127.0.0.1:1002"),
+            api_addr: addr("127.0.0.1:1003"),
+            data_dir: "/file/data".into(),
+            contracts_dir: "/file/contracts".into(),
+            store: ch("file"),
+            stripe_webhook_secret: Some("file-secret".into()),
+            stripe_tolerance: Duration::from_secs(60),
+            max_request_bytes: 1001,
+            max_concurrent_exports: 1,
+            shutdown_grace: Duration::from_secs(1),
+            log_format: LogFormat::Json,
+            log_filter: "warn".into(),
+        }
+    );
+
+    let env_over_file = serve(&["serve", &config], ENV);
+    assert_eq!(
+        env_over_file,
+        Config {
+            grpc_addr: addr("127.0.0.1:2001"),
+            http_addr: addr("127.0.0.1:2002"),
+            api_addr: addr("127.0.0.1:2003"),
+            data_dir: "/env/data".into(),
+            contracts_dir: "/env/contracts".into(),
+            store: ch("env"),
+            stripe_webhook_secret: Some("env-secret".into()),
+            stripe_tolerance: Duration::from_secs(120),
+            max_request_bytes: 2002,
+            max_concurrent_exports: 2,
+            shutdown_grace: Duration::from_secs(2),
+            log_format: LogFormat::Text,
+            log_filter: "error".into(),
+        }
+    );
+
+    let mut args = vec!["serve", config.as_str()];
+    args.extend_from_slice(FLAGS);
+    let flags_over_all = serve(&args, ENV);
+    assert_eq!(
+        flags_over_all,
+        Config {
+            grpc_addr: addr("127.0.0.1:3001"),
+            http_addr: addr("127.0.0.1:3002"),
+            api_addr: addr("127.0.0.1:3003"),
+            data_dir: "/flag/data".into(),
+            contracts_dir: "/flag/contracts".into(),
+            store: ch("flag"),
+            stripe_webhook_secret: Some("flag-secret".into()),
+            stripe_tolerance: Duration::from_secs(180),
+            max_request_bytes: 3 << 10,
+            max_concurrent_exports: 3,
+            shutdown_grace: Duration::from_secs(3),
+            log_format: LogFormat::Json,
+            log_filter: "debug".into(),
+        }
+    );
+
+    // Flags over the environment alone, without a file.
+    let mut args = vec!["serve"];
+    args.extend_from_slice(FLAGS);
+    assert_eq!(serve(&args, ENV), flags_over_all);
+}
+
+#[test]
+fn layers_mix_per_setting() {
+    let l = Layers::new();
+    let c = serve(
+        &["serve", "--api-addr", "127.0.0.1:3003"],
+        &[
+            ("RECKON_CONFIG", l.file.to_str().unwrap()),
+            ("RECKON_HTTP_ADDR", "127.0.0.1:2002"),
+        ],
+    );
+    assert_eq!(c.api_addr, addr("127.0.0.1:3003"));
+    assert_eq!(c.http_addr, addr("127.0.0.1:2002"));
+    assert_eq!(c.grpc_addr, addr("127.0.0.1:1001"));
+
+    // A file with one key leaves the rest at their defaults.
+    let one = l.dir.join("one.toml");
+    std::fs::write(&one, "max_concurrent_exports = 7\n").unwrap();
+    let c = serve(&["serve", "--config", one.to_str().unwrap()], &[]);
+    assert_eq!(
+        c,
+        Config {
+            max_concurrent_exports: 7,
+            ..Config::default()
+        }
+    );
+}
+
+#[test]
+fn config_flag_beats_config_env() {
+    let l = Layers::new();
+    let other = l.dir.join("other.toml");
+    std::fs::write(&other, "log_filter = \"trace\"\n").unwrap();
+    let c = serve(
+        &["serve", "--config", other.to_str().unwrap()],
+        &[("RECKON_CONFIG", l.file.to_str().unwrap())],
+    );
+    assert_eq!(c.log_filter, "trace");
+    assert_eq!(c.grpc_addr, Config::default().grpc_addr);
+}
+
+#[test]
+fn empty_env_counts_as_unset() {
+    let l = Layers::new();
+    let c = serve(
+        &["serve", "--config", l.file.to_str().unwrap()],
+        &[
+            ("RECKON_GRPC_ADDR", ""),
+            ("RECKON_STRIPE_WEBHOOK_SECRET", ""),
+        ],
+    );
+    assert_eq!(c.grpc_addr, addr("127.0.0.1:1001"));
+    assert_eq!(c.stripe_webhook_secret.as_deref(), Some("file-secret"));
+}
+
+#[test]
+fn bad_env_names_the_variable() {
+    for (var, val) in [
+        ("RECKON_GRPC_ADDR", "nope"),
+        ("RECKON_STORE", "mysql://x"),
+        ("RECKON_SHUTDOWN_GRACE", "10x"),
+        ("RECKON_MAX_CONCURRENT_EXPORTS", "0"),
+        ("RECKON_LOG_FORMAT", "xml"),
+    ] {
+        match run(&["serve"], &[(var, val)]) {
+            Err(e @ CliError::Env { var: v, .. }) => {
+                assert_eq!(v, var);
+                assert!(e.to_string().contains(var), "{e}");
+                assert_eq!(e.exit_code(), 2);
+            }
+            other => panic!("{var}: {other:?}"),
+        }
+    }
+    // A flag wins without the shadowed variable being looked at.
+    let c = serve(
+        &["serve", "--grpc-addr", "127.0.0.1:1"],
+        &[("RECKON_GRPC_ADDR", "nope")],
+    );
+    assert_eq!(c.grpc_addr, addr("127.0.0.1:1"));
+}
+
+#[test]
+fn bad_config_file_names_file_line_field() {
+    let l = Layers::new();
+    let bad = l.dir.join("bad.toml");
+    std::fs::write(&bad, "# ok\nshutdown_grace = \"10x\"\n").unwrap();
+    match run(&["serve", "--config", bad.to_str().unwrap()], &[]) {
+        Err(CliError::ConfigFile(ConfigFileError::Invalid {
+            file, line, field, ..
+        })) => {
+            assert_eq!(file, bad);
+            assert_eq!((line, field.as_str()), (2, "shutdown_grace"));
+        }
+        other => panic!("{other:?}"),
+    }
+    // A file named but missing is an error, not silently the defaults.
+    let missing = l.dir.join("missing.toml");
+    match run(&["serve"], &[("RECKON_CONFIG", missing.to_str().unwrap())]) {
+        Err(CliError::ConfigFile(ConfigFileError::Io { file, .. })) => assert_eq!(file, missing),
+        other => panic!("{other:?}"),
+    }
+    // Relative paths in the file are relative to the file.
+    let rel = l.dir.join("rel.toml");
+    std::fs::write(&rel, "data_dir = \"d\"\n").unwrap();
+    let c = serve(&["serve", "--config", rel.to_str().unwrap()], &[]);
+    assert_eq!(c.data_dir, l.dir.join("d"));
+}
+
+#[test]
+fn bad_flags_are_usage_errors() {
+    for args in [
+        &["serve", "--grpc-addr", "4317"][..],
+        &["serve", "--store", "postgres://x"],
+        &["serve", "--shutdown-grace", "10x"],
+        &["serve", "--max-request-bytes", "0"],
+        &["serve", "--log-format", "xml"],
+        &["serve", "--log-filter", "x=loud"],
+        &["serve", "--stripe-webhook-secret", ""],
+        &["serve", "--no-such-flag"],
+        &["report", "--since", "yesterday"],
+        &["report", "--format", "xml"],
+        &["escalations", "list", "--status", "closed"],
+        &["escalations", "claim", "e1"],
+        &["escalations", "claim", " ", "--by", "ann"],
+        &["escalations", "--server", "127.0.0.1:8080", "list"],
+        &["demo", "--target", "ftp://x"],
+        &[],
+    ] {
+        match run(args, &[]) {
+            Err(e @ CliError::Usage(_)) => assert_ne!(e.exit_code(), 0, "{args:?}"),
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn help_and_version_exit_zero() {
+    for args in [&["--help"][..], &["serve", "--help"], &["--version"]] {
+        match run(args, &[]) {
+            Err(e @ CliError::Usage(_)) => assert_eq!(e.exit_code(), 0, "{args:?}"),
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn serve_help_names_every_variable() {
+    let mut cmd = Cli::command();
+    let help = cmd
+        .find_subcommand_mut("serve")
+        .unwrap()
+        .render_long_help()
+        .to_string();
+    let vars: Vec<&str> = ENV.iter().map(|(v, _)| *v).chain([ENV_CONFIG]).collect();
+    for var in &vars {
+        assert!(
+            help.contains(&format!("[env: {var}]")),
+            "{var} missing:\n{help}"
+        );
+    }
+    // One variable per serve flag: nothing documented that is not read, nothing read undocumented.
+    let serve = cmd.find_subcommand("serve").unwrap();
+    let flags = serve
+        .get_arguments()
+        .filter(|a| a.get_long().is_some_and(|l| l != "help"))
+        .count();
+    assert_eq!(flags, vars.len());
+    assert_eq!(help.matches("[env: ").count(), vars.len());
+}
+
+#[test]
+fn clap_definition_is_consistent() {
+    Cli::command().debug_assert();
+}
+
+#[test]
+fn report() {
+    let r = match run(&["report"], &[]) {
+        Ok(Command::Report(r)) => r,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        r,
+        ReportArgs {
+            data_dir: "./reckon-data".into(),
+            store: StoreConfig::Sqlite,
+            since: Since::Ago(Dur::hours(24)),
+            format: ReportFormat::Text,
+        }
+    );
+    let r = match run(
+        &[
+            "report",
+            "--since",
+            "2025-01-31T10:00:00Z",
+            "--format",
+            "csv",
+            "--data-dir",
+            "/d",
+        ],
+        &[
+            ("RECKON_STORE", "clickhouse://env"),
+            ("RECKON_DATA_DIR", "/e"),
+        ],
+    ) {
+        Ok(Command::Report(r)) => r,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(r.since, Since::At(Timestamp::from_secs(1_738_317_600)));
+    assert_eq!(r.format, ReportFormat::Csv);
+    assert_eq!(r.data_dir, Path::new("/d"));
+    assert_eq!(r.store, ch("env"));
+
+    // The config file supplies the store and data dir a report reads.
+    let l = Layers::new();
+    let r = match run(
+        &[
+            "report",
+            "--config",
+            l.file.to_str().unwrap(),
+            "--format=json",
+        ],
+        &[],
+    ) {
+        Ok(Command::Report(r)) => r,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        (r.data_dir.as_path(), &r.store),
+        (Path::new("/file/data"), &ch("file"))
+    );
+    assert_eq!(r.format, ReportFormat::Json);
+}
+
+#[test]
+fn since() {
+    assert_eq!(parse_since("24h"), Ok(Since::Ago(Dur::hours(24))));
+    assert_eq!(parse_since("7d"), Ok(Since::Ago(Dur::hours(168))));
+    assert_eq!(
+        parse_since("1970-01-01T00:00:01.5+00:00"),
+        Ok(Since::At(Timestamp(1_500_000_000)))
+    );
+    assert!(parse_since("24").is_err());
+    assert!(parse_since("2025-13-01T00:00:00Z").is_err());
+    let now = Timestamp::from_secs(100_000);
+    assert_eq!(
+        Since::Ago(Dur::hours(1)).resolve(now),
+        Timestamp::from_secs(96_400)
+    );
+    assert_eq!(Since::At(Timestamp(5)).resolve(now), Timestamp(5));
+}
+
+fn esc(args: &[&str], env: &[(&str, &str)]) -> EscalationsCmd {
+    let mut argv = vec!["escalations"];
+    argv.extend_from_slice(args);
+    match run(&argv, env) {
+        Ok(Command::Escalations(e)) => e,
+        other => panic!("{args:?}: {other:?}"),
+    }
+}
+
+#[test]
+fn escalations() {
+    assert_eq!(
+        esc(&["list"], &[]),
+        EscalationsCmd {
+            server: DEFAULT_SERVER.into(),
+            action: EscalationAction::List { status: None },
+        }
+    );
+    assert_eq!(
+        esc(&["list", "--status", "claimed"], &[]).action,
+        EscalationAction::List {
+            status: Some(EscalationStatus::Claimed)
+        }
+    );
+    assert_eq!(
+        esc(&["show", "esc-1"], &[]).action,
+        EscalationAction::Show { id: "esc-1".into() }
+    );
+    assert_eq!(
+        esc(&["claim", "esc-1", "--by", "ann"], &[]).action,
+        EscalationAction::Claim {
+            id: "esc-1".into(),
+            by: "ann".into()
+        }
+    );
+    assert_eq!(
+        esc(
+            &[
+                "resolve",
+                "esc-1",
+                "--by",
+                "ann",
+                "--resolution",
+                "reversed_duplicate",
+                "--note",
+                "called the bank"
+            ],
+            &[]
+        )
+        .action,
+        EscalationAction::Resolve {
+            id: "esc-1".into(),
+            by: "ann".into(),
+            resolution: "reversed_duplicate".into(),
+            note: Some("called the bank".into()),
+        }
+    );
+    assert_eq!(
+        esc(
+            &[
+                "resolve",
+                "e",
+                "--by",
+                "a",
+                "--resolution",
+                "r",
+                "--note",
+                ""
+            ],
+            &[]
+        )
+        .action,
+        EscalationAction::Resolve {
+            id: "e".into(),
+            by: "a".into(),
+            resolution: "r".into(),
+            note: None,
+        }
+    );
+    // --server before or after the action; flag over RECKON_SERVER over the default.
+    let env = &[("RECKON_SERVER", "http://env:8080/")];
+    assert_eq!(esc(&["list"], env).server, "http://env:8080");
+    assert_eq!(
+        esc(&["--server", "https://flag", "list"], env).server,
+        "https://flag"
+    );
+    assert_eq!(
+        esc(&["show", "x", "--server", "http://after:1"], env).server,
+        "http://after:1"
+    );
+    assert!(matches!(
+        run(&["escalations", "list"], &[("RECKON_SERVER", "nope")]),
+        Err(CliError::Env {
+            var: "RECKON_SERVER",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn demo_and_check_contracts() {
+    assert_eq!(
+        run(&["demo"], &[]).unwrap(),
+        Command::Demo(DemoArgs {
+            target: None,
+            once: false,
+            contracts_dir: None
+        })
+    );
+    assert_eq!(
+        run(
+            &[
+                "demo",
+                "--target",
+                "http://127.0.0.1:8080/",
+                "--once",
+                "--contracts-dir",
+                "c"
+            ],
+            &[]
+        )
+        .unwrap(),
+        Command::Demo(DemoArgs {
+            target: Some("http://127.0.0.1:8080".into()),
+            once: true,
+            contracts_dir: Some("c".into())
+        })
+    );
+    assert_eq!(
+        run(&["check-contracts"], &[]).unwrap(),
+        Command::CheckContracts {
+            dir: "./contracts".into()
+        }
+    );
+    assert_eq!(
+        run(&["check-contracts"], &[("RECKON_CONTRACTS_DIR", "/e")]).unwrap(),
+        Command::CheckContracts { dir: "/e".into() }
+    );
+    assert_eq!(
+        run(
+            &["check-contracts", "--contracts", "/f"],
+            &[("RECKON_CONTRACTS_DIR", "/e")]
+        )
+        .unwrap(),
+        Command::CheckContracts { dir: "/f".into() }
+    );
+    let l = Layers::new();
+    assert_eq!(
+        run(
+            &["check-contracts", "--config", l.file.to_str().unwrap()],
+            &[]
+        )
+        .unwrap(),
+        Command::CheckContracts {
+            dir: "/file/contracts".into()
+        }
+    );
+}

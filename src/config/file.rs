@@ -1,0 +1,519 @@
+//! The TOML config file (`reckon serve --config FILE`).
+//!
+//! Keys are the flag names in snake_case, flat at the top level:
+//!
+//! ```toml
+//! grpc_addr = "0.0.0.0:4317"
+//! http_addr = "0.0.0.0:4318"
+//! api_addr = "0.0.0.0:8080"
+//! data_dir = "/var/lib/reckon"         # relative paths are relative to this file
+//! contracts_dir = "contracts"
+//! store = "clickhouse://reckon:secret@ch:8123/audit"   # or "sqlite"
+//! stripe_webhook_secret = "whsec_..."
+//! stripe_tolerance = "5m"
+//! max_request_bytes = "16MiB"          # or a plain number of bytes
+//! max_concurrent_exports = 64
+//! shutdown_grace = "10s"
+//! log_format = "json"                  # or "text"
+//! log_filter = "info,reckon=debug"
+//! ```
+//!
+//! As with contracts, a typo must not silently become a default: unknown keys are errors, and every
+//! error names the file, the line and the key. Parsing keeps each raw value as `toml::Spanned` so
+//! the value checks after serde's shape checks can still point at the line.
+
+use super::value::{self, ValueError};
+use super::{Config, LogFormat, StoreConfig};
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use toml::Spanned;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigFileError {
+    #[error("{file}:{line}: field `{field}`: {message}")]
+    Invalid {
+        file: PathBuf,
+        line: usize,
+        field: String,
+        message: String,
+    },
+    #[error("{file}: {source}")]
+    Io {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// What one config file sets: `None` where the file is silent, so the layers below (defaults)
+/// and above (environment, flags) can be told apart.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FileConfig {
+    pub grpc_addr: Option<SocketAddr>,
+    pub http_addr: Option<SocketAddr>,
+    pub api_addr: Option<SocketAddr>,
+    pub data_dir: Option<PathBuf>,
+    pub contracts_dir: Option<PathBuf>,
+    pub store: Option<StoreConfig>,
+    pub stripe_webhook_secret: Option<String>,
+    pub stripe_tolerance: Option<Duration>,
+    pub max_request_bytes: Option<usize>,
+    pub max_concurrent_exports: Option<usize>,
+    pub shutdown_grace: Option<Duration>,
+    pub log_format: Option<LogFormat>,
+    pub log_filter: Option<String>,
+}
+
+impl FileConfig {
+    /// Overwrites in `cfg` every setting this file names.
+    pub fn apply(&self, cfg: &mut Config) {
+        fn set<T: Clone>(dst: &mut T, src: &Option<T>) {
+            if let Some(v) = src {
+                *dst = v.clone();
+            }
+        }
+        set(&mut cfg.grpc_addr, &self.grpc_addr);
+        set(&mut cfg.http_addr, &self.http_addr);
+        set(&mut cfg.api_addr, &self.api_addr);
+        set(&mut cfg.data_dir, &self.data_dir);
+        set(&mut cfg.contracts_dir, &self.contracts_dir);
+        set(&mut cfg.store, &self.store);
+        if self.stripe_webhook_secret.is_some() {
+            cfg.stripe_webhook_secret = self.stripe_webhook_secret.clone();
+        }
+        set(&mut cfg.stripe_tolerance, &self.stripe_tolerance);
+        set(&mut cfg.max_request_bytes, &self.max_request_bytes);
+        set(
+            &mut cfg.max_concurrent_exports,
+            &self.max_concurrent_exports,
+        );
+        set(&mut cfg.shutdown_grace, &self.shutdown_grace);
+        set(&mut cfg.log_format, &self.log_format);
+        set(&mut cfg.log_filter, &self.log_filter);
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    grpc_addr: Option<Spanned<String>>,
+    http_addr: Option<Spanned<String>>,
+    api_addr: Option<Spanned<String>>,
+    data_dir: Option<Spanned<String>>,
+    contracts_dir: Option<Spanned<String>>,
+    store: Option<Spanned<String>>,
+    stripe_webhook_secret: Option<Spanned<String>>,
+    stripe_tolerance: Option<Spanned<String>>,
+    // A number of bytes or a string with a unit ("16MiB"): checked by hand below.
+    max_request_bytes: Option<Spanned<toml::Value>>,
+    // i64 rather than usize so zero and negatives get our message, not serde's.
+    max_concurrent_exports: Option<Spanned<i64>>,
+    shutdown_grace: Option<Spanned<String>>,
+    log_format: Option<Spanned<String>>,
+    log_filter: Option<Spanned<String>>,
+}
+
+/// The file being parsed: turns byte spans into 1-based line numbers for errors.
+struct Src<'a> {
+    file: &'a Path,
+    text: &'a str,
+}
+
+impl Src<'_> {
+    fn line(&self, offset: usize) -> usize {
+        let end = offset.min(self.text.len());
+        self.text.as_bytes()[..end]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count()
+            + 1
+    }
+
+    fn err(&self, span: Range<usize>, field: &str, message: impl ToString) -> ConfigFileError {
+        ConfigFileError::Invalid {
+            file: self.file.to_path_buf(),
+            line: self.line(span.start),
+            field: field.to_string(),
+            message: message.to_string(),
+        }
+    }
+
+    /// Parses one value with the shared parser, naming the key and its line on failure.
+    fn value<T>(
+        &self,
+        field: &str,
+        raw: &Option<Spanned<String>>,
+        parse: impl Fn(&str) -> Result<T, ValueError>,
+    ) -> Result<Option<T>, ConfigFileError> {
+        raw.as_ref()
+            .map(|v| parse(v.get_ref()).map_err(|e| self.err(v.span(), field, e)))
+            .transpose()
+    }
+
+    /// A path, made relative to the config file's directory so a file means the same thing
+    /// whatever directory the service is started from.
+    fn path(
+        &self,
+        field: &str,
+        raw: &Option<Spanned<String>>,
+    ) -> Result<Option<PathBuf>, ConfigFileError> {
+        let base = self.file.parent().unwrap_or(Path::new(""));
+        self.value(field, raw, |s| {
+            if s.trim().is_empty() {
+                return Err(ValueError::Empty);
+            }
+            Ok(base.join(s))
+        })
+    }
+
+    /// Maps a `toml` error (syntax, wrong type, unknown key) to one naming file, line and key.
+    /// `toml` exposes the key path only in its `Display` when it has no input to quote, so the
+    /// path is recovered from that rendering; the line comes from the span.
+    fn toml_err(&self, e: &toml::de::Error) -> ConfigFileError {
+        let line = e.span().map(|s| self.line(s.start)).unwrap_or(1);
+        let message = e
+            .message()
+            .lines()
+            .next()
+            .unwrap_or("invalid TOML")
+            .trim()
+            .to_string();
+        let mut bare = e.clone();
+        bare.set_input(None);
+        let rendered = bare.to_string();
+        let path = rendered
+            .lines()
+            .find_map(|l| l.strip_prefix("in `").and_then(|r| r.strip_suffix('`')))
+            .map(str::to_string);
+        let field = quoted_after(&message, "unknown field `")
+            .map(str::to_string)
+            .or(path)
+            .or_else(|| self.key_on_line(line))
+            .unwrap_or_else(|| "(syntax)".to_string());
+        ConfigFileError::Invalid {
+            file: self.file.to_path_buf(),
+            line,
+            field,
+            message,
+        }
+    }
+
+    fn key_on_line(&self, line: usize) -> Option<String> {
+        let text = self.text.lines().nth(line.checked_sub(1)?)?;
+        let (key, _) = text.split_once('=')?;
+        let key = key.trim().trim_matches('"');
+        (!key.is_empty() && !key.starts_with('#') && !key.starts_with('[')).then(|| key.to_string())
+    }
+}
+
+fn quoted_after<'m>(message: &'m str, prefix: &str) -> Option<&'m str> {
+    let rest = &message[message.find(prefix)? + prefix.len()..];
+    Some(&rest[..rest.find('`')?])
+}
+
+/// Parses a config file's text. `file` names it in errors and anchors relative paths.
+pub fn parse_file(file: &Path, text: &str) -> Result<FileConfig, ConfigFileError> {
+    let src = Src { file, text };
+    let raw: RawFile = toml::from_str(text).map_err(|e| src.toml_err(&e))?;
+
+    let max_request_bytes = match &raw.max_request_bytes {
+        None => None,
+        Some(v) => {
+            let field = "max_request_bytes";
+            let parsed = match v.get_ref() {
+                toml::Value::Integer(n) if *n <= 0 => Err(ValueError::Zero),
+                toml::Value::Integer(n) => {
+                    usize::try_from(*n).map_err(|_| ValueError::Size(n.to_string()))
+                }
+                toml::Value::String(s) => value::parse_size(s),
+                other => Err(ValueError::Size(other.to_string())),
+            };
+            Some(parsed.map_err(|e| src.err(v.span(), field, e))?)
+        }
+    };
+    let max_concurrent_exports = match &raw.max_concurrent_exports {
+        None => None,
+        Some(v) => match usize::try_from(*v.get_ref()) {
+            Ok(n) if n > 0 => Some(n),
+            _ => return Err(src.err(v.span(), "max_concurrent_exports", ValueError::Zero)),
+        },
+    };
+
+    Ok(FileConfig {
+        grpc_addr: src.value("grpc_addr", &raw.grpc_addr, value::parse_addr)?,
+        http_addr: src.value("http_addr", &raw.http_addr, value::parse_addr)?,
+        api_addr: src.value("api_addr", &raw.api_addr, value::parse_addr)?,
+        data_dir: src.path("data_dir", &raw.data_dir)?,
+        contracts_dir: src.path("contracts_dir", &raw.contracts_dir)?,
+        store: src.value("store", &raw.store, |s| Ok(value::parse_store(s)?))?,
+        stripe_webhook_secret: src.value(
+            "stripe_webhook_secret",
+            &raw.stripe_webhook_secret,
+            value::parse_secret,
+        )?,
+        stripe_tolerance: src.value(
+            "stripe_tolerance",
+            &raw.stripe_tolerance,
+            value::parse_positive_duration,
+        )?,
+        max_request_bytes,
+        max_concurrent_exports,
+        shutdown_grace: src.value("shutdown_grace", &raw.shutdown_grace, value::parse_duration)?,
+        log_format: src.value("log_format", &raw.log_format, value::parse_log_format)?,
+        log_filter: src.value("log_filter", &raw.log_filter, value::parse_log_filter)?,
+    })
+}
+
+/// Reads and parses a config file. A missing file is an error naming it: a service started with
+/// `--config` that silently ran on defaults would be listening where nobody expects.
+pub fn load_file(file: &Path) -> Result<FileConfig, ConfigFileError> {
+    let text = std::fs::read_to_string(file).map_err(|source| ConfigFileError::Io {
+        file: file.to_path_buf(),
+        source,
+    })?;
+    parse_file(file, &text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = "etc/reckon.toml";
+
+    fn invalid(text: &str) -> (usize, String, String) {
+        match parse_file(Path::new(FILE), text) {
+            Err(ConfigFileError::Invalid {
+                file,
+                line,
+                field,
+                message,
+            }) => {
+                assert_eq!(file, Path::new(FILE));
+                (line, field, message)
+            }
+            other => panic!("expected Invalid for {text:?}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn full_file_parses() {
+        let text = r#"
+# every key
+grpc_addr = "127.0.0.1:14317"
+http_addr = "[::1]:14318"
+api_addr = "localhost:18080"
+data_dir = "data"
+contracts_dir = "/srv/contracts"
+store = "clickhouse://reckon:pw@ch:8123/audit"
+stripe_webhook_secret = "whsec_x"
+stripe_tolerance = "2m"
+max_request_bytes = "4MiB"
+max_concurrent_exports = 8
+shutdown_grace = "1m30s"
+log_format = "json"
+log_filter = "warn,reckon=debug"
+"#;
+        let f = parse_file(Path::new(FILE), text).unwrap();
+        let mut cfg = Config::default();
+        f.apply(&mut cfg);
+        assert_eq!(cfg.grpc_addr, SocketAddr::from(([127, 0, 0, 1], 14317)));
+        assert_eq!(cfg.http_addr.to_string(), "[::1]:14318");
+        assert_eq!(cfg.api_addr, SocketAddr::from(([127, 0, 0, 1], 18080)));
+        assert_eq!(cfg.data_dir, Path::new("etc/data"));
+        assert_eq!(cfg.contracts_dir, Path::new("/srv/contracts"));
+        assert_eq!(
+            cfg.store,
+            StoreConfig::ClickHouse {
+                url: "http://ch:8123".into(),
+                user: "reckon".into(),
+                password: "pw".into(),
+                database: "audit".into()
+            }
+        );
+        assert_eq!(cfg.stripe_webhook_secret.as_deref(), Some("whsec_x"));
+        assert_eq!(cfg.stripe_tolerance, Duration::from_secs(120));
+        assert_eq!(cfg.max_request_bytes, 4 << 20);
+        assert_eq!(cfg.max_concurrent_exports, 8);
+        assert_eq!(cfg.shutdown_grace, Duration::from_secs(90));
+        assert_eq!(cfg.log_format, LogFormat::Json);
+        assert_eq!(cfg.log_filter, "warn,reckon=debug");
+    }
+
+    #[test]
+    fn empty_file_changes_nothing() {
+        let f = parse_file(Path::new(FILE), "# nothing yet\n").unwrap();
+        assert_eq!(f, FileConfig::default());
+        let mut cfg = Config::default();
+        f.apply(&mut cfg);
+        assert_eq!(cfg, Config::default());
+        let f = parse_file(Path::new(FILE), "max_request_bytes = 1024\n").unwrap();
+        assert_eq!(f.max_request_bytes, Some(1024));
+    }
+
+    #[test]
+    fn every_bad_value_names_file_line_and_field() {
+        let cases: &[(&str, &str, &str)] = &[
+            ("grpc_addr = \"4317\"", "grpc_addr", "invalid address"),
+            (
+                "http_addr = \"example.com:80\"",
+                "http_addr",
+                "invalid address",
+            ),
+            (
+                "api_addr = \"0.0.0.0:99999\"",
+                "api_addr",
+                "invalid address",
+            ),
+            ("data_dir = \"\"", "data_dir", "empty"),
+            ("contracts_dir = \" \"", "contracts_dir", "empty"),
+            (
+                "store = \"postgres://h/db\"",
+                "store",
+                "unknown store scheme",
+            ),
+            ("store = \"clickhouse://h:0/db\"", "store", "port"),
+            (
+                "stripe_webhook_secret = \"\"",
+                "stripe_webhook_secret",
+                "empty",
+            ),
+            (
+                "stripe_tolerance = \"0s\"",
+                "stripe_tolerance",
+                "longer than zero",
+            ),
+            (
+                "stripe_tolerance = \"5 minutes\"",
+                "stripe_tolerance",
+                "invalid duration",
+            ),
+            (
+                "shutdown_grace = \"10x\"",
+                "shutdown_grace",
+                "invalid duration",
+            ),
+            (
+                "shutdown_grace = \"10\"",
+                "shutdown_grace",
+                "invalid duration",
+            ),
+            (
+                "max_request_bytes = \"16 gigs\"",
+                "max_request_bytes",
+                "invalid size",
+            ),
+            ("max_request_bytes = 0", "max_request_bytes", "at least 1"),
+            ("max_request_bytes = -5", "max_request_bytes", "at least 1"),
+            (
+                "max_request_bytes = 1.5",
+                "max_request_bytes",
+                "invalid size",
+            ),
+            (
+                "max_concurrent_exports = 0",
+                "max_concurrent_exports",
+                "at least 1",
+            ),
+            (
+                "max_concurrent_exports = -1",
+                "max_concurrent_exports",
+                "at least 1",
+            ),
+            ("log_format = \"xml\"", "log_format", "invalid log format"),
+            (
+                "log_filter = \"reckon=loud\"",
+                "log_filter",
+                "invalid log filter",
+            ),
+        ];
+        for (line_text, want_field, want_msg) in cases {
+            // The bad key sits on line 3, after a comment and a good key.
+            let text = format!("# reckon\napi_addr = \"127.0.0.1:8080\"\n{line_text}\n");
+            let text = if want_field == &"api_addr" {
+                format!("# reckon\n\n{line_text}\n")
+            } else {
+                text
+            };
+            let (line, field, msg) = invalid(&text);
+            assert_eq!(
+                (line, field.as_str()),
+                (3, *want_field),
+                "{line_text}: {msg}"
+            );
+            assert!(msg.contains(want_msg), "{line_text}: {msg}");
+        }
+    }
+
+    #[test]
+    fn wrong_types_name_the_field() {
+        let cases: &[(&str, &str)] = &[
+            ("grpc_addr = 4317", "grpc_addr"),
+            ("shutdown_grace = 10", "shutdown_grace"),
+            ("max_concurrent_exports = \"64\"", "max_concurrent_exports"),
+            ("log_format = [\"json\"]", "log_format"),
+            ("store = { url = \"x\" }", "store"),
+            ("stripe_webhook_secret = true", "stripe_webhook_secret"),
+        ];
+        for (line_text, want_field) in cases {
+            let (line, field, msg) = invalid(&format!("\n\n{line_text}\n"));
+            assert_eq!(
+                (line, field.as_str()),
+                (3, *want_field),
+                "{line_text}: {msg}"
+            );
+            assert!(
+                msg.contains("invalid type") || msg.contains("expected"),
+                "{msg}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let (line, field, msg) = invalid("grpc_addr = \"0.0.0.0:4317\"\n\ngrpc_adr = \"x\"\n");
+        assert_eq!((line, field.as_str()), (3, "grpc_adr"), "{msg}");
+        assert!(msg.contains("unknown field"), "{msg}");
+        // The flag spelling is not the key spelling.
+        let (line, field, _) = invalid("\ncontracts = \"c\"\n");
+        assert_eq!((line, field.as_str()), (2, "contracts"));
+        // Tables are not part of the format either.
+        let (line, field, _) = invalid("\n\n[server]\naddr = \"x\"\n");
+        assert_eq!((line, field.as_str()), (3, "server"));
+    }
+
+    #[test]
+    fn syntax_errors_name_the_line() {
+        let (line, field, msg) = invalid("grpc_addr = \"0.0.0.0:4317\"\nlog_format = \"json\n");
+        assert_eq!((line, field.as_str()), (2, "log_format"), "{msg}");
+        let (line, _, _) = invalid("a\n");
+        assert_eq!(line, 1);
+        // A key written twice is a TOML error, not "last one wins".
+        let (line, _, msg) = invalid("log_format = \"json\"\nlog_format = \"text\"\n");
+        assert_eq!(line, 2, "{msg}");
+    }
+
+    #[test]
+    fn display_names_file_line_field() {
+        let e = parse_file(Path::new(FILE), "\nshutdown_grace = \"10x\"\n").unwrap_err();
+        let s = e.to_string();
+        assert!(
+            s.starts_with("etc/reckon.toml:2: field `shutdown_grace`: "),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn missing_file_is_named() {
+        let e = load_file(Path::new("/nonexistent/reckon.toml")).unwrap_err();
+        assert!(matches!(&e, ConfigFileError::Io { .. }));
+        assert!(e.to_string().contains("/nonexistent/reckon.toml"));
+    }
+
+    #[test]
+    fn store_password_is_not_echoed() {
+        let (_, _, msg) = invalid("store = \"clickhouse://u:hunter2@h/1x\"\n");
+        assert!(!msg.contains("hunter2"), "{msg}");
+    }
+}

@@ -1,0 +1,347 @@
+//! The engine's state machine: events and time in, verdicts and escalations out.
+//!
+//! Deterministic like the audit core it drives (time is an argument, nothing here does I/O), so
+//! deadlines, reordering and restarts are tested without sleeping. The async service around it
+//! owns the clock, the store and the timer.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use crate::audit::{self, Ledger};
+use crate::contract::Contracts;
+use crate::escalation::{EscalationBook, EscalationError};
+use crate::model::*;
+
+/// What one step changed, for the store, the metrics and the API.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Fresh verdicts of every intent the step touched.
+    pub verdicts: Vec<Verdict>,
+    /// Pseudo-intents (orphan records) that now belong to a real intent.
+    pub removed: Vec<String>,
+    /// Escalations opened or changed.
+    pub escalations: Vec<Escalation>,
+    /// Findings that were not in the intent's previous verdict, with the intent's tool.
+    pub new_findings: Vec<(Option<String>, Finding)>,
+}
+
+impl Outcome {
+    pub fn is_empty(&self) -> bool {
+        self.verdicts.is_empty() && self.removed.is_empty() && self.escalations.is_empty()
+    }
+}
+
+pub struct EngineCore {
+    contracts: Arc<Contracts>,
+    ledger: Ledger,
+    book: EscalationBook,
+    verdicts: HashMap<String, Verdict>,
+    /// Re-audit instants, ordered, and the one currently booked per intent.
+    schedule: BTreeSet<(Timestamp, String)>,
+    booked: HashMap<String, Timestamp>,
+}
+
+impl EngineCore {
+    pub fn new(contracts: Arc<Contracts>) -> Self {
+        EngineCore {
+            contracts,
+            ledger: Ledger::new(),
+            book: EscalationBook::new(),
+            verdicts: HashMap::new(),
+            schedule: BTreeSet::new(),
+            booked: HashMap::new(),
+        }
+    }
+
+    /// Rebuild from the store's contents: the same events and escalations give the same
+    /// verdicts a process that never stopped would have.
+    pub fn restore(
+        contracts: Arc<Contracts>,
+        events: Vec<Event>,
+        escalations: Vec<Escalation>,
+        now: Timestamp,
+    ) -> (Self, Outcome) {
+        let mut core = EngineCore::new(contracts);
+        core.book = EscalationBook::restore(escalations);
+        for e in events {
+            core.ledger.add(e);
+        }
+        let ids: Vec<String> = core.ledger.ids().collect();
+        let mut out = Outcome::default();
+        for id in ids {
+            core.audit_into(&id, now, &mut out);
+        }
+        // Findings rebuilt from history are not new: only what appears from here on is counted.
+        out.new_findings.clear();
+        (core, out)
+    }
+
+    pub fn ingest(&mut self, events: Vec<Event>, now: Timestamp) -> Outcome {
+        let mut change = audit::LedgerChange::default();
+        for e in events {
+            change.merge(self.ledger.add(e));
+        }
+        let mut out = Outcome::default();
+        for id in &change.removed {
+            self.verdicts.remove(id);
+            self.unbook(id);
+            out.removed.push(id.clone());
+        }
+        for id in &change.affected {
+            self.audit_into(id, now, &mut out);
+        }
+        out
+    }
+
+    /// Re-audit every intent whose deadline has come.
+    pub fn tick(&mut self, now: Timestamp) -> Outcome {
+        let mut out = Outcome::default();
+        while let Some((at, id)) = self.schedule.first().cloned() {
+            if at > now {
+                break;
+            }
+            self.schedule.remove(&(at, id.clone()));
+            self.booked.remove(&id);
+            self.audit_into(&id, now, &mut out);
+        }
+        out
+    }
+
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        self.schedule.first().map(|(t, _)| *t)
+    }
+
+    pub fn verdict(&self, intent_id: &str) -> Option<&Verdict> {
+        self.verdicts.get(intent_id)
+    }
+
+    pub fn verdicts(&self) -> impl Iterator<Item = &Verdict> {
+        self.verdicts.values()
+    }
+
+    pub fn intents(&self) -> usize {
+        self.verdicts.len()
+    }
+
+    pub fn book(&self) -> &EscalationBook {
+        &self.book
+    }
+
+    pub fn contracts(&self) -> &Contracts {
+        &self.contracts
+    }
+
+    pub fn claim(
+        &mut self,
+        id: &str,
+        by: &str,
+        now: Timestamp,
+    ) -> Result<(Escalation, Outcome), EscalationError> {
+        let e = self.book.claim(id, by, now)?;
+        Ok((e.clone(), self.after_person(e, now)))
+    }
+
+    pub fn resolve(
+        &mut self,
+        id: &str,
+        by: &str,
+        resolution: &str,
+        note: Option<&str>,
+        now: Timestamp,
+    ) -> Result<(Escalation, Outcome), EscalationError> {
+        let e = self.book.resolve(id, by, resolution, note, now)?;
+        Ok((e.clone(), self.after_person(e, now)))
+    }
+
+    /// A person's action changes the intent's decision: re-audit it.
+    fn after_person(&mut self, e: Escalation, now: Timestamp) -> Outcome {
+        let mut out = Outcome::default();
+        self.audit_into(&e.intent_id, now, &mut out);
+        if !out.escalations.iter().any(|x| x.id == e.id) {
+            out.escalations.push(e);
+        }
+        out
+    }
+
+    fn audit_into(&mut self, id: &str, now: Timestamp, out: &mut Outcome) {
+        let Some(history) = self.ledger.history(id) else {
+            self.verdicts.remove(id);
+            self.unbook(id);
+            return;
+        };
+        let contract = Ledger::contract_for(&history, &self.contracts);
+        let mut v = audit::audit(&history, contract, now);
+        if let Some(e) = self.book.observe(&v) {
+            out.escalations.push(e);
+        }
+        self.book.apply(&mut v);
+
+        let before: HashSet<(FindingKind, &str)> = self
+            .verdicts
+            .get(id)
+            .map(|old| {
+                old.findings
+                    .iter()
+                    .map(|f| (f.kind, f.subject.as_str()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for f in &v.findings {
+            if !before.contains(&(f.kind, f.subject.as_str())) {
+                out.new_findings.push((v.tool.clone(), f.clone()));
+            }
+        }
+        self.unbook(id);
+        if let Some(at) = v.next_change {
+            self.schedule.insert((at, id.to_string()));
+            self.booked.insert(id.to_string(), at);
+        }
+        self.verdicts.insert(id.to_string(), v.clone());
+        out.verdicts.retain(|x| x.intent_id != id);
+        out.verdicts.push(v);
+    }
+
+    fn unbook(&mut self, id: &str) {
+        if let Some(at) = self.booked.remove(id) {
+            self.schedule.remove(&(at, id.to_string()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::Contract;
+
+    fn contracts() -> Arc<Contracts> {
+        Arc::new(Contracts::new(vec![Contract::example(
+            "payments.refund",
+            "issue_refund",
+        )]))
+    }
+
+    fn t(secs: i64) -> Timestamp {
+        Timestamp::from_secs(1_780_000_000 + secs)
+    }
+
+    fn timeout(intent: &str, n: u8, start: i64, key: &str) -> Event {
+        Event::Attempt(Attempt {
+            span: SpanRef {
+                trace_id: [n; 16],
+                span_id: [n; 8],
+            },
+            intent_id: intent.into(),
+            tool: "issue_refund".into(),
+            start: t(start),
+            end: t(start + 30),
+            idempotency_key: Some(key.into()),
+            http_status: None,
+            error_type: Some("timeout".into()),
+            span_error: true,
+            object_id: None,
+            object_status: None,
+            reported_outcome: None,
+            arguments: None,
+        })
+    }
+
+    fn record(object: &str, key: Option<&str>, status: &str, at: i64) -> Event {
+        Event::Record(RecordObservation {
+            source: "api".into(),
+            kind: None,
+            object_id: object.into(),
+            intent_id: None,
+            idempotency_key: key.map(str::to_string),
+            status: status.into(),
+            amount: None,
+            currency: None,
+            target: None,
+            created_at: None,
+            observed_at: t(at),
+        })
+    }
+
+    #[test]
+    fn a_deadline_escalates_with_no_new_event() {
+        let mut core = EngineCore::new(contracts());
+        let out = core.ingest(vec![timeout("i1", 1, 0, "k1")], t(31));
+        assert_eq!(out.verdicts[0].decision, Decision::Wait);
+        assert_eq!(core.next_deadline(), Some(t(60)));
+
+        assert!(
+            core.tick(t(59)).is_empty(),
+            "nothing is due before the deadline"
+        );
+        let out = core.tick(t(60));
+        assert_eq!(out.verdicts[0].decision, Decision::RetrySameKey);
+        assert_eq!(core.next_deadline(), Some(t(15 * 60)));
+
+        let out = core.tick(t(15 * 60));
+        assert_eq!(
+            out.escalations.len(),
+            1,
+            "unresolved_unknown opens an escalation on its own"
+        );
+        assert_eq!(out.verdicts[0].decision, Decision::Escalate);
+        assert_eq!(
+            out.new_findings
+                .iter()
+                .map(|(_, f)| f.kind)
+                .collect::<Vec<_>>(),
+            [FindingKind::UnresolvedUnknown]
+        );
+    }
+
+    #[test]
+    fn restore_reaches_the_same_verdicts() {
+        let events = vec![
+            timeout("i1", 1, 0, "k1"),
+            timeout("i1", 2, 40, "k2"),
+            record("re_1", Some("k1"), "succeeded", 20),
+            record("re_9", None, "succeeded", 5),
+        ];
+        let mut live = EngineCore::new(contracts());
+        let mut escalations = Vec::new();
+        for e in events.clone() {
+            escalations.extend(live.ingest(vec![e], t(100)).escalations);
+        }
+        let (restored, _) = EngineCore::restore(
+            contracts(),
+            events.into_iter().rev().collect(),
+            escalations,
+            t(100),
+        );
+        let mut a: Vec<Verdict> = live.verdicts().cloned().collect();
+        let mut b: Vec<Verdict> = restored.verdicts().cloned().collect();
+        a.sort_by(|x, y| x.intent_id.cmp(&y.intent_id));
+        b.sort_by(|x, y| x.intent_id.cmp(&y.intent_id));
+        assert_eq!(a, b);
+        assert_eq!(
+            restored.book().count(EscalationStatus::Open),
+            1,
+            "no second escalation after a restart"
+        );
+    }
+
+    #[test]
+    fn an_orphan_joins_its_intent_when_the_key_arrives() {
+        let mut core = EngineCore::new(contracts());
+        let out = core.ingest(vec![record("re_1", Some("k1"), "succeeded", 10)], t(11));
+        assert_eq!(out.verdicts[0].intent_id, "orphan:re_1");
+        let out = core.ingest(vec![timeout("i1", 1, 0, "k1")], t(40));
+        assert_eq!(out.removed, ["orphan:re_1"]);
+        assert_eq!(
+            core.verdict("i1").map(|v| v.state),
+            Some(IntentState::Completed)
+        );
+        assert!(core.verdict("orphan:re_1").is_none());
+    }
+
+    #[test]
+    fn a_resent_batch_changes_nothing() {
+        let mut core = EngineCore::new(contracts());
+        core.ingest(vec![timeout("i1", 1, 0, "k1")], t(31));
+        let again = core.ingest(vec![timeout("i1", 1, 0, "k1")], t(31));
+        assert!(again.verdicts.is_empty() && again.new_findings.is_empty());
+    }
+}

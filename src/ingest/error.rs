@@ -1,0 +1,94 @@
+//! One error table for every transport: each ingest failure maps to one gRPC code, one HTTP
+//! status, one stable API code, and whether (and when) the client should retry. OTLP exporters
+//! retry exactly the codes the OTLP spec names as retryable, so the mapping decides whether data
+//! is re-sent or dropped by the client.
+
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    /// The body could not be decoded at all (truncated protobuf, invalid JSON).
+    #[error("cannot decode request: {0}")]
+    Decode(String),
+    #[error("request body is larger than the limit of {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("unsupported content type {0:?}: send application/x-protobuf or application/json")]
+    UnsupportedMediaType(String),
+    #[error("unsupported content encoding {0:?}: send gzip or none")]
+    UnsupportedEncoding(String),
+    /// Too many exports in flight: refused before any work, so the client's retry is safe.
+    #[error("reckon is at capacity; retry later")]
+    Overloaded,
+    /// The store could not make the events durable: nothing was acknowledged.
+    #[error("the store did not confirm the write: {0}")]
+    Unavailable(String),
+    #[error("webhook signature rejected: {0}")]
+    BadSignature(String),
+    #[error("{0}")]
+    BadRequest(String),
+}
+
+/// How an [`IngestError`] appears on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WireError {
+    pub grpc: tonic::Code,
+    pub http: u16,
+    /// The `error.code` of the JSON error body.
+    pub code: &'static str,
+    /// Sent as `Retry-After` (HTTP) and `RetryInfo` (gRPC) for retryable refusals.
+    pub retry_after: Option<Duration>,
+}
+
+impl IngestError {
+    pub fn wire(&self) -> WireError {
+        use tonic::Code;
+        let (grpc, http, code, retry_after) = match self {
+            IngestError::Decode(_) => (Code::InvalidArgument, 400, "decode_error", None),
+            IngestError::TooLarge { .. } => (Code::InvalidArgument, 413, "body_too_large", None),
+            IngestError::UnsupportedMediaType(_) => {
+                (Code::InvalidArgument, 415, "unsupported_media_type", None)
+            }
+            IngestError::UnsupportedEncoding(_) => {
+                (Code::InvalidArgument, 415, "unsupported_encoding", None)
+            }
+            IngestError::Overloaded => (
+                Code::ResourceExhausted,
+                429,
+                "overloaded",
+                Some(Duration::from_secs(1)),
+            ),
+            IngestError::Unavailable(_) => (
+                Code::Unavailable,
+                503,
+                "unavailable",
+                Some(Duration::from_secs(2)),
+            ),
+            IngestError::BadSignature(_) => (Code::Unauthenticated, 400, "bad_signature", None),
+            IngestError::BadRequest(_) => (Code::InvalidArgument, 400, "bad_request", None),
+        };
+        WireError {
+            grpc,
+            http,
+            code,
+            retry_after,
+        }
+    }
+
+    /// The reason label for `reckon_ingest_rejections_total`.
+    pub fn reason(&self) -> &'static str {
+        self.wire().code
+    }
+
+    pub fn to_status(&self) -> tonic::Status {
+        use tonic_types::{ErrorDetails, StatusExt};
+        let w = self.wire();
+        match w.retry_after {
+            Some(after) => tonic::Status::with_error_details(
+                w.grpc,
+                self.to_string(),
+                ErrorDetails::with_retry_info(Some(after)),
+            ),
+            None => tonic::Status::new(w.grpc, self.to_string()),
+        }
+    }
+}

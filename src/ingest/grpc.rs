@@ -1,0 +1,84 @@
+//! OTLP/gRPC adapter: decoded messages in, the ingest service's answer out. Nothing else.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{
+    LogsService, LogsServiceServer,
+};
+use opentelemetry_proto::tonic::collector::logs::v1::{
+    ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use tonic::codec::CompressionEncoding;
+use tonic::{Request, Response, Status};
+
+use super::otlp;
+use super::service::{IngestService, Transport};
+
+pub struct Traces(pub Arc<IngestService>);
+pub struct Logs(pub Arc<IngestService>);
+
+#[tonic::async_trait]
+impl TraceService for Traces {
+    async fn export(
+        &self,
+        request: Request<ExportTraceServiceRequest>,
+    ) -> Result<Response<ExportTraceServiceResponse>, Status> {
+        let received = Instant::now();
+        let decoded = otlp::traces_from_proto(request.get_ref(), self.0.contracts());
+        let reply = self
+            .0
+            .traces(Transport::Grpc, decoded, received)
+            .await
+            .map_err(|e| e.to_status())?;
+        let partial_success =
+            (reply.rejected > 0 || !reply.message.is_empty()).then(|| ExportTracePartialSuccess {
+                rejected_spans: reply.rejected as i64,
+                error_message: reply.message,
+            });
+        Ok(Response::new(ExportTraceServiceResponse {
+            partial_success,
+        }))
+    }
+}
+
+#[tonic::async_trait]
+impl LogsService for Logs {
+    async fn export(
+        &self,
+        request: Request<ExportLogsServiceRequest>,
+    ) -> Result<Response<ExportLogsServiceResponse>, Status> {
+        let received = Instant::now();
+        let decoded = otlp::logs_from_proto(request.get_ref());
+        let reply = self
+            .0
+            .logs(Transport::Grpc, decoded, received)
+            .await
+            .map_err(|e| e.to_status())?;
+        let partial_success =
+            (reply.rejected > 0 || !reply.message.is_empty()).then(|| ExportLogsPartialSuccess {
+                rejected_log_records: reply.rejected as i64,
+                error_message: reply.message,
+            });
+        Ok(Response::new(ExportLogsServiceResponse { partial_success }))
+    }
+}
+
+/// The gRPC router: gzip accepted, messages capped at `max_message_bytes` after decompression.
+pub fn router(service: Arc<IngestService>, max_message_bytes: usize) -> tonic::service::Routes {
+    let traces = TraceServiceServer::new(Traces(service.clone()))
+        .accept_compressed(CompressionEncoding::Gzip)
+        .send_compressed(CompressionEncoding::Gzip)
+        .max_decoding_message_size(max_message_bytes);
+    let logs = LogsServiceServer::new(Logs(service))
+        .accept_compressed(CompressionEncoding::Gzip)
+        .send_compressed(CompressionEncoding::Gzip)
+        .max_decoding_message_size(max_message_bytes);
+    tonic::service::Routes::new(traces).add_service(logs)
+}

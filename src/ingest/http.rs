@@ -1,0 +1,239 @@
+//! OTLP/HTTP adapter (`POST /v1/traces`, `POST /v1/logs`): protobuf or JSON, gzip or not. The
+//! response uses the request's content type, as the OTLP spec requires; errors carry a
+//! `google.rpc.Status` body and, when retryable, `Retry-After`.
+
+use std::io::Read;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use opentelemetry_proto::tonic::collector::logs::v1::{
+    ExportLogsPartialSuccess, ExportLogsServiceResponse,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTracePartialSuccess, ExportTraceServiceResponse,
+};
+use prost::Message;
+
+use super::error::IngestError;
+use super::otlp;
+use super::service::{IngestService, PartialSuccess, Transport};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Protobuf,
+    Json,
+}
+
+#[derive(Clone)]
+struct HttpState {
+    service: Arc<IngestService>,
+    max_bytes: usize,
+}
+
+pub fn router(service: Arc<IngestService>, max_bytes: usize) -> Router {
+    Router::new()
+        .route("/v1/traces", post(traces))
+        .route("/v1/logs", post(logs))
+        // Compressed bodies are capped here, decompressed ones in `body_of`.
+        .layer(DefaultBodyLimit::max(max_bytes))
+        .with_state(HttpState { service, max_bytes })
+}
+
+fn format_of(headers: &HeaderMap) -> Result<Format, IngestError> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let mime = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    match mime.as_str() {
+        "application/x-protobuf" | "application/protobuf" => Ok(Format::Protobuf),
+        "application/json" => Ok(Format::Json),
+        _ => Err(IngestError::UnsupportedMediaType(ct.to_string())),
+    }
+}
+
+/// The request body, gunzipped when `Content-Encoding: gzip`, never larger than `limit`.
+pub fn body_of(headers: &HeaderMap, body: &[u8], limit: usize) -> Result<Vec<u8>, IngestError> {
+    let encoding = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    match encoding.as_str() {
+        "" | "identity" => Ok(body.to_vec()),
+        "gzip" | "x-gzip" => {
+            let mut out = Vec::with_capacity(body.len() * 4);
+            // Read one byte past the limit to tell "exactly at the limit" from "over it" without
+            // inflating a zip bomb into memory.
+            flate2::read::MultiGzDecoder::new(body)
+                .take(limit as u64 + 1)
+                .read_to_end(&mut out)
+                .map_err(|e| IngestError::Decode(format!("gzip: {e}")))?;
+            if out.len() > limit {
+                return Err(IngestError::TooLarge { limit });
+            }
+            Ok(out)
+        }
+        other => Err(IngestError::UnsupportedEncoding(other.to_string())),
+    }
+}
+
+async fn traces(State(s): State<HttpState>, headers: HeaderMap, body: Bytes) -> Response {
+    let received = Instant::now();
+    let format = format_of(&headers).unwrap_or(Format::Protobuf);
+    let result = async {
+        let format = format_of(&headers)?;
+        let raw = body_of(&headers, &body, s.max_bytes)?;
+        let decoded = match format {
+            Format::Protobuf => otlp::traces_from_protobuf_bytes(&raw, s.service.contracts()),
+            Format::Json => otlp::traces_from_json(&raw, s.service.contracts()),
+        }
+        .map_err(|e| IngestError::Decode(e.to_string()))?;
+        s.service.traces(Transport::Http, decoded, received).await
+    }
+    .await;
+    match result {
+        Ok(reply) => success(format, Signal::Traces, reply),
+        Err(e) => {
+            if !matches!(e, IngestError::Overloaded | IngestError::Unavailable(_)) {
+                s.service.refused(&e);
+            }
+            error_response(format, &e)
+        }
+    }
+}
+
+async fn logs(State(s): State<HttpState>, headers: HeaderMap, body: Bytes) -> Response {
+    let received = Instant::now();
+    let format = format_of(&headers).unwrap_or(Format::Protobuf);
+    let result = async {
+        let format = format_of(&headers)?;
+        let raw = body_of(&headers, &body, s.max_bytes)?;
+        let decoded = match format {
+            Format::Protobuf => otlp::logs_from_protobuf_bytes(&raw),
+            Format::Json => otlp::logs_from_json(&raw),
+        }
+        .map_err(|e| IngestError::Decode(e.to_string()))?;
+        s.service.logs(Transport::Http, decoded, received).await
+    }
+    .await;
+    match result {
+        Ok(reply) => success(format, Signal::Logs, reply),
+        Err(e) => {
+            if !matches!(e, IngestError::Overloaded | IngestError::Unavailable(_)) {
+                s.service.refused(&e);
+            }
+            error_response(format, &e)
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Signal {
+    Traces,
+    Logs,
+}
+
+fn success(format: Format, signal: Signal, reply: PartialSuccess) -> Response {
+    let partial = reply.rejected > 0 || !reply.message.is_empty();
+    match format {
+        Format::Protobuf => {
+            let bytes = match signal {
+                Signal::Traces => ExportTraceServiceResponse {
+                    partial_success: partial.then(|| ExportTracePartialSuccess {
+                        rejected_spans: reply.rejected as i64,
+                        error_message: reply.message,
+                    }),
+                }
+                .encode_to_vec(),
+                Signal::Logs => ExportLogsServiceResponse {
+                    partial_success: partial.then(|| ExportLogsPartialSuccess {
+                        rejected_log_records: reply.rejected as i64,
+                        error_message: reply.message,
+                    }),
+                }
+                .encode_to_vec(),
+            };
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/x-protobuf")],
+                bytes,
+            )
+                .into_response()
+        }
+        Format::Json => {
+            let field = match signal {
+                Signal::Traces => "rejectedSpans",
+                Signal::Logs => "rejectedLogRecords",
+            };
+            // ProtoJSON writes int64 as a string.
+            let body = if partial {
+                serde_json::json!({ "partialSuccess": { field: reply.rejected.to_string(), "errorMessage": reply.message } })
+            } else {
+                serde_json::json!({})
+            };
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                body.to_string(),
+            )
+                .into_response()
+        }
+    }
+}
+
+/// `google.rpc.Status`, for OTLP/HTTP error bodies in protobuf.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RpcStatus {
+    #[prost(int32, tag = "1")]
+    pub code: i32,
+    #[prost(string, tag = "2")]
+    pub message: String,
+}
+
+pub fn error_response(format: Format, e: &IngestError) -> Response {
+    let w = e.wire();
+    let status = StatusCode::from_u16(w.http).unwrap_or(StatusCode::BAD_REQUEST);
+    let mut response = match format {
+        Format::Protobuf => {
+            let body = RpcStatus {
+                code: w.grpc as i32,
+                message: e.to_string(),
+            }
+            .encode_to_vec();
+            (
+                status,
+                [(header::CONTENT_TYPE, "application/x-protobuf")],
+                body,
+            )
+                .into_response()
+        }
+        Format::Json => {
+            let body = serde_json::json!({ "code": w.grpc as i32, "message": e.to_string() });
+            (
+                status,
+                [(header::CONTENT_TYPE, "application/json")],
+                body.to_string(),
+            )
+                .into_response()
+        }
+    };
+    if let Some(after) = w.retry_after {
+        if let Ok(v) = HeaderValue::from_str(&after.as_secs().max(1).to_string()) {
+            response.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+    }
+    response
+}

@@ -1,0 +1,226 @@
+//! The one ingest service every transport feeds. Transports decode; this makes the events
+//! durable through the engine, counts them, and refuses work (retryably) when at capacity
+//! instead of buffering without bound.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::Semaphore;
+
+use super::error::IngestError;
+use super::otlp::Decoded;
+use super::{records, stripe};
+use crate::contract::Contracts;
+use crate::engine::{wall_now, Engine};
+use crate::metrics::Metrics;
+use crate::model::{Dur, Event};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    Grpc,
+    Http,
+}
+
+impl Transport {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Grpc => "grpc",
+            Transport::Http => "http",
+        }
+    }
+}
+
+/// What an export's response says: how many items were refused, and why.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PartialSuccess {
+    pub rejected: u64,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct RecordsReply {
+    pub accepted: usize,
+    pub rejected: Vec<records::RecordRejection>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct StripeReply {
+    pub received: bool,
+    /// `false` for event types reckon does not audit (Stripe still gets its 200).
+    pub recorded: bool,
+    pub event_type: String,
+}
+
+pub struct IngestService {
+    engine: Arc<Engine>,
+    contracts: Arc<Contracts>,
+    metrics: Arc<Metrics>,
+    permits: Semaphore,
+    stripe_secret: Option<String>,
+    stripe_tolerance: Dur,
+}
+
+impl IngestService {
+    pub fn new(
+        engine: Arc<Engine>,
+        contracts: Arc<Contracts>,
+        metrics: Arc<Metrics>,
+        max_concurrent: usize,
+        stripe_secret: Option<String>,
+        stripe_tolerance: Dur,
+    ) -> Self {
+        IngestService {
+            engine,
+            contracts,
+            metrics,
+            permits: Semaphore::new(max_concurrent.max(1)),
+            stripe_secret,
+            stripe_tolerance,
+        }
+    }
+
+    pub fn contracts(&self) -> &Contracts {
+        &self.contracts
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Count a failure before any events were taken.
+    pub fn refused(&self, e: &IngestError) {
+        self.metrics.rejection(e.reason(), 1);
+    }
+
+    async fn durable(&self, events: Vec<Event>, received: Instant) -> Result<(), IngestError> {
+        let _permit = self.permits.try_acquire().map_err(|_| {
+            self.metrics.rejection("overloaded", 1);
+            IngestError::Overloaded
+        })?;
+        self.engine.ingest(events, received).await.map_err(|e| {
+            tracing::error!(error = %e, "store refused an append; the export is not acknowledged");
+            self.metrics.rejection("unavailable", 1);
+            IngestError::Unavailable(e.to_string())
+        })?;
+        Ok(())
+    }
+
+    pub async fn traces(
+        &self,
+        transport: Transport,
+        decoded: Decoded,
+        received: Instant,
+    ) -> Result<PartialSuccess, IngestError> {
+        self.metrics
+            .spans_received(transport.as_str(), decoded.seen);
+        if decoded.dropped > 0 {
+            self.metrics
+                .spans_dropped("not_audited", decoded.dropped - decoded.dropped_no_intent);
+            self.metrics
+                .spans_dropped("no_intent_id", decoded.dropped_no_intent);
+        }
+        if decoded.rejected > 0 {
+            self.metrics.rejection("malformed_span", decoded.rejected);
+        }
+        let reply = PartialSuccess {
+            rejected: decoded.rejected,
+            message: decoded.error_message(),
+        };
+        self.durable(decoded.events, received).await?;
+        Ok(reply)
+    }
+
+    pub async fn logs(
+        &self,
+        transport: Transport,
+        decoded: Decoded,
+        received: Instant,
+    ) -> Result<PartialSuccess, IngestError> {
+        self.metrics
+            .log_records_received(transport.as_str(), decoded.seen);
+        if decoded.rejected > 0 {
+            self.metrics
+                .rejection("malformed_log_record", decoded.rejected);
+        }
+        for e in &decoded.events {
+            if let Event::Record(r) = e {
+                self.metrics.records_received(&r.source, 1);
+            }
+        }
+        let reply = PartialSuccess {
+            rejected: decoded.rejected,
+            message: decoded.error_message(),
+        };
+        self.durable(decoded.events, received).await?;
+        Ok(reply)
+    }
+
+    /// `POST /api/v1/records`: good items are kept, bad ones named by index.
+    pub async fn records(&self, body: &[u8]) -> Result<RecordsReply, IngestError> {
+        let received = Instant::now();
+        let batch = records::parse_records(body, wall_now()).map_err(|e| {
+            self.metrics.rejection("bad_record", 1);
+            IngestError::BadRequest(e.to_string())
+        })?;
+        if !batch.rejected.is_empty() {
+            self.metrics
+                .rejection("bad_record", batch.rejected.len() as u64);
+        }
+        for r in &batch.accepted {
+            self.metrics.records_received(&r.source, 1);
+        }
+        let accepted = batch.accepted.len();
+        self.durable(
+            batch.accepted.into_iter().map(Event::Record).collect(),
+            received,
+        )
+        .await?;
+        Ok(RecordsReply {
+            accepted,
+            rejected: batch.rejected,
+        })
+    }
+
+    /// `POST /api/v1/webhooks/stripe`.
+    pub async fn stripe(
+        &self,
+        signature: Option<&str>,
+        body: &[u8],
+    ) -> Result<StripeReply, IngestError> {
+        let received = Instant::now();
+        if let Some(secret) = &self.stripe_secret {
+            stripe::verify_signature(
+                signature.unwrap_or(""),
+                body,
+                secret,
+                wall_now(),
+                self.stripe_tolerance,
+            )
+            .map_err(|e| {
+                self.metrics.rejection("bad_signature", 1);
+                IngestError::BadSignature(e.to_string())
+            })?;
+        }
+        match stripe::parse_event(body).map_err(|e| {
+            self.metrics.rejection("bad_webhook", 1);
+            IngestError::BadRequest(e.to_string())
+        })? {
+            stripe::StripeOutcome::Ignored(event_type) => Ok(StripeReply {
+                received: true,
+                recorded: false,
+                event_type,
+            }),
+            stripe::StripeOutcome::Record {
+                event_type, record, ..
+            } => {
+                self.metrics.records_received(&record.source, 1);
+                self.durable(vec![Event::Record(record)], received).await?;
+                Ok(StripeReply {
+                    received: true,
+                    recorded: true,
+                    event_type,
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,667 @@
+//! The `/metrics` registry: Prometheus text exposition format 0.0.4, no metrics crate.
+//!
+//! Updates come from every ingest thread, so they are atomics. Labeled counters are looked up
+//! under a read lock by a hash of the borrowed label values: a hit allocates nothing, only the
+//! first sight of a label combination takes the write lock. Label values partly come from the
+//! wire (tool names), so each family holds at most `MAX_SERIES` series; further combinations are
+//! counted under the label value `_overflow` instead of growing memory and scrape size without
+//! bound.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+/// The `Content-Type` of `render`'s output.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Series per labeled family before new label combinations fold into `_overflow`.
+pub const MAX_SERIES: usize = 2000;
+
+/// The label value that stands for every combination past `MAX_SERIES`.
+pub const OVERFLOW: &str = "_overflow";
+
+/// Latency buckets in seconds, from 0.5 ms (a verdict on a warm intent) to 5 s (a stuck store).
+const LATENCY_BUCKETS: [f64; 13] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+
+/// Series by a hash of their label values; colliding series share a bucket, compared exactly.
+type Series = HashMap<u64, Vec<(Box<[String]>, Arc<AtomicU64>)>>;
+
+/// A counter family with a fixed set of label names.
+struct Family {
+    labels: &'static [&'static str],
+    series: RwLock<Series>,
+    len: AtomicU64,
+}
+
+impl Family {
+    fn new(labels: &'static [&'static str]) -> Self {
+        Family {
+            labels,
+            series: RwLock::new(HashMap::new()),
+            len: AtomicU64::new(0),
+        }
+    }
+
+    fn hash(values: &[&str]) -> u64 {
+        let mut h = DefaultHasher::new();
+        for v in values {
+            v.hash(&mut h);
+        }
+        h.finish()
+    }
+
+    fn find(map: &Series, h: u64, values: &[&str]) -> Option<Arc<AtomicU64>> {
+        map.get(&h)?
+            .iter()
+            .find(|(k, _)| k.iter().map(String::as_str).eq(values.iter().copied()))
+            .map(|(_, c)| c.clone())
+    }
+
+    fn add(&self, values: &[&str], n: u64) {
+        debug_assert_eq!(values.len(), self.labels.len());
+        let h = Self::hash(values);
+        // A poisoned lock only means another thread panicked mid-update of a counter map; the
+        // map itself is still usable, and metrics must never take the service down.
+        if let Some(c) = Self::find(
+            &self.series.read().unwrap_or_else(|e| e.into_inner()),
+            h,
+            values,
+        ) {
+            c.fetch_add(n, Relaxed);
+            return;
+        }
+        // Past the cap, this combination is counted as all-`_overflow` (rare path: may allocate).
+        let overflow: Vec<&str>;
+        let (values, h) = if self.len.load(Relaxed) as usize >= MAX_SERIES {
+            overflow = vec![OVERFLOW; values.len()];
+            (&overflow[..], Self::hash(&overflow))
+        } else {
+            (values, h)
+        };
+        let mut map = self.series.write().unwrap_or_else(|e| e.into_inner());
+        let c = match Self::find(&map, h, values) {
+            Some(c) => c,
+            None => {
+                let c = Arc::new(AtomicU64::new(0));
+                let key = values.iter().map(|v| v.to_string()).collect();
+                map.entry(h).or_default().push((key, c.clone()));
+                self.len.fetch_add(1, Relaxed);
+                c
+            }
+        };
+        c.fetch_add(n, Relaxed);
+    }
+
+    /// Every series, sorted by label values so the output is stable between scrapes.
+    fn snapshot(&self) -> BTreeMap<Box<[String]>, u64> {
+        let map = self.series.read().unwrap_or_else(|e| e.into_inner());
+        map.values()
+            .flatten()
+            .map(|(k, c)| (k.clone(), c.load(Relaxed)))
+            .collect()
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str, kind: &str) {
+        header(out, name, help, kind);
+        for (values, n) in self.snapshot() {
+            out.push_str(name);
+            push_labels(
+                out,
+                self.labels
+                    .iter()
+                    .copied()
+                    .zip(values.iter().map(String::as_str)),
+            );
+            let _ = writeln!(out, " {n}");
+        }
+    }
+}
+
+/// A histogram with fixed buckets. Observations are counted in their own bucket only; `render`
+/// accumulates, so `+Inf` always equals `_count` (both are the same sum).
+struct Histogram {
+    bounds_ns: Vec<u64>,
+    bounds: &'static [f64],
+    // One per bound plus one for `+Inf`.
+    counts: Vec<AtomicU64>,
+    sum_ns: AtomicU64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Self {
+        Histogram {
+            bounds_ns: bounds.iter().map(|b| (b * 1e9).round() as u64).collect(),
+            bounds,
+            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum_ns: AtomicU64::new(0),
+        }
+    }
+
+    fn observe(&self, d: Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let i = self
+            .bounds_ns
+            .iter()
+            .position(|&b| ns <= b)
+            .unwrap_or(self.bounds_ns.len());
+        self.counts[i].fetch_add(1, Relaxed);
+        self.sum_ns.fetch_add(ns, Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        header(out, name, help, "histogram");
+        let mut cumulative = 0u64;
+        for (i, c) in self.counts.iter().enumerate() {
+            cumulative += c.load(Relaxed);
+            let le = match self.bounds.get(i) {
+                Some(b) => format_float(*b),
+                None => "+Inf".to_string(),
+            };
+            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
+        }
+        let sum = self.sum_ns.load(Relaxed) as f64 / 1e9;
+        let _ = writeln!(out, "{name}_sum {}", format_float(sum));
+        let _ = writeln!(out, "{name}_count {cumulative}");
+    }
+}
+
+/// Every metric reckon exposes. Share it as `Arc<Metrics>`; all methods take `&self`.
+pub struct Metrics {
+    spans_received: Family,
+    spans_dropped: Family,
+    log_records_received: Family,
+    tool_attempts: Family,
+    findings: Family,
+    duplicate_effects: Family,
+    ingest_rejections: Family,
+    records_received: Family,
+    escalations: [AtomicU64; 3],
+    intents: AtomicI64,
+    verdict_latency: Histogram,
+    store_append: Histogram,
+    version: &'static str,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        Metrics {
+            spans_received: Family::new(&["transport"]),
+            spans_dropped: Family::new(&["reason"]),
+            log_records_received: Family::new(&["transport"]),
+            tool_attempts: Family::new(&["tool", "class"]),
+            findings: Family::new(&["kind", "severity"]),
+            duplicate_effects: Family::new(&["tool"]),
+            ingest_rejections: Family::new(&["reason"]),
+            records_received: Family::new(&["source"]),
+            escalations: Default::default(),
+            intents: AtomicI64::new(0),
+            verdict_latency: Histogram::new(&LATENCY_BUCKETS),
+            store_append: Histogram::new(&LATENCY_BUCKETS),
+            version: env!("CARGO_PKG_VERSION"),
+        }
+    }
+
+    /// `n` spans arrived over `transport` (`grpc` or `http`), tool spans or not.
+    pub fn spans_received(&self, transport: &str, n: u64) {
+        self.spans_received.add(&[transport], n);
+    }
+
+    /// `n` spans were let go without auditing, e.g. `not_a_tool_span`.
+    pub fn spans_dropped(&self, reason: &str, n: u64) {
+        self.spans_dropped.add(&[reason], n);
+    }
+
+    pub fn log_records_received(&self, transport: &str, n: u64) {
+        self.log_records_received.add(&[transport], n);
+    }
+
+    /// One tool attempt classified (`class` as `AttemptClass::as_str`).
+    pub fn tool_attempt(&self, tool: &str, class: &str) {
+        self.tool_attempts.add(&[tool, class], 1);
+    }
+
+    /// One new finding (`kind` as `FindingKind::as_str`, `severity` as `Severity::as_str`).
+    pub fn finding(&self, kind: &str, severity: &str) {
+        self.findings.add(&[kind, severity], 1);
+    }
+
+    /// One more object than the intent should have made.
+    pub fn duplicate_effect(&self, tool: &str) {
+        self.duplicate_effects.add(&[tool], 1);
+    }
+
+    /// The escalation queue as it stands now.
+    pub fn set_escalations(&self, open: u64, claimed: u64, resolved: u64) {
+        for (g, v) in self.escalations.iter().zip([open, claimed, resolved]) {
+            g.store(v, Relaxed);
+        }
+    }
+
+    /// `n` items refused at ingest, e.g. `malformed_span`, `decode_error`, `body_too_large`,
+    /// `overloaded`, `bad_signature`, `bad_record`.
+    pub fn rejection(&self, reason: &str, n: u64) {
+        self.ingest_rejections.add(&[reason], n);
+    }
+
+    /// `n` downstream record observations accepted from `source` (`api`, `stripe`, `otlp_log`).
+    pub fn records_received(&self, source: &str, n: u64) {
+        self.records_received.add(&[source], n);
+    }
+
+    /// From a deciding event's arrival to its verdict (and escalation) being visible.
+    pub fn verdict_latency(&self, d: Duration) {
+        self.verdict_latency.observe(d);
+    }
+
+    /// One group commit to the store.
+    pub fn store_append(&self, d: Duration) {
+        self.store_append.observe(d);
+    }
+
+    /// Intents the engine currently holds.
+    pub fn set_intents(&self, n: u64) {
+        self.intents
+            .store(i64::try_from(n).unwrap_or(i64::MAX), Relaxed);
+    }
+
+    /// The whole registry in text format 0.0.4.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(8 * 1024);
+        self.spans_received.render(
+            &mut out,
+            "reckon_spans_received_total",
+            "Spans received, by OTLP transport.",
+            "counter",
+        );
+        self.spans_dropped.render(
+            &mut out,
+            "reckon_spans_dropped_total",
+            "Spans received but not audited, by reason.",
+            "counter",
+        );
+        self.log_records_received.render(
+            &mut out,
+            "reckon_log_records_received_total",
+            "OTLP log records received, by transport.",
+            "counter",
+        );
+        self.tool_attempts.render(
+            &mut out,
+            "reckon_tool_attempts_total",
+            "Tool attempts audited, by tool and evidence class.",
+            "counter",
+        );
+        self.findings.render(
+            &mut out,
+            "reckon_findings_total",
+            "Findings raised, by kind and severity.",
+            "counter",
+        );
+        self.duplicate_effects.render(
+            &mut out,
+            "reckon_duplicate_effects_total",
+            "Downstream objects beyond the one an intent should make, by tool.",
+            "counter",
+        );
+        let [open, claimed, resolved] = self.escalations.each_ref().map(|g| g.load(Relaxed));
+        header(
+            &mut out,
+            "reckon_open_escalations",
+            "Escalations waiting for a person.",
+            "gauge",
+        );
+        let _ = writeln!(out, "reckon_open_escalations {open}");
+        header(
+            &mut out,
+            "reckon_escalations",
+            "Escalations, by status.",
+            "gauge",
+        );
+        for (status, n) in [("claimed", claimed), ("open", open), ("resolved", resolved)] {
+            let _ = writeln!(out, "reckon_escalations{{status=\"{status}\"}} {n}");
+        }
+        self.ingest_rejections.render(
+            &mut out,
+            "reckon_ingest_rejections_total",
+            "Items refused at ingest, by reason.",
+            "counter",
+        );
+        self.records_received.render(
+            &mut out,
+            "reckon_records_received_total",
+            "Downstream record observations accepted, by source.",
+            "counter",
+        );
+        self.verdict_latency.render(
+            &mut out,
+            "reckon_verdict_latency_seconds",
+            "Time from a deciding event's arrival to its verdict being visible.",
+        );
+        self.store_append.render(
+            &mut out,
+            "reckon_store_append_seconds",
+            "Time to make one batch durable in the store.",
+        );
+        header(
+            &mut out,
+            "reckon_intents",
+            "Intents held by the audit engine.",
+            "gauge",
+        );
+        let _ = writeln!(out, "reckon_intents {}", self.intents.load(Relaxed));
+        header(
+            &mut out,
+            "reckon_build_info",
+            "Always 1; the labels carry the build.",
+            "gauge",
+        );
+        out.push_str("reckon_build_info");
+        push_labels(&mut out, [("version", self.version)]);
+        out.push_str(" 1\n");
+        out
+    }
+}
+
+fn header(out: &mut String, name: &str, help: &str, kind: &str) {
+    let _ = writeln!(out, "# HELP {name} {}", escape_help(help));
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn push_labels<'a>(out: &mut String, labels: impl IntoIterator<Item = (&'a str, &'a str)>) {
+    out.push('{');
+    for (i, (k, v)) in labels.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(k);
+        out.push_str("=\"");
+        escape_label_into(out, v);
+        out.push('"');
+    }
+    out.push('}');
+}
+
+/// Label values escape `\`, `"` and newline (the format's only three).
+fn escape_label_into(out: &mut String, v: &str) {
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// HELP text escapes `\` and newline (quotes are literal there).
+fn escape_help(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+/// Prometheus floats: `1` rather than `1.0` is fine, and Rust's shortest round-trip form never
+/// uses an exponent for the values we print.
+fn format_float(v: f64) -> String {
+    if v.is_infinite() {
+        return if v > 0.0 {
+            "+Inf".into()
+        } else {
+            "-Inf".into()
+        };
+    }
+    format!("{v}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Parses text format 0.0.4 back into (series line without value, value), checking that every
+    /// sample belongs to a family announced with HELP and TYPE just before.
+    fn parse(text: &str) -> Vec<(String, f64)> {
+        let mut out = Vec::new();
+        let mut typed: Option<String> = None;
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                assert!(rest.split_once(' ').is_some(), "{line}");
+                continue;
+            }
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').unwrap();
+                assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
+                typed = Some(name.to_string());
+                continue;
+            }
+            assert!(!line.starts_with('#'), "{line}");
+            let fam = typed.as_deref().expect("sample before TYPE");
+            assert!(line.starts_with(fam), "{line} outside {fam}");
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            let value = match value {
+                "+Inf" => f64::INFINITY,
+                v => v.parse().unwrap_or_else(|_| panic!("{line}")),
+            };
+            out.push((series.to_string(), value));
+        }
+        out
+    }
+
+    fn value(samples: &[(String, f64)], series: &str) -> Option<f64> {
+        samples.iter().find(|(s, _)| s == series).map(|(_, v)| *v)
+    }
+
+    #[test]
+    fn counters_render_exact_lines() {
+        let m = Metrics::new();
+        m.spans_received("grpc", 10);
+        m.spans_received("http", 2);
+        m.spans_received("grpc", 5);
+        m.spans_dropped("not_a_tool_span", 12);
+        m.log_records_received("http", 3);
+        m.tool_attempt("issue_refund", "unknown");
+        m.tool_attempt("issue_refund", "unknown");
+        m.tool_attempt("issue_refund", "completed");
+        m.finding("duplicate_effect", "critical");
+        m.duplicate_effect("issue_refund");
+        m.rejection("body_too_large", 1);
+        m.rejection("decode_error", 4);
+        m.records_received("stripe", 7);
+        m.set_escalations(3, 1, 9);
+        m.set_intents(42);
+        let text = m.render();
+        for line in [
+            "# HELP reckon_spans_received_total Spans received, by OTLP transport.",
+            "# TYPE reckon_spans_received_total counter",
+            "reckon_spans_received_total{transport=\"grpc\"} 15",
+            "reckon_spans_received_total{transport=\"http\"} 2",
+            "reckon_spans_dropped_total{reason=\"not_a_tool_span\"} 12",
+            "reckon_log_records_received_total{transport=\"http\"} 3",
+            "reckon_tool_attempts_total{tool=\"issue_refund\",class=\"completed\"} 1",
+            "reckon_tool_attempts_total{tool=\"issue_refund\",class=\"unknown\"} 2",
+            "reckon_findings_total{kind=\"duplicate_effect\",severity=\"critical\"} 1",
+            "reckon_duplicate_effects_total{tool=\"issue_refund\"} 1",
+            "reckon_ingest_rejections_total{reason=\"body_too_large\"} 1",
+            "reckon_ingest_rejections_total{reason=\"decode_error\"} 4",
+            "reckon_records_received_total{source=\"stripe\"} 7",
+            "# TYPE reckon_open_escalations gauge",
+            "reckon_open_escalations 3",
+            "reckon_escalations{status=\"claimed\"} 1",
+            "reckon_escalations{status=\"open\"} 3",
+            "reckon_escalations{status=\"resolved\"} 9",
+            "reckon_intents 42",
+            "# TYPE reckon_build_info gauge",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(text.contains(&format!(
+            "reckon_build_info{{version=\"{}\"}} 1\n",
+            env!("CARGO_PKG_VERSION")
+        )));
+        // Sorted series: completed before unknown, grpc before http.
+        let g = text.find("transport=\"grpc\"").unwrap();
+        let h = text.find("transport=\"http\"} 2").unwrap();
+        assert!(g < h);
+        assert!(text.ends_with('\n'));
+        parse(&text);
+    }
+
+    #[test]
+    fn untouched_families_still_announce_themselves() {
+        let text = Metrics::new().render();
+        for name in [
+            "reckon_spans_received_total",
+            "reckon_tool_attempts_total",
+            "reckon_findings_total",
+            "reckon_verdict_latency_seconds",
+            "reckon_store_append_seconds",
+        ] {
+            assert!(text.contains(&format!("# TYPE {name} ")), "{name}");
+        }
+        let samples = parse(&text);
+        assert_eq!(
+            value(&samples, "reckon_verdict_latency_seconds_count"),
+            Some(0.0)
+        );
+        assert_eq!(
+            value(
+                &samples,
+                "reckon_verdict_latency_seconds_bucket{le=\"+Inf\"}"
+            ),
+            Some(0.0)
+        );
+    }
+
+    #[test]
+    fn histogram_is_cumulative_and_inf_equals_count() {
+        let m = Metrics::new();
+        for ms in [0.1, 0.5, 0.7, 3.0, 3.0, 40.0, 900.0, 7000.0] {
+            m.verdict_latency(Duration::from_secs_f64(ms / 1000.0));
+        }
+        m.store_append(Duration::from_millis(2));
+        let samples = parse(&m.render());
+        let buckets: Vec<(f64, f64)> = samples
+            .iter()
+            .filter_map(|(s, v)| {
+                let le = s
+                    .strip_prefix("reckon_verdict_latency_seconds_bucket{le=\"")?
+                    .strip_suffix("\"}")?;
+                let le = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().unwrap()
+                };
+                Some((le, *v))
+            })
+            .collect();
+        assert_eq!(buckets.len(), LATENCY_BUCKETS.len() + 1);
+        assert_eq!(buckets[0], (0.0005, 2.0)); // 0.1 ms and exactly 0.5 ms: `le` is inclusive
+        assert_eq!(buckets.last().unwrap().0, f64::INFINITY);
+        for w in buckets.windows(2) {
+            assert!(w[0].0 < w[1].0, "bounds ascend");
+            assert!(w[0].1 <= w[1].1, "counts accumulate");
+        }
+        let want = |le: f64| buckets.iter().find(|b| b.0 == le).unwrap().1;
+        assert_eq!(want(0.001), 3.0);
+        assert_eq!(want(0.005), 5.0);
+        assert_eq!(want(0.05), 6.0);
+        assert_eq!(want(1.0), 7.0);
+        assert_eq!(want(5.0), 7.0);
+        let count = value(&samples, "reckon_verdict_latency_seconds_count").unwrap();
+        assert_eq!(want(f64::INFINITY), count);
+        assert_eq!(count, 8.0);
+        let sum = value(&samples, "reckon_verdict_latency_seconds_sum").unwrap();
+        assert!((sum - 7.9473).abs() < 1e-6, "{sum}");
+        assert_eq!(
+            value(&samples, "reckon_store_append_seconds_count"),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(
+                &samples,
+                "reckon_store_append_seconds_bucket{le=\"0.0025\"}"
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(&samples, "reckon_store_append_seconds_bucket{le=\"0.001\"}"),
+            Some(0.0)
+        );
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let m = Metrics::new();
+        m.tool_attempt("say \"hi\"\\now\nthen", "unknown");
+        let text = m.render();
+        assert!(
+            text.contains(
+                "reckon_tool_attempts_total{tool=\"say \\\"hi\\\"\\\\now\\nthen\",class=\"unknown\"} 1\n"
+            ),
+            "{text}"
+        );
+        // Still one sample per line.
+        parse(&text);
+        assert_eq!(escape_help("a\\b\nc"), "a\\\\b\\nc");
+    }
+
+    #[test]
+    fn series_are_capped() {
+        let f = Family::new(&["tool"]);
+        for i in 0..MAX_SERIES + 10 {
+            f.add(&[&format!("t{i}")], 1);
+        }
+        f.add(&["t0"], 1);
+        let snap = f.snapshot();
+        assert_eq!(snap.len(), MAX_SERIES + 1);
+        assert_eq!(snap[&["t0".to_string()][..]], 2);
+        assert_eq!(snap[&[OVERFLOW.to_string()][..]], 10);
+    }
+
+    #[test]
+    fn concurrent_updates_are_all_counted() {
+        let m = Arc::new(Metrics::new());
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let m = m.clone();
+                std::thread::spawn(move || {
+                    for i in 0..1000 {
+                        m.tool_attempt(&format!("tool{}", i % 3), "completed");
+                        m.spans_received(if t % 2 == 0 { "grpc" } else { "http" }, 2);
+                        m.verdict_latency(Duration::from_micros(i));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let samples = parse(&m.render());
+        let total: f64 = samples
+            .iter()
+            .filter(|(s, _)| s.starts_with("reckon_tool_attempts_total{"))
+            .map(|(_, v)| v)
+            .sum();
+        assert_eq!(total, 4000.0);
+        assert_eq!(
+            value(&samples, "reckon_spans_received_total{transport=\"grpc\"}"),
+            Some(4000.0)
+        );
+        assert_eq!(
+            value(&samples, "reckon_verdict_latency_seconds_count"),
+            Some(4000.0)
+        );
+    }
+}

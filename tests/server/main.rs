@@ -1,0 +1,5 @@
+//! reckon as a running server: real OTLP exporters, real HTTP, a real SQLite file.
+
+mod otlp_export;
+mod python_sdk;
+mod support;
