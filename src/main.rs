@@ -75,7 +75,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Escalations(cmd) => runtime()?.block_on(escalations(cmd)),
         Command::Demo(args) => {
-            reckon::logging::init_logging(LogFormat::Text, "warn")?;
+            reckon::logging::init_logging(LogFormat::Text, "error")?;
             runtime()?.block_on(reckon::demo::run(args))
         }
         Command::CheckContracts { dir } => {
