@@ -2,4 +2,5 @@
 
 mod otlp_export;
 mod python_sdk;
+mod seed_matrix;
 mod support;
