@@ -1,6 +1,7 @@
 //! reckon as a running server: real OTLP exporters, real HTTP, a real SQLite file.
 
 mod otlp_export;
+mod otlp_json;
 mod python_sdk;
 mod seed_matrix;
 mod support;
