@@ -1,5 +1,6 @@
 //! reckon as a running server: real OTLP exporters, real HTTP, a real SQLite file.
 
+mod api;
 mod bad_input;
 mod otlp_export;
 mod otlp_json;
