@@ -37,7 +37,9 @@ fn proto_span(intent: &str) -> Span {
     let t0 = unix_nanos(ago(2.0 * MIN)) as u64;
     let kv = |k: &str, v: &str| KeyValue {
         key: k.into(),
-        value: Some(AnyValue { value: Some(any_value::Value::StringValue(v.into())) }),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(v.into())),
+        }),
         ..Default::default()
     };
     Span {
@@ -65,7 +67,10 @@ async fn truncated_protobuf_is_400_with_a_status_body() {
     let (a, b) = (unique("int"), unique("int"));
     let req = ExportTraceServiceRequest {
         resource_spans: vec![ResourceSpans {
-            scope_spans: vec![ScopeSpans { spans: vec![proto_span(&a), proto_span(&b)], ..Default::default() }],
+            scope_spans: vec![ScopeSpans {
+                spans: vec![proto_span(&a), proto_span(&b)],
+                ..Default::default()
+            }],
             ..Default::default()
         }],
     };
@@ -73,13 +78,23 @@ async fn truncated_protobuf_is_400_with_a_status_body() {
     let cut = bytes[..bytes.len() - 100].to_vec();
     for gzipped in [false, true] {
         let body = if gzipped { gzip(&cut) } else { cut.clone() };
-        let resp = server.post_otlp("/v1/traces", "application/x-protobuf", gzipped, body).await;
+        let resp = server
+            .post_otlp("/v1/traces", "application/x-protobuf", gzipped, body)
+            .await;
         assert_eq!(resp.status(), 400);
         assert_eq!(resp.headers()["content-type"], "application/x-protobuf");
-        assert!(resp.headers().get("retry-after").is_none(), "a decode error is not retryable");
-        let status = RpcStatus::decode(resp.bytes().await.unwrap()).expect("a google.rpc.Status body");
+        assert!(
+            resp.headers().get("retry-after").is_none(),
+            "a decode error is not retryable"
+        );
+        let status =
+            RpcStatus::decode(resp.bytes().await.unwrap()).expect("a google.rpc.Status body");
         assert_eq!(status.code, tonic::Code::InvalidArgument as i32);
-        assert!(status.message.starts_with("cannot decode request"), "{}", status.message);
+        assert!(
+            status.message.starts_with("cannot decode request"),
+            "{}",
+            status.message
+        );
     }
     // Nothing of the truncated batch was taken, not even the span before the cut.
     for i in [&a, &b] {
@@ -87,7 +102,9 @@ async fn truncated_protobuf_is_400_with_a_status_body() {
     }
     unchanged(&server, &good).await;
     // The whole request, re-sent intact, is taken.
-    let resp = server.post_otlp("/v1/traces", "application/x-protobuf", false, bytes).await;
+    let resp = server
+        .post_otlp("/v1/traces", "application/x-protobuf", false, bytes)
+        .await;
     assert_eq!(resp.status(), 200);
     assert_verdict(&server.verdict(&a).await, "unknown / retry_same_key / -");
     server.stop().await;
@@ -98,19 +115,29 @@ async fn invalid_json_is_400_with_a_json_status() {
     let server = Server::start().await;
     let good = bystander(&server).await;
     for (body, want) in [
-        (r#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"na"#, "cannot decode request"),
+        (
+            r#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"na"#,
+            "cannot decode request",
+        ),
         ("[1,2]", "must be a JSON object"),
         (r#"{"resourceSpans":{"a":1}}"#, "want an array"),
     ] {
-        let resp = server.post_otlp("/v1/traces", "application/json", false, body.into()).await;
+        let resp = server
+            .post_otlp("/v1/traces", "application/json", false, body.into())
+            .await;
         assert_eq!(resp.status(), 400, "{body}");
         assert_eq!(resp.headers()["content-type"], "application/json");
         let status: Value = resp.json().await.unwrap();
         assert_eq!(status["code"], 3, "{status}");
-        assert!(status["message"].as_str().unwrap().contains(want), "{body}: {status}");
+        assert!(
+            status["message"].as_str().unwrap().contains(want),
+            "{body}: {status}"
+        );
     }
     // Not OTLP at all.
-    let resp = server.post_otlp("/v1/traces", "text/plain", false, "hello".into()).await;
+    let resp = server
+        .post_otlp("/v1/traces", "text/plain", false, "hello".into())
+        .await;
     assert_eq!(resp.status(), 415);
     unchanged(&server, &good).await;
     server.stop().await;
@@ -135,13 +162,23 @@ async fn one_malformed_span_among_good_ones_is_rejected_alone() {
         span(&format!("{:032x}", rand_u128()), &a),
         span(short_trace, &bad),
         span(&format!("{:032x}", rand_u128()), &c)]}]}]});
-    let resp = server.post_otlp("/v1/traces", "application/json", false, doc.to_string().into()).await;
+    let resp = server
+        .post_otlp(
+            "/v1/traces",
+            "application/json",
+            false,
+            doc.to_string().into(),
+        )
+        .await;
     assert_eq!(resp.status(), 200);
     let reply: Value = resp.json().await.unwrap();
     assert_eq!(reply["partialSuccess"]["rejectedSpans"], "1", "{reply}");
     let msg = reply["partialSuccess"]["errorMessage"].as_str().unwrap();
     assert!(msg.starts_with("rejected 1 of 3"), "{msg}");
-    assert!(msg.to_lowercase().contains("trace"), "the reason names the trace id: {msg}");
+    assert!(
+        msg.to_lowercase().contains("trace"),
+        "the reason names the trace id: {msg}"
+    );
     for i in [&a, &c] {
         assert_verdict(&server.verdict(i).await, "unknown / retry_same_key / -");
     }
@@ -156,27 +193,68 @@ async fn unsigned_and_badly_signed_stripe_events_are_refused_and_not_recorded() 
     let good = bystander(&server).await;
     // A timed-out refund that a forged "succeeded" webhook would close.
     let (i, k, re) = (unique("int"), unique("k"), unique("re"));
-    export_http(&server, &[&ToolSpan::new("issue_refund", ago(2.0 * MIN), 30.0)
-        .intent(&i).key(&k).args(refund_args("45.00")).timeout().told("unknown")])
+    export_http(
+        &server,
+        &[&ToolSpan::new("issue_refund", ago(2.0 * MIN), 30.0)
+            .intent(&i)
+            .key(&k)
+            .args(refund_args("45.00"))
+            .timeout()
+            .told("unknown")],
+    )
     .await;
-    let body = stripe_event("refund.updated", &i, &re, "succeeded", 4500, Some(&k), ago(MIN));
+    let body = stripe_event(
+        "refund.updated",
+        &i,
+        &re,
+        "succeeded",
+        4500,
+        Some(&k),
+        ago(MIN),
+    );
     let now = unix_secs(std::time::SystemTime::now());
     let good_sig = reckon::ingest::stripe::sign(body.as_bytes(), STRIPE_SECRET, now);
     let cases: Vec<(&str, Option<String>, String)> = vec![
         ("unsigned", None, body.clone()),
         ("empty header", Some(String::new()), body.clone()),
-        ("wrong secret", Some(reckon::ingest::stripe::sign(body.as_bytes(), "whsec_someone_else", now)), body.clone()),
+        (
+            "wrong secret",
+            Some(reckon::ingest::stripe::sign(
+                body.as_bytes(),
+                "whsec_someone_else",
+                now,
+            )),
+            body.clone(),
+        ),
         ("not hex", Some(format!("t={now},v1=zzzz")), body.clone()),
         ("no v1", Some(format!("t={now},v0=abcd")), body.clone()),
-        ("stale", Some(reckon::ingest::stripe::sign(body.as_bytes(), STRIPE_SECRET, now - 600)), body.clone()),
+        (
+            "stale",
+            Some(reckon::ingest::stripe::sign(
+                body.as_bytes(),
+                STRIPE_SECRET,
+                now - 600,
+            )),
+            body.clone(),
+        ),
         // Signed, then altered: the amount changed from 4500 to 9500.
-        ("altered body", Some(good_sig.clone()), body.replace("4500", "9500")),
+        (
+            "altered body",
+            Some(good_sig.clone()),
+            body.replace("4500", "9500"),
+        ),
     ];
     for (what, sig, body) in &cases {
         let (code, reply) = server.stripe_raw(body, sig.as_deref()).await;
         assert_eq!(code, 400, "{what}: {reply}");
         assert_eq!(reply["error"]["code"], "bad_signature", "{what}: {reply}");
-        assert!(reply["error"]["message"].as_str().unwrap().starts_with("webhook signature rejected"), "{what}: {reply}");
+        assert!(
+            reply["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("webhook signature rejected"),
+            "{what}: {reply}"
+        );
     }
     let v = server.verdict(&i).await;
     assert_verdict(&v, "unknown / retry_same_key / -");
@@ -187,9 +265,16 @@ async fn unsigned_and_badly_signed_stripe_events_are_refused_and_not_recorded() 
     let sig = reckon::ingest::stripe::sign(junk.as_bytes(), STRIPE_SECRET, now);
     let (code, reply) = server.stripe_raw(junk, Some(&sig)).await;
     assert_eq!(code, 400, "{reply}");
-    assert!(reply["error"]["message"].as_str().unwrap().contains("data.object.amount"), "{reply}");
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("data.object.amount"),
+        "{reply}"
+    );
     // An event type reckon does not audit is acknowledged so Stripe stops resending it.
-    let other = r#"{"id":"evt_1","type":"customer.created","created":1761739260,"data":{"object":{}}}"#;
+    let other =
+        r#"{"id":"evt_1","type":"customer.created","created":1761739260,"data":{"object":{}}}"#;
     let sig = reckon::ingest::stripe::sign(other.as_bytes(), STRIPE_SECRET, now);
     let (code, reply) = server.stripe_raw(other, Some(&sig)).await;
     assert_eq!((code, &reply["recorded"]), (200, &json!(false)), "{reply}");
@@ -217,22 +302,35 @@ async fn oversized_bodies_and_gzip_bombs_are_413() {
                        {"key": "gen_ai.tool.call.result", "value": {"stringValue": "x".repeat(LIMIT + LIMIT / 10)}}]}]}]}]})
     .to_string()
     .into_bytes();
-    let resp = server.post_otlp("/v1/traces", "application/json", false, big.clone()).await;
+    let resp = server
+        .post_otlp("/v1/traces", "application/json", false, big.clone())
+        .await;
     assert_eq!(resp.status(), 413, "OTLP/HTTP plain body over the limit");
     // A gzip bomb: 27 KiB on the wire, 24 MiB inflated.
     let bomb = gzip(&vec![b' '; 24 * LIMIT]);
     assert!(bomb.len() < LIMIT / 8);
-    let resp = server.post_otlp("/v1/traces", "application/json", true, bomb.clone()).await;
+    let resp = server
+        .post_otlp("/v1/traces", "application/json", true, bomb.clone())
+        .await;
     assert_eq!(resp.status(), 413, "OTLP/HTTP gzip bomb");
     assert_eq!(resp.headers()["content-type"], "application/json");
     let status: Value = resp.json().await.unwrap();
-    assert!(status["message"].as_str().unwrap().contains("larger than the limit"), "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("larger than the limit"),
+        "{status}"
+    );
     // The compressed form of the too-big span, small on the wire, is refused the same way.
-    let resp = server.post_otlp("/v1/traces", "application/json", true, gzip(&big)).await;
+    let resp = server
+        .post_otlp("/v1/traces", "application/json", true, gzip(&big))
+        .await;
     assert_eq!(resp.status(), 413);
 
     // The records API: too big, and a bomb.
-    let records = json!([{"object_id": "re_big", "status": "pending", "kind": "x".repeat(LIMIT)}]).to_string();
+    let records = json!([{"object_id": "re_big", "status": "pending", "kind": "x".repeat(LIMIT)}])
+        .to_string();
     let (code, _) = server.post_records_raw(records).await;
     assert_eq!(code, 413, "records body over the limit");
     let resp = server
@@ -254,7 +352,10 @@ async fn oversized_bodies_and_gzip_bombs_are_413() {
         .intent(&j)
         .timeout()
         .attr("gen_ai.tool.call.result", "x".repeat(LIMIT + 1));
-    assert!(try_export_grpc(&server, &[&huge]).await.is_err(), "an over-limit gRPC export fails");
+    assert!(
+        try_export_grpc(&server, &[&huge]).await.is_err(),
+        "an over-limit gRPC export fails"
+    );
 
     for x in [&i, &j] {
         assert_eq!(server.get(&format!("/api/v1/intents/{x}")).await.0, 404);
@@ -271,12 +372,21 @@ async fn oversized_bodies_and_gzip_bombs_are_413() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bug_oversized_otlp_body_413_is_not_a_status() {
     let server = Server::start().await;
-    let resp = server.post_otlp("/v1/traces", "application/x-protobuf", false, vec![b' '; LIMIT + 1]).await;
+    let resp = server
+        .post_otlp(
+            "/v1/traces",
+            "application/x-protobuf",
+            false,
+            vec![b' '; LIMIT + 1],
+        )
+        .await;
     assert_eq!(resp.status(), 413);
     let body = resp.bytes().await.unwrap();
     let status = RpcStatus::decode(body.clone());
     assert!(
-        status.as_ref().is_ok_and(|s| s.code == tonic::Code::InvalidArgument as i32 && s.message.contains("limit")),
+        status.as_ref().is_ok_and(
+            |s| s.code == tonic::Code::InvalidArgument as i32 && s.message.contains("limit")
+        ),
         "OTLP/HTTP 413 body is not a google.rpc.Status: {:?}",
         String::from_utf8_lossy(&body)
     );
@@ -300,7 +410,10 @@ async fn bug_oversized_api_body_413_is_not_json() {
     assert_eq!(resp.status(), 413);
     let text = resp.text().await.unwrap();
     let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-    assert_eq!(body["error"]["code"], "body_too_large", "API 413 body is not the JSON error: {text:?}");
+    assert_eq!(
+        body["error"]["code"], "body_too_large",
+        "API 413 body is not the JSON error: {text:?}"
+    );
     server.stop().await;
 }
 
@@ -310,8 +423,15 @@ async fn a_record_with_a_wrong_type_is_rejected_alone() {
     let good = bystander(&server).await;
     let (i, k) = (unique("int"), unique("k"));
     let t0 = ago(10.0 * MIN);
-    export_grpc(&server, &[&ToolSpan::new("issue_refund", t0, 30.0)
-        .intent(&i).key(&k).args(refund_args("45.00")).timeout().told("unknown")])
+    export_grpc(
+        &server,
+        &[&ToolSpan::new("issue_refund", t0, 30.0)
+            .intent(&i)
+            .key(&k)
+            .args(refund_args("45.00"))
+            .timeout()
+            .told("unknown")],
+    )
     .await;
     let (re1, re2, re3) = (unique("re"), unique("re"), unique("re"));
     let body = json!([
@@ -330,23 +450,45 @@ async fn a_record_with_a_wrong_type_is_rejected_alone() {
     let rejected = reply["rejected"].as_array().unwrap();
     assert_eq!(rejected.len(), 2, "{reply}");
     assert_eq!(rejected[0]["index"], 1);
-    assert_eq!(rejected[0]["error"], "amount: expected a number or a decimal string, got true");
+    assert_eq!(
+        rejected[0]["error"],
+        "amount: expected a number or a decimal string, got true"
+    );
     assert_eq!(rejected[1]["index"], 3);
-    assert!(rejected[1]["error"].as_str().unwrap().starts_with("observed_at: 1761739200 is not plausible"), "{reply}");
+    assert!(
+        rejected[1]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("observed_at: 1761739200 is not plausible"),
+        "{reply}"
+    );
 
     // The two good items are one object's history: pending, then succeeded.
     let v = server.verdict(&i).await;
     assert_verdict(&v, "completed / none / -");
     let objects = v["objects"].as_array().unwrap();
     assert_eq!(objects.len(), 1, "{v:#}");
-    assert_eq!((objects[0]["object_id"].as_str(), objects[0]["status"].as_str()), (Some(re1.as_str()), Some("succeeded")));
+    assert_eq!(
+        (
+            objects[0]["object_id"].as_str(),
+            objects[0]["status"].as_str()
+        ),
+        (Some(re1.as_str()), Some("succeeded"))
+    );
 
     // Whole-body failures are 400 with the JSON error.
-    for (bad, want) in [("{\"object_id\": \"a\", \"sta", "neither JSON nor NDJSON"), ("42", "not a JSON number"), ("", "body is empty")] {
+    for (bad, want) in [
+        ("{\"object_id\": \"a\", \"sta", "neither JSON nor NDJSON"),
+        ("42", "not a JSON number"),
+        ("", "body is empty"),
+    ] {
         let (code, reply) = server.post_records_raw(bad.to_string()).await;
         assert_eq!(code, 400, "{bad:?}: {reply}");
         assert_eq!(reply["error"]["code"], "bad_request");
-        assert!(reply["error"]["message"].as_str().unwrap().contains(want), "{bad:?}: {reply}");
+        assert!(
+            reply["error"]["message"].as_str().unwrap().contains(want),
+            "{bad:?}: {reply}"
+        );
     }
     unchanged(&server, &good).await;
     server.stop().await;
@@ -372,15 +514,33 @@ async fn api_errors_are_json() {
         let (got, body) = server.get(path).await;
         assert_eq!(got, status, "{path}: {body}");
         assert_eq!(body["error"]["code"], code, "{path}: {body}");
-        assert!(!body["error"]["message"].as_str().unwrap().is_empty(), "{path}");
+        assert!(
+            !body["error"]["message"].as_str().unwrap().is_empty(),
+            "{path}"
+        );
     }
     let (_, body) = server.get("/api/v1/intents?state=done").await;
-    assert!(body["error"]["message"].as_str().unwrap().contains("state"), "{body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("state"),
+        "{body}"
+    );
     // Claim and resolve bodies.
-    let (code, body) = server.post_json("/api/v1/escalations/no-such/claim", &json!({"by": "ana"})).await;
-    assert_eq!((code, body["error"]["code"].as_str()), (404, Some("not_found")), "{body}");
-    let (code, body) = server.post_json("/api/v1/escalations/x/claim", &json!({"who": "ana"})).await;
-    assert_eq!((code, body["error"]["code"].as_str()), (400, Some("bad_request")), "{body}");
+    let (code, body) = server
+        .post_json("/api/v1/escalations/no-such/claim", &json!({"by": "ana"}))
+        .await;
+    assert_eq!(
+        (code, body["error"]["code"].as_str()),
+        (404, Some("not_found")),
+        "{body}"
+    );
+    let (code, body) = server
+        .post_json("/api/v1/escalations/x/claim", &json!({"who": "ana"}))
+        .await;
+    assert_eq!(
+        (code, body["error"]["code"].as_str()),
+        (400, Some("bad_request")),
+        "{body}"
+    );
     server.stop().await;
 }
 
@@ -395,7 +555,10 @@ async fn bug_unparsable_query_parameter_is_plain_text() {
         assert_eq!(resp.status(), 400, "{path}");
         let text = resp.text().await.unwrap();
         let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        assert_eq!(body["error"]["code"], "bad_request", "{path}: not the JSON error body: {text:?}");
+        assert_eq!(
+            body["error"]["code"], "bad_request",
+            "{path}: not the JSON error body: {text:?}"
+        );
     }
     server.stop().await;
 }
@@ -405,10 +568,18 @@ async fn bug_unparsable_query_parameter_is_plain_text() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bug_wrong_method_is_an_empty_405() {
     let server = Server::start().await;
-    let resp = server.http.get(server.api("/api/v1/records")).send().await.unwrap();
+    let resp = server
+        .http
+        .get(server.api("/api/v1/records"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 405);
     let text = resp.text().await.unwrap();
     let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-    assert!(body["error"]["code"].is_string(), "405 without the JSON error body: {text:?}");
+    assert!(
+        body["error"]["code"].is_string(),
+        "405 without the JSON error body: {text:?}"
+    );
     server.stop().await;
 }

@@ -5,5 +5,6 @@ mod bad_input;
 mod otlp_export;
 mod otlp_json;
 mod python_sdk;
+mod restart;
 mod seed_matrix;
 mod support;

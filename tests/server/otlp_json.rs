@@ -85,10 +85,14 @@ fn python_doc(spans: Vec<Value>) -> Value {
 async fn post_json_traces(server: &Server, body: &Value, gzipped: bool) -> Value {
     let raw = body.to_string().into_bytes();
     let raw = if gzipped { gzip(&raw) } else { raw };
-    let resp = server.post_otlp("/v1/traces", "application/json", gzipped, raw).await;
+    let resp = server
+        .post_otlp("/v1/traces", "application/json", gzipped, raw)
+        .await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["content-type"], "application/json");
-    resp.json().await.expect("a JSON response to a JSON request")
+    resp.json()
+        .await
+        .expect("a JSON response to a JSON request")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -105,8 +109,11 @@ async fn javascript_exporter_json() {
         3,
         t0 - 2_000_000_000,
         t0 - 1_000_000,
-        vec![s("gen_ai.operation.name", "chat"), s("gen_ai.request.model", "gpt-4.1"),
-             json!({"key": "gen_ai.usage.input_tokens", "value": {"intValue": 812}})],
+        vec![
+            s("gen_ai.operation.name", "chat"),
+            s("gen_ai.request.model", "gpt-4.1"),
+            json!({"key": "gen_ai.usage.input_tokens", "value": {"intValue": 812}}),
+        ],
         json!({"code": 0}),
     );
     let succeeded = js_span(
@@ -120,7 +127,10 @@ async fn javascript_exporter_json() {
             s("gen_ai.operation.name", "execute_tool"),
             s("gen_ai.tool.name", "issue_refund"),
             s("gen_ai.tool.call.id", "call_Qx7d"),
-            s("gen_ai.tool.call.arguments", r#"{"order_id":"1042","amount":45.0,"currency":"usd"}"#),
+            s(
+                "gen_ai.tool.call.arguments",
+                r#"{"order_id":"1042","amount":45.0,"currency":"usd"}"#,
+            ),
             s("reckon.intent.id", &ok),
             s("reckon.idempotency_key", &unique("k")),
             s("reckon.outcome", "succeeded"),
@@ -157,7 +167,10 @@ async fn javascript_exporter_json() {
     assert_eq!(a["http_status"], 200);
     assert_eq!(a["class"], "succeeded");
     assert_eq!(a["reported_outcome"], "succeeded");
-    assert_eq!(a["start"], reckon::codec::rfc3339(reckon::model::Timestamp(t0 as i64)).as_str());
+    assert_eq!(
+        a["start"],
+        reckon::codec::rfc3339(reckon::model::Timestamp(t0 as i64)).as_str()
+    );
     let v = server.verdict(&lost).await;
     assert_verdict(&v, "unknown / retry_same_key / -");
     assert_eq!(v["attempts"][0]["error_type"], "timeout");
@@ -190,14 +203,30 @@ async fn python_exporter_json_plain_and_gzip() {
         })
     };
     let (plain, zipped) = (unique("int"), unique("int"));
-    let reply = post_json_traces(&server, &python_doc(vec![span(&plain, &unique("k"), "503")]), false).await;
+    let reply = post_json_traces(
+        &server,
+        &python_doc(vec![span(&plain, &unique("k"), "503")]),
+        false,
+    )
+    .await;
     assert_eq!(reply, json!({}));
-    let reply = post_json_traces(&server, &python_doc(vec![span(&zipped, &unique("k"), "422")]), true).await;
+    let reply = post_json_traces(
+        &server,
+        &python_doc(vec![span(&zipped, &unique("k"), "422")]),
+        true,
+    )
+    .await;
     assert_eq!(reply, json!({}));
 
     let v = server.verdict(&plain).await;
     assert_verdict(&v, "unknown / retry_same_key / -");
-    assert_eq!((v["attempts"][0]["http_status"].as_u64(), v["attempts"][0]["class"].as_str()), (Some(503), Some("unknown")));
+    assert_eq!(
+        (
+            v["attempts"][0]["http_status"].as_u64(),
+            v["attempts"][0]["class"].as_str()
+        ),
+        (Some(503), Some("unknown"))
+    );
     let v = server.verdict(&zipped).await;
     assert_verdict(&v, "failed_before_execution / fix_input / -");
     assert_eq!(v["attempts"][0]["http_status"], 422);
@@ -227,9 +256,18 @@ fn proto_request(spans: Vec<Span>) -> ExportTraceServiceRequest {
 fn proto_span(intent: &str, attrs: Vec<KeyValue>) -> Span {
     let t0 = unix_nanos(ago(MIN)) as u64;
     let mut attributes = vec![
-        kv("gen_ai.operation.name", any_value::Value::StringValue("execute_tool".into())),
-        kv("gen_ai.tool.name", any_value::Value::StringValue("issue_refund".into())),
-        kv("reckon.intent.id", any_value::Value::StringValue(intent.into())),
+        kv(
+            "gen_ai.operation.name",
+            any_value::Value::StringValue("execute_tool".into()),
+        ),
+        kv(
+            "gen_ai.tool.name",
+            any_value::Value::StringValue("issue_refund".into()),
+        ),
+        kv(
+            "reckon.intent.id",
+            any_value::Value::StringValue(intent.into()),
+        ),
     ];
     attributes.extend(attrs);
     Span {
@@ -248,11 +286,28 @@ fn proto_span(intent: &str, attrs: Vec<KeyValue>) -> Span {
 async fn protobuf_request_gets_protobuf_response() {
     let server = Server::start().await;
     let (good, read) = (unique("int"), unique("int"));
-    let ok = proto_span(&good, vec![kv("http.response.status_code", any_value::Value::IntValue(422))]);
+    let ok = proto_span(
+        &good,
+        vec![kv(
+            "http.response.status_code",
+            any_value::Value::IntValue(422),
+        )],
+    );
     // A read-back without reckon.readback.object_ids is malformed: rejected alone.
-    let bad = proto_span(&read, vec![kv("reckon.action", any_value::Value::StringValue("read".into()))]);
+    let bad = proto_span(
+        &read,
+        vec![kv(
+            "reckon.action",
+            any_value::Value::StringValue("read".into()),
+        )],
+    );
     let resp = server
-        .post_otlp("/v1/traces", "application/x-protobuf", false, proto_request(vec![ok.clone()]).encode_to_vec())
+        .post_otlp(
+            "/v1/traces",
+            "application/x-protobuf",
+            false,
+            proto_request(vec![ok.clone()]).encode_to_vec(),
+        )
         .await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["content-type"], "application/x-protobuf");
@@ -260,16 +315,26 @@ async fn protobuf_request_gets_protobuf_response() {
     assert_eq!(reply.partial_success, None);
 
     let body = gzip(&proto_request(vec![ok, bad]).encode_to_vec());
-    let resp = server.post_otlp("/v1/traces", "application/x-protobuf", true, body).await;
+    let resp = server
+        .post_otlp("/v1/traces", "application/x-protobuf", true, body)
+        .await;
     assert_eq!(resp.status(), 200);
     let reply = ExportTraceServiceResponse::decode(resp.bytes().await.unwrap()).unwrap();
     let partial = reply.partial_success.expect("a partial success");
     assert_eq!(partial.rejected_spans, 1);
-    assert!(partial.error_message.contains("reckon.readback.object_ids"), "{}", partial.error_message);
+    assert!(
+        partial.error_message.contains("reckon.readback.object_ids"),
+        "{}",
+        partial.error_message
+    );
 
     let v = server.verdict(&good).await;
     assert_verdict(&v, "failed_before_execution / fix_input / -");
-    assert_eq!(v["attempts"].as_array().unwrap().len(), 1, "the re-sent span is the same attempt");
+    assert_eq!(
+        v["attempts"].as_array().unwrap().len(),
+        1,
+        "the re-sent span is the same attempt"
+    );
     assert_eq!(server.get(&format!("/api/v1/intents/{read}")).await.0, 404);
     server.stop().await;
 }
@@ -280,8 +345,15 @@ async fn logs_carry_downstream_records() {
     let server = Server::start().await;
     let (i, k, re) = (unique("int"), unique("k"), unique("re"));
     let t0 = ago(5.0 * MIN);
-    export_grpc(&server, &[&ToolSpan::new("issue_refund", t0, 30.0)
-        .intent(&i).key(&k).args(refund_args("45.00")).timeout().told("unknown")])
+    export_grpc(
+        &server,
+        &[&ToolSpan::new("issue_refund", t0, 30.0)
+            .intent(&i)
+            .key(&k)
+            .args(refund_args("45.00"))
+            .timeout()
+            .told("unknown")],
+    )
     .await;
     assert_verdict(&server.verdict(&i).await, "unknown / retry_same_key / -");
 
@@ -312,25 +384,47 @@ async fn logs_carry_downstream_records() {
     for gzipped in [false, true] {
         let raw = doc.to_string().into_bytes();
         let raw = if gzipped { gzip(&raw) } else { raw };
-        let resp = server.post_otlp("/v1/logs", "application/json", gzipped, raw).await;
+        let resp = server
+            .post_otlp("/v1/logs", "application/json", gzipped, raw)
+            .await;
         assert_eq!(resp.status(), 200);
         assert_eq!(resp.headers()["content-type"], "application/json");
         let reply: Value = resp.json().await.unwrap();
-        assert_eq!(reply["partialSuccess"]["rejectedLogRecords"], "1", "{reply}");
-        assert!(reply["partialSuccess"]["errorMessage"].as_str().unwrap().contains("reckon.record.status"), "{reply}");
+        assert_eq!(
+            reply["partialSuccess"]["rejectedLogRecords"], "1",
+            "{reply}"
+        );
+        assert!(
+            reply["partialSuccess"]["errorMessage"]
+                .as_str()
+                .unwrap()
+                .contains("reckon.record.status"),
+            "{reply}"
+        );
     }
 
     let v = server.verdict(&i).await;
     assert_verdict(&v, "completed / none / -");
-    assert_eq!(v["objects"].as_array().unwrap().len(), 1, "a re-sent log is one observation: {v:#}");
+    assert_eq!(
+        v["objects"].as_array().unwrap().len(),
+        1,
+        "a re-sent log is one observation: {v:#}"
+    );
     assert_eq!(v["objects"][0]["object_id"], re.as_str());
     assert_eq!(v["objects"][0]["amount"], "45.00");
 
     // The same in protobuf: an empty logs request is a success, answered in protobuf.
-    let resp = server.post_otlp("/v1/logs", "application/x-protobuf", false, Vec::new()).await;
+    let resp = server
+        .post_otlp("/v1/logs", "application/x-protobuf", false, Vec::new())
+        .await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["content-type"], "application/x-protobuf");
-    assert_eq!(ExportLogsServiceResponse::decode(resp.bytes().await.unwrap()).unwrap().partial_success, None);
+    assert_eq!(
+        ExportLogsServiceResponse::decode(resp.bytes().await.unwrap())
+            .unwrap()
+            .partial_success,
+        None
+    );
     server.stop().await;
 }
 
@@ -338,7 +432,9 @@ async fn logs_carry_downstream_records() {
 async fn empty_json_requests_succeed() {
     let server = Server::start().await;
     for body in ["{}", r#"{"resourceSpans":[]}"#, ""] {
-        let resp = server.post_otlp("/v1/traces", "application/json", false, body.into()).await;
+        let resp = server
+            .post_otlp("/v1/traces", "application/json", false, body.into())
+            .await;
         assert_eq!(resp.status(), 200, "{body:?}");
         assert_eq!(resp.json::<Value>().await.unwrap(), json!({}));
     }
@@ -352,15 +448,47 @@ async fn empty_json_requests_succeed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn same_batch_three_times_over_every_transport_is_one_attempt() {
     let server = Server::start().await;
-    let (i, k1, k2, re1, re2) = (unique("int"), unique("k"), unique("k"), unique("re"), unique("re"));
+    let (i, k1, k2, re1, re2) = (
+        unique("int"),
+        unique("k"),
+        unique("k"),
+        unique("re"),
+        unique("re"),
+    );
     let t0 = ago(5.0 * MIN);
-    let lost = ToolSpan::new("issue_refund", t0, 30.0).intent(&i).key(&k1).args(refund_args("45.00")).timeout().told("unknown");
+    let lost = ToolSpan::new("issue_refund", t0, 30.0)
+        .intent(&i)
+        .key(&k1)
+        .args(refund_args("45.00"))
+        .timeout()
+        .told("unknown");
     let read = ToolSpan::read(&i, after(t0, 35.0), &[]);
-    let resend = ToolSpan::new("issue_refund", after(t0, 36.0), 0.4).intent(&i).key(&k2).args(refund_args("45.00"))
-        .http(200).object(&re2, "succeeded").told("succeeded");
+    let resend = ToolSpan::new("issue_refund", after(t0, 36.0), 0.4)
+        .intent(&i)
+        .key(&k2)
+        .args(refund_args("45.00"))
+        .http(200)
+        .object(&re2, "succeeded")
+        .told("succeeded");
     let hooks = [
-        stripe_event("refund.created", &i, &re2, "succeeded", 4500, Some(&k2), after(t0, 36.3)),
-        stripe_event("refund.updated", &i, &re1, "succeeded", 4500, Some(&k1), after(t0, 50.0)),
+        stripe_event(
+            "refund.created",
+            &i,
+            &re2,
+            "succeeded",
+            4500,
+            Some(&k2),
+            after(t0, 36.3),
+        ),
+        stripe_event(
+            "refund.updated",
+            &i,
+            &re1,
+            "succeeded",
+            4500,
+            Some(&k1),
+            after(t0, 50.0),
+        ),
     ];
     let batch = [&lost, &read, &resend];
     export_grpc(&server, &batch).await;
@@ -368,21 +496,30 @@ async fn same_batch_three_times_over_every_transport_is_one_attempt() {
         server.stripe(h).await;
     }
     let first = server.verdict(&i).await;
-    assert_verdict(&first, "completed / escalate / inconclusive_readback_acted_on, new_key_retry, duplicate_effect");
+    assert_verdict(
+        &first,
+        "completed / escalate / inconclusive_readback_acted_on, new_key_retry, duplicate_effect",
+    );
     let escalation = server.escalation_of(&i, "open").await.unwrap();
 
     // The same spans as OTLP/JSON, ids in hex: what a collector relaying them would send.
     let json_span = |t: &ToolSpan| {
         let d = t.data();
-        let attrs: Vec<Value> = d.attributes.iter().map(|kv| {
-            let value = match &kv.value {
-                opentelemetry::Value::I64(n) => json!({"intValue": n.to_string()}),
-                opentelemetry::Value::Array(opentelemetry::Array::String(v)) => json!({"arrayValue": {"values":
-                    v.iter().map(|s| json!({"stringValue": s.as_str()})).collect::<Vec<_>>()}}),
-                other => json!({"stringValue": other.as_str()}),
-            };
-            json!({"key": kv.key.as_str(), "value": value})
-        }).collect();
+        let attrs: Vec<Value> = d
+            .attributes
+            .iter()
+            .map(|kv| {
+                let value = match &kv.value {
+                    opentelemetry::Value::I64(n) => json!({"intValue": n.to_string()}),
+                    opentelemetry::Value::Array(opentelemetry::Array::String(v)) => {
+                        json!({"arrayValue": {"values":
+                    v.iter().map(|s| json!({"stringValue": s.as_str()})).collect::<Vec<_>>()}})
+                    }
+                    other => json!({"stringValue": other.as_str()}),
+                };
+                json!({"key": kv.key.as_str(), "value": value})
+            })
+            .collect();
         json!({"traceId": format!("{:032x}", t.trace_id), "spanId": format!("{:016x}", t.span_id),
                "name": t.name, "kind": 3,
                "startTimeUnixNano": unix_nanos(t.start).to_string(), "endTimeUnixNano": unix_nanos(t.end).to_string(),
@@ -403,7 +540,11 @@ async fn same_batch_three_times_over_every_transport_is_one_attempt() {
     assert_eq!(v["objects"].as_array().unwrap().len(), 2, "{v:#}");
     assert_eq!(v["findings"], first["findings"], "no extra findings");
     assert_eq!(v["escalation_id"], first["escalation_id"]);
-    assert_eq!(server.escalation_of(&i, "open").await.unwrap(), escalation, "the escalation is unchanged");
+    assert_eq!(
+        server.escalation_of(&i, "open").await.unwrap(),
+        escalation,
+        "the escalation is unchanged"
+    );
     let (_, all) = server.get("/api/v1/escalations").await;
     assert_eq!(all["items"].as_array().unwrap().len(), 1);
     server.stop().await;

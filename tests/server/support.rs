@@ -296,9 +296,7 @@ pub fn unix_secs(t: SystemTime) -> i64 {
 }
 
 pub fn unix_nanos(t: SystemTime) -> u128 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
+    t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_nanos()
 }
 
 /// RFC 3339 as the records API takes it.
@@ -315,9 +313,7 @@ pub fn refund_args(amount: &str) -> String {
 
 /// `create_bill_draft` arguments (invoice INV-204, EUR).
 pub fn draft_args(supplier: &str, amount: &str) -> String {
-    format!(
-        r#"{{"invoice":"INV-204","supplier":"{supplier}","amount":{amount},"currency":"EUR"}}"#
-    )
+    format!(r#"{{"invoice":"INV-204","supplier":"{supplier}","amount":{amount},"currency":"EUR"}}"#)
 }
 
 // ------------------------------------------------------------------ Stripe
@@ -380,7 +376,11 @@ pub fn gzip(bytes: &[u8]) -> Vec<u8> {
 /// Sorts the findings of an expectation written `state / decision / a, b`.
 pub fn expect(s: &str) -> String {
     let parts: Vec<&str> = s.split('/').map(str::trim).collect();
-    assert_eq!(parts.len(), 3, "expectation must read `state / decision / findings`");
+    assert_eq!(
+        parts.len(),
+        3,
+        "expectation must read `state / decision / findings`"
+    );
     let mut kinds: Vec<&str> = parts[2]
         .split(',')
         .map(str::trim)
