@@ -147,6 +147,46 @@ impl ToolSpan {
             .push(KeyValue::new("error.type", error_type.to_string()));
         self
     }
+
+    /// A read-back of `intent` (`reckon.action = "read"`) that found `found`.
+    pub fn read(intent: &str, start: SystemTime, found: &[&str]) -> ToolSpan {
+        let ids: Vec<opentelemetry::StringValue> =
+            found.iter().map(|s| s.to_string().into()).collect();
+        ToolSpan::new("list_refunds", start, 0.2)
+            .intent(intent)
+            .attr("reckon.action", "read")
+            .attr(
+                "reckon.readback.object_ids",
+                opentelemetry::Value::Array(opentelemetry::Array::String(ids)),
+            )
+    }
+    pub fn intent(self, id: &str) -> Self {
+        self.attr("reckon.intent.id", id.to_string())
+    }
+    pub fn key(self, k: &str) -> Self {
+        self.attr("reckon.idempotency_key", k.to_string())
+    }
+    pub fn args(self, json: String) -> Self {
+        self.attr("gen_ai.tool.call.arguments", json)
+    }
+    /// The downstream's HTTP status; a 4xx/5xx also makes the span an error span.
+    pub fn http(mut self, status: u16) -> Self {
+        if status >= 400 && self.error.is_none() {
+            self.error = Some(format!("HTTP {status}"));
+        }
+        self.attr("http.response.status_code", status as i64)
+    }
+    pub fn timeout(self) -> Self {
+        self.error("timeout")
+    }
+    pub fn object(self, id: &str, status: &str) -> Self {
+        self.attr("reckon.downstream.object_id", id.to_string())
+            .attr("reckon.downstream.status", status.to_string())
+    }
+    /// `reckon.outcome`: what the executor told the model.
+    pub fn told(self, outcome: &str) -> Self {
+        self.attr("reckon.outcome", outcome.to_string())
+    }
     pub fn data(&self) -> SpanData {
         SpanData {
             span_context: SpanContext::new(
@@ -219,4 +259,261 @@ pub async fn export_http(server: &Server, spans: &[&ToolSpan]) {
         .export(spans.iter().map(|s| s.data()).collect())
         .await
         .expect("HTTP export acknowledged");
+}
+
+/// Export spans with the real OTLP/gRPC exporter, returning the exporter's result.
+pub async fn try_export_grpc(
+    server: &Server,
+    spans: &[&ToolSpan],
+) -> opentelemetry_sdk::error::OTelSdkResult {
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(server.r().grpc_url())
+        .build()
+        .unwrap();
+    exporter
+        .export(spans.iter().map(|s| s.data()).collect())
+        .await
+}
+
+// ------------------------------------------------------------------ time
+
+/// `secs` seconds before now.
+pub fn ago(secs: f64) -> SystemTime {
+    SystemTime::now() - Duration::from_secs_f64(secs)
+}
+
+/// `secs` seconds after `base`.
+pub fn after(base: SystemTime, secs: f64) -> SystemTime {
+    base + Duration::from_secs_f64(secs)
+}
+
+pub const MIN: f64 = 60.0;
+pub const HOUR: f64 = 3600.0;
+
+pub fn unix_secs(t: SystemTime) -> i64 {
+    t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs() as i64
+}
+
+pub fn unix_nanos(t: SystemTime) -> u128 {
+    t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_nanos()
+}
+
+/// RFC 3339 as the records API takes it.
+pub fn rfc3339(t: SystemTime) -> String {
+    reckon::codec::rfc3339(reckon::model::Timestamp(unix_nanos(t) as i64))
+}
+
+// ------------------------------------------------------------------ tool arguments
+
+/// `issue_refund` arguments as the executor sends them (order 1042, USD, major units).
+pub fn refund_args(amount: &str) -> String {
+    format!(r#"{{"order_id":"1042","amount":{amount},"currency":"usd"}}"#)
+}
+
+/// `create_bill_draft` arguments (invoice INV-204, EUR).
+pub fn draft_args(supplier: &str, amount: &str) -> String {
+    format!(r#"{{"invoice":"INV-204","supplier":"{supplier}","amount":{amount},"currency":"EUR"}}"#)
+}
+
+// ------------------------------------------------------------------ Stripe
+
+/// A Stripe refund event as Stripe sends it (API 2024-10-28): `amount` in minor units, the intent
+/// in `data.object.metadata.intent_id`, the key in `request.idempotency_key`. `created` is the
+/// observation time.
+pub fn stripe_event(
+    event_type: &str,
+    intent: &str,
+    object_id: &str,
+    status: &str,
+    minor: i64,
+    key: Option<&str>,
+    created: SystemTime,
+) -> String {
+    let request = match key {
+        Some(k) => serde_json::json!({"id": unique("req"), "idempotency_key": k}),
+        None => Value::Null,
+    };
+    serde_json::json!({
+        "id": unique("evt"),
+        "object": "event",
+        "api_version": "2024-10-28.acacia",
+        "created": unix_secs(created),
+        "data": {
+            "object": {
+                "id": object_id,
+                "object": "refund",
+                "amount": minor,
+                "balance_transaction": "txn_3QK8ZbLkdIwHu7ix0iPL3hs1",
+                "charge": "ch_3QK8ZbLkdIwHu7ix0Wc8HJ6R",
+                "created": unix_secs(created),
+                "currency": "usd",
+                "metadata": {"intent_id": intent, "order_id": "1042"},
+                "payment_intent": "pi_3QK8ZbLkdIwHu7ix0lU8Pm4T",
+                "reason": "requested_by_customer",
+                "receipt_number": null,
+                "status": status,
+            },
+            "previous_attributes": {"status": "pending"},
+        },
+        "livemode": false,
+        "pending_webhooks": 1,
+        "request": request,
+        "type": event_type,
+    })
+    .to_string()
+}
+
+// ------------------------------------------------------------------ HTTP helpers
+
+pub fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    enc.write_all(bytes).unwrap();
+    enc.finish().unwrap()
+}
+
+/// Sorts the findings of an expectation written `state / decision / a, b`.
+pub fn expect(s: &str) -> String {
+    let parts: Vec<&str> = s.split('/').map(str::trim).collect();
+    assert_eq!(
+        parts.len(),
+        3,
+        "expectation must read `state / decision / findings`"
+    );
+    let mut kinds: Vec<&str> = parts[2]
+        .split(',')
+        .map(str::trim)
+        .filter(|k| !k.is_empty() && *k != "-")
+        .collect();
+    kinds.sort();
+    kinds.dedup();
+    let findings = if kinds.is_empty() {
+        "-".to_string()
+    } else {
+        kinds.join(", ")
+    };
+    format!("{} / {} / {}", parts[0], parts[1], findings)
+}
+
+/// Asserts a verdict's `state / decision / findings` line, with the verdict in the message.
+#[track_caller]
+pub fn assert_verdict(v: &Value, expected: &str) {
+    assert_eq!(
+        summary(v),
+        expect(expected),
+        "verdict of {}:\n{:#}",
+        v["intent_id"],
+        v
+    );
+}
+
+impl Server {
+    pub async fn post_json(&self, path: &str, body: &Value) -> (u16, Value) {
+        let resp = self
+            .http
+            .post(self.api(path))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    /// `POST /api/v1/records` with a raw body.
+    pub async fn post_records_raw(&self, body: impl Into<reqwest::Body>) -> (u16, Value) {
+        let resp = self
+            .http
+            .post(self.api("/api/v1/records"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    /// `POST /api/v1/records`, asserting every item was accepted.
+    pub async fn records(&self, body: &Value) {
+        let (status, reply) = self.post_json("/api/v1/records", body).await;
+        assert_eq!(status, 200, "{reply}");
+        let n = body.as_array().map_or(1, |a| a.len());
+        assert_eq!(reply["accepted"], n, "{reply}");
+        assert_eq!(reply["rejected"], serde_json::json!([]), "{reply}");
+    }
+
+    /// `POST /api/v1/webhooks/stripe` with the given `Stripe-Signature` header (none if `None`).
+    pub async fn stripe_raw(&self, body: &str, signature: Option<&str>) -> (u16, Value) {
+        let mut req = self
+            .http
+            .post(self.api("/api/v1/webhooks/stripe"))
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(sig) = signature {
+            req = req.header("stripe-signature", sig);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    /// A Stripe webhook signed now with the configured secret, asserting it was recorded.
+    pub async fn stripe(&self, body: &str) {
+        let sig = reckon::ingest::stripe::sign(
+            body.as_bytes(),
+            STRIPE_SECRET,
+            unix_secs(SystemTime::now()),
+        );
+        let (status, reply) = self.stripe_raw(body, Some(&sig)).await;
+        assert_eq!(status, 200, "{reply}");
+        assert_eq!(reply["recorded"], true, "{reply}");
+    }
+
+    /// The open (or claimed) escalation of an intent, from `GET /api/v1/escalations?status=`.
+    pub async fn escalation_of(&self, intent_id: &str, status: &str) -> Option<Value> {
+        let (code, body) = self
+            .get(&format!("/api/v1/escalations?status={status}"))
+            .await;
+        assert_eq!(code, 200, "{body}");
+        body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["intent_id"] == intent_id)
+            .cloned()
+    }
+
+    /// Polls `GET path` until `done` holds for the body (the store is written behind the engine).
+    pub async fn poll(&self, path: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let mut last = Value::Null;
+        for _ in 0..150 {
+            let (status, body) = self.get(path).await;
+            if status == 200 && done(&body) {
+                return body;
+            }
+            last = body;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("GET {path} never satisfied the condition; last body: {last:#}");
+    }
+
+    /// POST an OTLP/HTTP body to the OTLP HTTP listener.
+    pub async fn post_otlp(
+        &self,
+        path: &str,
+        content_type: &str,
+        gzipped: bool,
+        body: Vec<u8>,
+    ) -> reqwest::Response {
+        let mut req = self
+            .http
+            .post(format!("{}{path}", self.r().http_url()))
+            .header("content-type", content_type);
+        if gzipped {
+            req = req.header("content-encoding", "gzip");
+        }
+        req.body(body).send().await.unwrap()
+    }
 }

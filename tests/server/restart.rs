@@ -1,0 +1,372 @@
+//! Engine state is a cache of the store: a graceful restart and a SIGKILL right after an
+//! acknowledged export both come back with every acknowledged event and the same verdicts.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::support::*;
+
+/// A verdict without the fields that say when it was computed.
+fn comparable(v: &Value) -> Value {
+    let mut v = v.clone();
+    let o = v.as_object_mut().unwrap();
+    o.remove("audited_at");
+    v
+}
+
+/// Intents in every state worth keeping: settled, unknown and safe to retry, pending, escalated
+/// and claimed by a person, escalated and resolved, a duplicate. Returns their ids.
+async fn scenarios(s: &Server) -> Vec<String> {
+    let t0 = ago(10.0 * MIN);
+    let ids: Vec<String> = (0..6).map(|_| unique("int")).collect();
+    let (re0, re2, re5a, re5b) = (unique("re"), unique("re"), unique("re"), unique("re"));
+    let refund = |i: &str, start, secs| {
+        ToolSpan::new("issue_refund", start, secs)
+            .intent(i)
+            .args(refund_args("45.00"))
+    };
+    let spans = [
+        refund(&ids[0], t0, 0.3)
+            .key(&unique("k"))
+            .http(200)
+            .object(&re0, "succeeded"),
+        refund(&ids[1], after(t0, 7.0 * MIN), 30.0)
+            .key(&unique("k"))
+            .timeout()
+            .told("unknown"),
+        refund(&ids[2], t0, 0.3)
+            .key(&unique("k"))
+            .http(200)
+            .object(&re2, "pending")
+            .told("pending"),
+        ToolSpan::new("send_email", after(t0, 8.0 * MIN), 30.0)
+            .intent(&ids[3])
+            .timeout()
+            .told("unknown"),
+        ToolSpan::new("send_email", after(t0, 8.0 * MIN), 30.0)
+            .intent(&ids[4])
+            .timeout()
+            .told("unknown"),
+        refund(&ids[5], t0, 0.3)
+            .key(&unique("k"))
+            .http(200)
+            .object(&re5a, "succeeded"),
+        refund(&ids[5], after(t0, 5.0), 0.3)
+            .key(&unique("k"))
+            .http(200)
+            .object(&re5b, "succeeded"),
+    ];
+    export_grpc(s, &spans.iter().collect::<Vec<_>>()).await;
+    s.stripe(&stripe_event(
+        "refund.created",
+        &ids[2],
+        &re2,
+        "pending",
+        4500,
+        None,
+        after(t0, 1.0),
+    ))
+    .await;
+    s.records(&json!({"kind": "refund", "object_id": re0, "intent_id": ids[0], "status": "succeeded",
+                      "amount": "45.00", "currency": "usd", "target": "1042", "observed_at": rfc3339(after(t0, 1.0))}))
+        .await;
+    // A person claims one escalation and resolves another.
+    let e3 = s.escalation_of(&ids[3], "open").await.unwrap();
+    let (code, _) = s
+        .post_json(
+            &format!("/api/v1/escalations/{}/claim", e3["id"].as_str().unwrap()),
+            &json!({"by": "ana"}),
+        )
+        .await;
+    assert_eq!(code, 200);
+    let e4 = s.escalation_of(&ids[4], "open").await.unwrap();
+    let (code, _) = s
+        .post_json(
+            &format!("/api/v1/escalations/{}/resolve", e4["id"].as_str().unwrap()),
+            &json!({"by": "bo", "resolution": "not_sent", "note": "provider log shows no message"}),
+        )
+        .await;
+    assert_eq!(code, 200);
+
+    let want = [
+        "completed / none / -",
+        "unknown / retry_same_key / -",
+        "pending / wait / -",
+        "unknown / escalate / no_idempotency_contract",
+        // Resolved: the audit's own decision; the provider may still send inside its 5 min queue.
+        "unknown / wait / no_idempotency_contract",
+        "completed / escalate / duplicate_effect, new_key_retry, resend_after_terminal",
+    ];
+    for (i, w) in ids.iter().zip(want) {
+        assert_verdict(&s.verdict(i).await, w);
+    }
+    ids
+}
+
+async fn snapshot(s: &Server, ids: &[String]) -> (Vec<Value>, Value) {
+    let mut verdicts = Vec::new();
+    for i in ids {
+        verdicts.push(comparable(&s.verdict(i).await));
+    }
+    let (code, escalations) = s.get("/api/v1/escalations").await;
+    assert_eq!(code, 200);
+    (verdicts, escalations)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_restart_keeps_verdicts_and_escalations() {
+    let s = Server::start().await;
+    let ids = scenarios(&s).await;
+    let before = snapshot(&s, &ids).await;
+    let dir = s.stop().await;
+
+    let s = Server::start_in(dir).await;
+    assert_eq!(s.get("/readyz").await.1["intents"], ids.len());
+    let after = snapshot(&s, &ids).await;
+    assert_eq!(after.0, before.0, "verdicts after restart");
+    assert_eq!(
+        after.1, before.1,
+        "escalations after restart (claimed and resolved kept)"
+    );
+    s.stop().await;
+}
+
+// ------------------------------------------------------------------ the real binary
+
+fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// `reckon serve` as a child process on free ports.
+struct Reckon {
+    child: Child,
+    grpc: SocketAddr,
+    http: SocketAddr,
+    api: SocketAddr,
+}
+
+impl Reckon {
+    async fn spawn(data_dir: &Path, log: &Path) -> Reckon {
+        let (grpc, http, api) = (free_addr(), free_addr(), free_addr());
+        let child = Command::new(env!("CARGO_BIN_EXE_reckon"))
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(data_dir)
+            .arg("--contracts")
+            .arg(repo_contracts())
+            .arg("--grpc-addr")
+            .arg(grpc.to_string())
+            .arg("--http-addr")
+            .arg(http.to_string())
+            .arg("--api-addr")
+            .arg(api.to_string())
+            .env_remove("RECKON_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .expect("spawn reckon");
+        let mut r = Reckon {
+            child,
+            grpc,
+            http,
+            api,
+        };
+        r.wait_ready(log).await;
+        r
+    }
+
+    async fn wait_ready(&mut self, log: &Path) {
+        let client = reqwest::Client::new();
+        let began = Instant::now();
+        while began.elapsed() < Duration::from_secs(20) {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!(
+                    "reckon serve exited ({status}) before it was ready; stderr:\n{}",
+                    std::fs::read_to_string(log).unwrap_or_default()
+                );
+            }
+            if let Ok(resp) = client
+                .get(format!("http://{}/readyz", self.api))
+                .send()
+                .await
+            {
+                if resp.status() == 200 {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        let _ = self.child.kill();
+        panic!(
+            "reckon serve not ready after 20 s; stderr:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+    }
+
+    /// SIGKILL: no shutdown hook, no flush, no drain.
+    fn kill9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    async fn verdict(&self, intent: &str) -> Value {
+        let client = reqwest::Client::new();
+        for _ in 0..100 {
+            let resp = client
+                .get(format!("http://{}/api/v1/intents/{intent}", self.api))
+                .send()
+                .await
+                .unwrap();
+            if resp.status() == 200 {
+                return resp.json().await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("intent {intent} not found");
+    }
+}
+
+impl Drop for Reckon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn export_to(grpc: SocketAddr, spans: &[&ToolSpan]) {
+    use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
+    use opentelemetry_sdk::trace::SpanExporter as _;
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(format!("http://{grpc}"))
+        .with_compression(opentelemetry_otlp::Compression::Gzip)
+        .build()
+        .unwrap();
+    exporter
+        .export(spans.iter().map(|s| s.data()).collect())
+        .await
+        .expect("gRPC export acknowledged");
+}
+
+async fn export_http_to(http: SocketAddr, spans: &[&ToolSpan]) {
+    use opentelemetry_otlp::WithExportConfig;
+    use opentelemetry_sdk::trace::SpanExporter as _;
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_endpoint(format!("http://{http}/v1/traces"))
+        .build()
+        .unwrap();
+    exporter
+        .export(spans.iter().map(|s| s.data()).collect())
+        .await
+        .expect("HTTP export acknowledged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_right_after_an_acknowledged_export_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let log = dir.path().join("reckon.log");
+    let r = Reckon::spawn(&data, &log).await;
+
+    // First batch, audited and read back while the process is alive.
+    let (a, b, re) = (unique("int"), unique("int"), unique("re"));
+    let t0 = ago(5.0 * MIN);
+    let lost = ToolSpan::new("issue_refund", t0, 30.0)
+        .intent(&a)
+        .key(&unique("k"))
+        .args(refund_args("45.00"))
+        .timeout()
+        .told("unknown");
+    let email = ToolSpan::new("send_email", t0, 30.0)
+        .intent(&b)
+        .timeout()
+        .told("unknown");
+    export_to(r.grpc, &[&lost, &email]).await;
+    let before_a = r.verdict(&a).await;
+    let before_b = r.verdict(&b).await;
+    assert_verdict(&before_a, "unknown / retry_same_key / -");
+    assert_verdict(&before_b, "unknown / escalate / no_idempotency_contract");
+
+    // A record, then a second batch: killed the moment the export is acknowledged.
+    let client = reqwest::Client::new();
+    let resp = client
+        .post(format!("http://{}/api/v1/records", r.api))
+        .json(&json!({"kind": "refund", "object_id": re, "intent_id": a, "status": "succeeded", "amount": "45.00",
+                      "currency": "usd", "target": "1042", "observed_at": rfc3339(after(t0, 20.0))}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let c = unique("int");
+    let pending = ToolSpan::new("issue_refund", ago(MIN), 0.3)
+        .intent(&c)
+        .key(&unique("k"))
+        .args(refund_args("12.00"))
+        .http(200)
+        .object(&unique("re"), "pending")
+        .told("pending");
+    export_http_to(r.http, &[&pending]).await;
+    r.kill9();
+
+    let r = Reckon::spawn(&data, &log.with_extension("2.log")).await;
+    let after_a = r.verdict(&a).await;
+    assert_verdict(&after_a, "completed / none / -");
+    assert_eq!(
+        after_a["attempts"], before_a["attempts"],
+        "the spans are there"
+    );
+    assert_eq!(
+        after_a["objects"][0]["object_id"],
+        re.as_str(),
+        "the record is there"
+    );
+    let after_b = r.verdict(&b).await;
+    assert_eq!(
+        comparable(&after_b),
+        comparable(&before_b),
+        "same verdict, same escalation"
+    );
+    let after_c = r.verdict(&c).await;
+    assert_verdict(&after_c, "pending / wait / -");
+    assert_eq!(
+        after_c["attempts"][0]["span_id"],
+        format!("{:016x}", pending.span_id).as_str()
+    );
+    let resp: Value = client
+        .get(format!("http://{}/api/v1/escalations?status=open", r.api))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let open: Vec<&str> = resp["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["intent_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(open, [b.as_str()]);
+
+    // The exporter's retry of the killed export, after the restart, is still the same attempt.
+    export_http_to(r.http, &[&pending]).await;
+    export_to(r.grpc, &[&lost, &email]).await;
+    assert_eq!(comparable(&r.verdict(&c).await), comparable(&after_c));
+    assert_eq!(r.verdict(&a).await["attempts"].as_array().unwrap().len(), 1);
+
+    // Killed again with nothing in flight, restarted: still the same.
+    r.kill9();
+    let r = Reckon::spawn(&data, &log.with_extension("3.log")).await;
+    assert_eq!(comparable(&r.verdict(&a).await), comparable(&after_a));
+    assert_eq!(comparable(&r.verdict(&c).await), comparable(&after_c));
+    drop(r);
+}
