@@ -17,6 +17,8 @@ pub enum ApiError {
     BadRequest(String),
     #[error("{0}")]
     Conflict(String),
+    #[error("method not allowed on this endpoint")]
+    MethodNotAllowed,
     #[error(transparent)]
     Ingest(#[from] IngestError),
     #[error(transparent)]
@@ -50,6 +52,9 @@ impl IntoResponse for ApiError {
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", None),
             ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request", None),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict", None),
+            ApiError::MethodNotAllowed => {
+                (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", None)
+            }
             ApiError::Ingest(e) => {
                 let w = e.wire();
                 (

@@ -7,6 +7,7 @@ mod error;
 use std::sync::Arc;
 
 use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -18,6 +19,7 @@ pub use error::ApiError;
 
 use crate::codec::{rfc3339, ContractDoc, EscalationDoc, VerdictDoc};
 use crate::engine::{wall_now, Engine};
+use crate::ingest::error::IngestError;
 use crate::ingest::http::body_of;
 use crate::ingest::service::IngestService;
 use crate::metrics::Metrics;
@@ -52,6 +54,7 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/readyz", get(ready))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(max))
         .with_state(state)
 }
@@ -59,8 +62,9 @@ pub fn router(state: ApiState) -> Router {
 async fn post_records(
     State(s): State<ApiState>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let body = body_within_limit(body, s.max_bytes)?;
     let raw = body_of(&headers, &body, s.max_bytes)?;
     let reply = s.ingest.records(&raw).await?;
     Ok(Json(reply).into_response())
@@ -69,8 +73,9 @@ async fn post_records(
 async fn post_stripe(
     State(s): State<ApiState>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let body = body_within_limit(body, s.max_bytes)?;
     let signature = headers
         .get("stripe-signature")
         .and_then(|v| v.to_str().ok());
@@ -119,8 +124,9 @@ fn parse_since(s: Option<&str>) -> Result<Option<Timestamp>, ApiError> {
 
 async fn list_intents(
     State(s): State<ApiState>,
-    Query(q): Query<IntentQuery>,
+    q: Result<Query<IntentQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let q = query(q)?;
     let state = match q.state.as_deref() {
         Some(x) => Some(
             IntentState::parse(x)
@@ -154,8 +160,9 @@ struct EscalationQuery {
 
 async fn list_escalations(
     State(s): State<ApiState>,
-    Query(q): Query<EscalationQuery>,
+    q: Result<Query<EscalationQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let q = query(q)?;
     let status = match q.status.as_deref() {
         Some(x) => Some(EscalationStatus::parse(x).ok_or_else(|| {
             ApiError::BadRequest(format!(
@@ -210,6 +217,23 @@ struct ResolveBody {
     note: Option<String>,
 }
 
+/// The request body, or the API's JSON error when it could not be read (413 over the limit).
+fn body_within_limit(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiError> {
+    body.map_err(|r| {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::Ingest(IngestError::TooLarge { limit })
+        } else {
+            ApiError::BadRequest(format!("body: {}", r.body_text()))
+        }
+    })
+}
+
+/// Query parameters, or a JSON 400 naming what did not parse.
+fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+    q.map(|Query(q)| q)
+        .map_err(|r| ApiError::BadRequest(r.body_text()))
+}
+
 fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("body: {e}")))
 }
@@ -217,9 +241,9 @@ fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError>
 async fn claim(
     State(s): State<ApiState>,
     Path(id): Path<String>,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let b: ClaimBody = json_body(&body)?;
+    let b: ClaimBody = json_body(&body_within_limit(body, s.max_bytes)?)?;
     let e = s.engine.claim(&id, &b.by).await?;
     Ok(Json(bundle(&s, &e)).into_response())
 }
@@ -227,9 +251,9 @@ async fn claim(
 async fn resolve(
     State(s): State<ApiState>,
     Path(id): Path<String>,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let b: ResolveBody = json_body(&body)?;
+    let b: ResolveBody = json_body(&body_within_limit(body, s.max_bytes)?)?;
     let e = s
         .engine
         .resolve(&id, &b.by, &b.resolution, b.note.as_deref())
@@ -244,8 +268,9 @@ struct ReportQuery {
 
 async fn report(
     State(s): State<ApiState>,
-    Query(q): Query<ReportQuery>,
+    q: Result<Query<ReportQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let q = query(q)?;
     let report = s
         .store
         .report(parse_since(q.since.as_deref())?, wall_now())

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -90,11 +91,16 @@ pub fn body_of(headers: &HeaderMap, body: &[u8], limit: usize) -> Result<Vec<u8>
     }
 }
 
-async fn traces(State(s): State<HttpState>, headers: HeaderMap, body: Bytes) -> Response {
+async fn traces(
+    State(s): State<HttpState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let received = Instant::now();
     let format = format_of(&headers).unwrap_or(Format::Protobuf);
     let result = async {
         let format = format_of(&headers)?;
+        let body = body.map_err(|r| rejected_body(r, s.max_bytes))?;
         let raw = body_of(&headers, &body, s.max_bytes)?;
         let decoded = match format {
             Format::Protobuf => otlp::traces_from_protobuf_bytes(&raw, s.service.contracts()),
@@ -115,11 +121,16 @@ async fn traces(State(s): State<HttpState>, headers: HeaderMap, body: Bytes) -> 
     }
 }
 
-async fn logs(State(s): State<HttpState>, headers: HeaderMap, body: Bytes) -> Response {
+async fn logs(
+    State(s): State<HttpState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let received = Instant::now();
     let format = format_of(&headers).unwrap_or(Format::Protobuf);
     let result = async {
         let format = format_of(&headers)?;
+        let body = body.map_err(|r| rejected_body(r, s.max_bytes))?;
         let raw = body_of(&headers, &body, s.max_bytes)?;
         let decoded = match format {
             Format::Protobuf => otlp::logs_from_protobuf_bytes(&raw),
@@ -137,6 +148,15 @@ async fn logs(State(s): State<HttpState>, headers: HeaderMap, body: Bytes) -> Re
             }
             error_response(format, &e)
         }
+    }
+}
+
+/// A body axum could not read: over the limit, or broken off.
+fn rejected_body(r: BytesRejection, limit: usize) -> IngestError {
+    if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        IngestError::TooLarge { limit }
+    } else {
+        IngestError::Decode(r.body_text())
     }
 }
 

@@ -364,13 +364,9 @@ async fn oversized_bodies_and_gzip_bombs_are_413() {
     server.stop().await;
 }
 
-/// BUG (server), src/ingest/http.rs:44 (`DefaultBodyLimit::max`) with the `body: Bytes` extractor
-/// at :93/:118: a plain body over `max_request_bytes` is refused by axum's extractor before the
-/// handler runs, so the 413 carries axum's text "Failed to buffer the request body: length limit
-/// exceeded" instead of the `google.rpc.Status` body OTLP/HTTP requires (and `IngestError::TooLarge`
-/// gives for a gzip bomb).
+/// A plain body over the limit gets OTLP's `google.rpc.Status` body, like a gzip bomb does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bug_oversized_otlp_body_413_is_not_a_status() {
+async fn oversized_otlp_body_is_413_with_a_status() {
     let server = Server::start().await;
     let resp = server
         .post_otlp(
@@ -393,11 +389,9 @@ async fn bug_oversized_otlp_body_413_is_not_a_status() {
     server.stop().await;
 }
 
-/// BUG (server), src/api/mod.rs:55 (`DefaultBodyLimit::max`) with `body: Bytes` at :62: the API's
-/// 413 for a plain body over the limit is axum's plain text, not `{"error": {"code":
-/// "body_too_large"}}` (which the same endpoint does give for a gzip bomb).
+/// The API's 413 is its JSON error, for a plain body as for a gzip bomb.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bug_oversized_api_body_413_is_not_json() {
+async fn oversized_api_body_is_413_with_the_json_error() {
     let server = Server::start().await;
     let resp = server
         .http
@@ -544,11 +538,9 @@ async fn api_errors_are_json() {
     server.stop().await;
 }
 
-/// BUG (server), src/api/mod.rs:122 (also :157 and :247): `Query<...>` extractor rejections are
-/// axum's plain text ("Failed to deserialize query string: limit: invalid digit found in
-/// string"), not the `{"error": {"code", "message"}}` body DESIGN.md promises for every API error.
+/// A query parameter that does not parse is the JSON error DESIGN.md promises, not axum's text.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bug_unparsable_query_parameter_is_plain_text() {
+async fn unparsable_query_parameter_is_a_json_400() {
     let server = Server::start().await;
     for path in ["/api/v1/intents?limit=ten", "/api/v1/intents?limit=-1"] {
         let resp = server.http.get(server.api(path)).send().await.unwrap();
@@ -563,10 +555,9 @@ async fn bug_unparsable_query_parameter_is_plain_text() {
     server.stop().await;
 }
 
-/// BUG (server), src/api/mod.rs:38-56: a known path with the wrong method (`GET /api/v1/records`)
-/// is axum's bare 405 with an empty body; the fallback's JSON error only covers unknown paths.
+/// A known path with the wrong method gets a 405 with the JSON error body.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bug_wrong_method_is_an_empty_405() {
+async fn wrong_method_is_a_json_405() {
     let server = Server::start().await;
     let resp = server
         .http
