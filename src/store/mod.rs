@@ -10,6 +10,7 @@
 //! rather than `dyn`-compatible boxed futures.
 
 pub mod any;
+pub mod clickhouse;
 pub mod sqlite;
 
 use std::collections::BTreeMap;
