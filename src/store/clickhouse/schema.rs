@@ -189,7 +189,13 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
         name: "event log, verdicts, escalations",
-        statements: &[V1_ATTEMPTS, V1_READBACKS, V1_RECORDS, V1_VERDICTS, V1_ESCALATIONS],
+        statements: &[
+            V1_ATTEMPTS,
+            V1_READBACKS,
+            V1_RECORDS,
+            V1_VERDICTS,
+            V1_ESCALATIONS,
+        ],
     },
     Migration {
         version: 2,
