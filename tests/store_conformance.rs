@@ -1070,3 +1070,29 @@ async fn clickhouse_unreachable_is_retried_then_fails() {
         "backed off between tries"
     );
 }
+
+/// `--store clickhouse://...` as the app opens it: the database is created and migrated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn app_opens_the_clickhouse_store() {
+    let Some(ch) = ClickHouse::new().await else {
+        return;
+    };
+    let config = reckon::config::Config {
+        store: reckon::config::StoreConfig::ClickHouse {
+            url: ch.config.url.clone(),
+            user: ch.config.user.clone(),
+            password: ch.config.password.clone(),
+            database: ch.config.database.clone(),
+        },
+        ..Default::default()
+    };
+    let store = reckon::app::open_store(&config).await.expect("open_store");
+    assert!(matches!(store, reckon::store::AnyStore::ClickHouse(_)));
+    store
+        .append(vec![A::new(1, "intent-app", 0).event()])
+        .await
+        .unwrap();
+    assert_eq!(store.load_events().await.unwrap().len(), 1);
+    drop(store);
+    ch.finish().await;
+}

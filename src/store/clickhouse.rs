@@ -245,7 +245,8 @@ impl Clock {
 }
 
 pub struct ClickHouseStore {
-    client: ::clickhouse::Client,
+    /// Boxed: the client is several hundred bytes, and `AnyStore` is sized by its largest store.
+    client: Box<::clickhouse::Client>,
     database: String,
     retry: RetryPolicy,
     clock: Arc<Clock>,
@@ -393,7 +394,7 @@ impl ClickHouseStore {
         let (tx, rx) = mpsc::channel(writer::QUEUE_DEPTH);
         tokio::spawn(writer::run(client.clone(), retry, rx));
         Ok(ClickHouseStore {
-            client,
+            client: Box::new(client),
             database: config.database,
             retry,
             clock: Arc::new(Clock::new(floor)),
