@@ -17,7 +17,7 @@ use crate::ingest::service::IngestService;
 use crate::ingest::{grpc, http};
 use crate::metrics::Metrics;
 use crate::model::Dur;
-use crate::store::{AnyStore, SqliteStore};
+use crate::store::{AnyStore, ClickHouseConfig, ClickHouseStore, SqliteStore};
 
 /// A started reckon. The addresses are the bound ones (a `:0` port in the config is resolved).
 pub struct Running {
@@ -42,8 +42,19 @@ pub async fn open_store(config: &Config) -> anyhow::Result<AnyStore> {
                 })?;
             Ok(AnyStore::Sqlite(store))
         }
-        StoreConfig::ClickHouse { .. } => {
-            anyhow::bail!("the ClickHouse store is not available in this build")
+        StoreConfig::ClickHouse {
+            url,
+            user,
+            password,
+            database,
+        } => {
+            let ch = ClickHouseConfig::from_parts(url, user, password, database)?;
+            let what = format!(
+                "opening the ClickHouse store {} database {}",
+                ch.url, ch.database
+            );
+            let store = ClickHouseStore::open(ch).await.context(what)?;
+            Ok(AnyStore::ClickHouse(store))
         }
     }
 }

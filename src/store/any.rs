@@ -9,12 +9,14 @@ use crate::model::{Escalation, EscalationStatus, Event, Timestamp, Verdict};
 
 pub enum AnyStore {
     Sqlite(SqliteStore),
+    ClickHouse(ClickHouseStore),
 }
 
 macro_rules! dispatch {
     ($self:ident, $s:ident => $call:expr) => {
         match $self {
             AnyStore::Sqlite($s) => $call.await,
+            AnyStore::ClickHouse($s) => $call.await,
         }
     };
 }

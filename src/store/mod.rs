@@ -1,7 +1,7 @@
 //! The system of record: events, verdicts, findings and escalations.
 //!
 //! [`Store`] is what the rest of reckon sees. It is implemented by [`sqlite::SqliteStore`] (the
-//! embedded default) and later by a ClickHouse store, so its contract is deliberately weak where
+//! embedded default) and [`clickhouse::ClickHouseStore`], so its contract is deliberately weak where
 //! ClickHouse is weak: no multi-statement transactions are promised, "upsert" means "the latest
 //! write wins when read back" (ReplacingMergeTree semantics), and ordering of `load_events` is a
 //! courtesy, not something the engine may rely on.
@@ -10,6 +10,7 @@
 //! rather than `dyn`-compatible boxed futures.
 
 pub mod any;
+pub mod clickhouse;
 pub mod sqlite;
 
 use std::collections::BTreeMap;
@@ -25,6 +26,7 @@ use crate::model::{
     Severity, Timestamp, Verdict,
 };
 
+pub use self::clickhouse::{ClickHouseConfig, ClickHouseStore};
 pub use any::AnyStore;
 pub use sqlite::SqliteStore;
 
@@ -39,6 +41,20 @@ pub enum StoreError {
     },
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// A ClickHouse operation failed (after retrying, when it was transient).
+    #[error("clickhouse: {0}")]
+    ClickHouse(#[from] self::clickhouse::ClickHouseError),
+    #[error("ClickHouse store configuration: {0}")]
+    ClickHouseConfig(String),
+    #[error(
+        "ClickHouse database {database} has schema version {found}, newer than this reckon knows \
+         ({known}); run a newer reckon"
+    )]
+    ClickHouseSchemaTooNew {
+        database: String,
+        found: u32,
+        known: u32,
+    },
     /// A stored row that does not decode: the data file was edited or damaged. Never papered over,
     /// because a silently skipped event would change verdicts.
     #[error("corrupt row in {table}.{column}: {detail}")]

@@ -1,0 +1,794 @@
+//! The ClickHouse store (`--store clickhouse://user:pass@host:8123/db`), through the official
+//! `clickhouse` crate over HTTP.
+//!
+//! Works against every server from 18.16 (Debian's package) to the current LTS, which shapes it:
+//! - the client's schema validation is off: it needs `describe_include_subcolumns` (and
+//!   `RowBinaryWithNamesAndTypes` responses) that 18.16 lacks, so rows travel as plain
+//!   `RowBinary` with the column list taken from the Rust structs in [`rows`];
+//! - `optimize_move_to_prewhere = 0` on every query: servers before ~20.x move WHERE conditions
+//!   into PREWHERE even under `FINAL`, which filters row versions *before* they are collapsed and
+//!   would return a stale version that matches the filter (e.g. a verdict no longer `pending`).
+//!   With it off, WHERE is evaluated on the collapsed rows everywhere;
+//! - error codes are read from the exception text, since 18.16 sends no
+//!   `X-ClickHouse-Exception-Code` header ([`error`]).
+//!
+//! Semantics against the [`Store`] contract:
+//! - `append` is idempotent by identity through `ReplacingMergeTree` sorting keys, and reads
+//!   use `FINAL`, so a re-delivered export never shows twice. It cannot cheaply tell whether an
+//!   event was already stored, so it reports every event as new except duplicates within the
+//!   same call; the engine's ledger drops events it already holds, so verdicts are unaffected.
+//! - verdict upserts are new rows with a higher `version`, deletes are tombstone rows; findings
+//!   carry the version of the verdict write they belong to (see `schema.rs`).
+//! - there are no multi-table snapshots: a report's counts come from separate queries.
+
+pub mod error;
+mod rows;
+pub mod schema;
+mod writer;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::clickhouse::Row;
+use serde::Deserialize;
+use tokio::sync::{mpsc, oneshot};
+
+pub use self::error::{ClickHouseError, ErrorClass, RetryPolicy};
+use self::rows::*;
+use self::writer::{Request, Rows};
+use super::{
+    escalation_limit, CursorKey, Page, Report, Store, StoreError, VerdictFilter, SEVERITIES,
+};
+use crate::codec::VerdictDoc;
+use crate::model::*;
+
+/// Longest wait to hand one INSERT chunk to the socket.
+const SEND_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest wait for ClickHouse to confirm an INSERT.
+const END_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Where and how to reach ClickHouse.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClickHouseConfig {
+    /// The HTTP endpoint, `http://host:8123`.
+    pub url: String,
+    pub user: String,
+    pub password: String,
+    pub database: String,
+    pub retry: RetryPolicy,
+}
+
+impl std::fmt::Debug for ClickHouseConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClickHouseConfig")
+            .field("url", &self.url)
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .field("database", &self.database)
+            .field("retry", &self.retry)
+            .finish()
+    }
+}
+
+fn bad_config(msg: impl Into<String>) -> StoreError {
+    StoreError::ClickHouseConfig(msg.into())
+}
+
+/// `%XX` escapes in URL user info and paths.
+fn percent_decode(s: &str) -> Result<String, StoreError> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| bad_config(format!("bad percent escape in {s:?}")))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| bad_config(format!("{s:?} is not UTF-8 once decoded")))
+}
+
+impl ClickHouseConfig {
+    pub const DEFAULT_DATABASE: &'static str = "reckon";
+
+    /// Parse `clickhouse://user:pass@host:8123/db` (or `http://...`, same shape). User defaults
+    /// to `default`, password to empty, port to 8123, database to `reckon`.
+    pub fn from_url(url: &str) -> Result<ClickHouseConfig, StoreError> {
+        let rest = url
+            .strip_prefix("clickhouse://")
+            .or_else(|| url.strip_prefix("http://"))
+            .ok_or_else(|| {
+                bad_config(format!(
+                    "{url:?}: expected clickhouse://user:pass@host:8123/db (TLS is not built in)"
+                ))
+            })?;
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let (userinfo, hostport) = match authority.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, authority),
+        };
+        let (user, password) = match userinfo {
+            Some(u) => match u.split_once(':') {
+                Some((u, p)) => (percent_decode(u)?, percent_decode(p)?),
+                None => (percent_decode(u)?, String::new()),
+            },
+            None => ("default".to_string(), String::new()),
+        };
+        if hostport.is_empty() {
+            return Err(bad_config(format!("{url:?}: no host")));
+        }
+        let hostport = if hostport.contains(':') && !hostport.ends_with(']') {
+            hostport.to_string()
+        } else {
+            format!("{hostport}:8123")
+        };
+        let database = path
+            .split(['?', '#'])
+            .next()
+            .unwrap_or("")
+            .trim_matches('/');
+        let database = if database.is_empty() {
+            Self::DEFAULT_DATABASE.to_string()
+        } else {
+            percent_decode(database)?
+        };
+        let config = ClickHouseConfig {
+            url: format!("http://{hostport}"),
+            user: if user.is_empty() {
+                "default".into()
+            } else {
+                user
+            },
+            password,
+            database,
+            retry: RetryPolicy::default(),
+        };
+        config.check()?;
+        Ok(config)
+    }
+
+    /// From the app's [`crate::config::StoreConfig::ClickHouse`] fields. `url` may be the HTTP
+    /// endpoint or a whole `clickhouse://` URL; explicit non-empty fields win over the URL's.
+    pub fn from_parts(
+        url: &str,
+        user: &str,
+        password: &str,
+        database: &str,
+    ) -> Result<ClickHouseConfig, StoreError> {
+        let mut c = ClickHouseConfig::from_url(url)?;
+        if !user.is_empty() {
+            c.user = user.to_string();
+        }
+        if !password.is_empty() {
+            c.password = password.to_string();
+        }
+        if !database.is_empty() {
+            c.database = database.to_string();
+        }
+        c.check()?;
+        Ok(c)
+    }
+
+    /// The database name is spliced into DDL, so only plain identifiers are accepted.
+    fn check(&self) -> Result<(), StoreError> {
+        let ok = !self.database.is_empty()
+            && self
+                .database
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            && !self.database.as_bytes()[0].is_ascii_digit();
+        if ok {
+            Ok(())
+        } else {
+            Err(bad_config(format!(
+                "database name {:?}: use letters, digits and _ (not starting with a digit)",
+                self.database
+            )))
+        }
+    }
+
+    fn client(&self, database: Option<&str>) -> ::clickhouse::Client {
+        let mut c = ::clickhouse::Client::default()
+            .with_url(&self.url)
+            .with_user(&self.user)
+            // 18.16 has no `describe_include_subcolumns`, which validation needs.
+            .with_validation(false)
+            // See the module doc: WHERE must see collapsed versions under FINAL.
+            .with_setting("optimize_move_to_prewhere", "0")
+            .with_product_info("reckon", env!("CARGO_PKG_VERSION"));
+        if !self.password.is_empty() {
+            c = c.with_password(&self.password);
+        }
+        if let Some(db) = database {
+            c = c.with_database(db);
+        }
+        c
+    }
+}
+
+/// Write versions: wall-clock nanoseconds, forced to increase within a process and never below
+/// what the database already holds (so a clock stepped back across a restart cannot make new
+/// verdict rows lose to old ones). Also stamps `ingested_ns`, the replay order.
+struct Clock(AtomicU64);
+
+impl Clock {
+    fn new(floor: u64) -> Clock {
+        Clock(AtomicU64::new(floor))
+    }
+
+    /// `n` consecutive values; returns the first.
+    fn take(&self, n: u64) -> u64 {
+        let now = crate::engine::wall_now().0.max(0) as u64;
+        let mut prev = self.0.load(Ordering::Relaxed);
+        loop {
+            let first = now.max(prev + 1);
+            match self.0.compare_exchange_weak(
+                prev,
+                first + n.max(1) - 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return first,
+                Err(p) => prev = p,
+            }
+        }
+    }
+}
+
+pub struct ClickHouseStore {
+    /// Boxed: the client is several hundred bytes, and `AnyStore` is sized by its largest store.
+    client: Box<::clickhouse::Client>,
+    database: String,
+    retry: RetryPolicy,
+    clock: Arc<Clock>,
+    writer: mpsc::Sender<Request>,
+}
+
+impl std::fmt::Debug for ClickHouseStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClickHouseStore")
+            .field("database", &self.database)
+            .finish()
+    }
+}
+
+#[derive(Row, Deserialize)]
+struct DocRow {
+    doc: String,
+}
+
+#[derive(Row, Deserialize)]
+struct PageRow {
+    intent_id: String,
+    last_event_ns: u64,
+    doc: String,
+}
+
+/// One `GROUP BY tool, state, decision` row of the report.
+#[derive(Row, Deserialize)]
+struct StateCounts {
+    tool: Option<String>,
+    state: i8,
+    decision: i8,
+    intents: u64,
+    attempts: u64,
+    classes: [u64; 6],
+}
+
+const STATE_COUNTS: &str = "SELECT tool, state, decision, count(), sum(attempts),
+    sum(attempts_rejected), sum(attempts_conflict), sum(attempts_succeeded), sum(attempts_failed),
+    sum(attempts_recorded), sum(attempts_unknown)
+    FROM reckon_verdicts FINAL WHERE deleted = 0 AND last_event_ns >= ?
+    GROUP BY tool, state, decision";
+
+const FINDING_COUNTS: &str = "SELECT tool, kind, severity, count(), uniqExact(intent_id)
+    FROM reckon_findings FINAL
+    WHERE (intent_id, verdict_version) IN
+        (SELECT intent_id, version FROM reckon_verdicts FINAL WHERE deleted = 0 AND last_event_ns >= ?)
+    GROUP BY tool, kind, severity";
+
+const ESCALATION_COUNTS: &str =
+    "SELECT status, count() FROM reckon_escalations FINAL WHERE opened_ns >= ? GROUP BY status";
+
+/// Create the database if missing and bring its schema up to `target` (normally
+/// [`schema::latest`]). Exposed for tests that need an older schema.
+#[doc(hidden)]
+pub async fn migrate_to(config: &ClickHouseConfig, target: u32) -> Result<(), StoreError> {
+    config.check()?;
+    let retry = config.retry;
+    let root = config.client(None);
+    let db = &config.database;
+    retry
+        .run(
+            || format!("CREATE DATABASE {db}"),
+            || {
+                root.query(&format!("CREATE DATABASE IF NOT EXISTS `{db}`"))
+                    .execute()
+            },
+        )
+        .await?;
+    let client = config.client(Some(db));
+    let exec = |sql: &'static str| {
+        let client = client.clone();
+        async move {
+            retry
+                .run(
+                    || format!("schema: {}", first_line(sql)),
+                    || client.query(sql).execute(),
+                )
+                .await
+        }
+    };
+    exec(schema::CREATE_MIGRATIONS).await?;
+    let found: u32 = retry
+        .run(
+            || "read schema version".into(),
+            || {
+                client
+                    .query("SELECT max(version) FROM reckon_schema_migrations")
+                    .fetch_one::<u32>()
+            },
+        )
+        .await?;
+    if found > schema::latest() {
+        return Err(StoreError::ClickHouseSchemaTooNew {
+            database: db.clone(),
+            found,
+            known: schema::latest(),
+        });
+    }
+    for m in schema::MIGRATIONS {
+        if m.version <= found || m.version > target {
+            continue;
+        }
+        for sql in m.statements {
+            exec(sql).await?;
+        }
+        retry
+            .run(
+                || format!("record schema version {}", m.version),
+                || {
+                    client
+                        .query("INSERT INTO reckon_schema_migrations (version, name, applied_at) SELECT ?, ?, now()")
+                        .bind(m.version)
+                        .bind(m.name)
+                        .execute()
+                },
+            )
+            .await?;
+        tracing::info!(database = %db, version = m.version, name = m.name, "applied ClickHouse schema migration");
+    }
+    Ok(())
+}
+
+fn first_line(sql: &str) -> &str {
+    sql.trim().lines().next().unwrap_or("")
+}
+
+impl ClickHouseStore {
+    /// Connect, create the database if missing, upgrade its schema to this binary's, and start
+    /// the group-commit writer. Must be called inside a Tokio runtime.
+    pub async fn open(config: ClickHouseConfig) -> Result<ClickHouseStore, StoreError> {
+        migrate_to(&config, schema::latest()).await?;
+        let client = config.client(Some(&config.database));
+        let retry = config.retry;
+        let floor: u64 = retry
+            .run(
+                || "read verdict versions".into(),
+                || {
+                    client
+                        .query("SELECT max(version) FROM reckon_verdicts")
+                        .fetch_one::<u64>()
+                },
+            )
+            .await?;
+        let (tx, rx) = mpsc::channel(writer::QUEUE_DEPTH);
+        tokio::spawn(writer::run(client.clone(), retry, rx));
+        Ok(ClickHouseStore {
+            client: Box::new(client),
+            database: config.database,
+            retry,
+            clock: Arc::new(Clock::new(floor)),
+            writer: tx,
+        })
+    }
+
+    pub fn database(&self) -> &str {
+        &self.database
+    }
+
+    async fn write(&self, rows: Rows) -> Result<(), StoreError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let (reply, answer) = oneshot::channel();
+        self.writer
+            .send(Request { rows, reply })
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        answer.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    async fn fetch<T>(&self, op: &str, q: ::clickhouse::query::Query) -> Result<Vec<T>, StoreError>
+    where
+        T: ::clickhouse::RowOwned + ::clickhouse::RowRead,
+    {
+        Ok(self
+            .retry
+            .run(|| op.to_string(), || q.clone().fetch_all::<T>())
+            .await?)
+    }
+
+    async fn escalations(
+        &self,
+        op: &str,
+        q: ::clickhouse::query::Query,
+    ) -> Result<Vec<Escalation>, StoreError> {
+        self.fetch::<EscalationRow>(op, q)
+            .await?
+            .into_iter()
+            .map(escalation)
+            .collect()
+    }
+}
+
+/// Identity of an event within one `append` call, for the "duplicate later in the same batch is
+/// not new" rule.
+#[derive(PartialEq, Eq, Hash)]
+enum Identity<'a> {
+    Attempt(SpanRef),
+    Readback(SpanRef),
+    Record(&'a str, &'a str, &'a str, Timestamp),
+}
+
+fn identity(e: &Event) -> Identity<'_> {
+    match e {
+        Event::Attempt(a) => Identity::Attempt(a.span),
+        Event::Readback(r) => Identity::Readback(r.span),
+        Event::Record(r) => Identity::Record(&r.source, &r.object_id, &r.status, r.observed_at),
+    }
+}
+
+impl Store for ClickHouseStore {
+    async fn append(&self, events: Vec<Event>) -> Result<Vec<bool>, StoreError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut seen = HashSet::with_capacity(events.len());
+        let mut flags = Vec::with_capacity(events.len());
+        let mut rows = Rows::default();
+        let first = self.clock.take(events.len() as u64);
+        for (i, e) in events.iter().enumerate() {
+            let new = seen.insert(identity(e));
+            flags.push(new);
+            if !new {
+                continue;
+            }
+            let at = first + i as u64;
+            match e {
+                Event::Attempt(a) => rows.attempts.push(attempt_row(a, at)?),
+                Event::Readback(r) => rows.readbacks.push(readback_row(r, at)?),
+                Event::Record(r) => rows.records.push(record_row(r, at)?),
+            }
+        }
+        self.write(rows).await?;
+        Ok(flags)
+    }
+
+    async fn load_events(&self) -> Result<Vec<Event>, StoreError> {
+        let q = |table: &str| {
+            self.client
+                .query(&format!("SELECT ?fields FROM {table} FINAL"))
+        };
+        let attempts: Vec<AttemptRow> = self.fetch("load attempts", q(ATTEMPTS)).await?;
+        let readbacks: Vec<ReadbackRow> = self.fetch("load read-backs", q(READBACKS)).await?;
+        let records: Vec<RecordRow> = self.fetch("load records", q(RECORDS)).await?;
+        let mut all: Vec<(u64, Event)> =
+            Vec::with_capacity(attempts.len() + readbacks.len() + records.len());
+        for r in attempts {
+            all.push((r.ingested_ns, attempt_event(r)?));
+        }
+        for r in readbacks {
+            all.push((r.ingested_ns, readback_event(r)?));
+        }
+        for r in records {
+            all.push((r.ingested_ns, record_event(r)?));
+        }
+        // Ingest order, as a courtesy (the engine does not depend on it).
+        all.sort_by_key(|(at, _)| *at);
+        Ok(all.into_iter().map(|(_, e)| e).collect())
+    }
+
+    async fn put_verdicts(&self, verdicts: Vec<Verdict>) -> Result<(), StoreError> {
+        if verdicts.is_empty() {
+            return Ok(());
+        }
+        let first = self.clock.take(verdicts.len() as u64);
+        let mut rows = Rows::default();
+        for (i, v) in verdicts.iter().enumerate() {
+            let doc = serde_json::to_string(&VerdictDoc::from_verdict(v)).map_err(|e| {
+                StoreError::WriteFailed(format!("encoding verdict {}: {e}", v.intent_id))
+            })?;
+            let (row, findings) = verdict_rows(v, doc, first + i as u64)?;
+            rows.verdicts.push(row);
+            rows.findings.extend(findings);
+        }
+        self.write(rows).await
+    }
+
+    async fn delete_verdicts(&self, intent_ids: Vec<String>) -> Result<(), StoreError> {
+        if intent_ids.is_empty() {
+            return Ok(());
+        }
+        let first = self.clock.take(intent_ids.len() as u64);
+        let rows = Rows {
+            verdicts: intent_ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| verdict_tombstone(id, first + i as u64))
+                .collect(),
+            ..Rows::default()
+        };
+        self.write(rows).await
+    }
+
+    async fn get_verdict(&self, intent_id: &str) -> Result<Option<VerdictDoc>, StoreError> {
+        let q = self
+            .client
+            .query("SELECT doc FROM reckon_verdicts FINAL WHERE intent_id = ? AND deleted = 0")
+            .bind(intent_id);
+        match self.fetch::<DocRow>("get verdict", q).await?.pop() {
+            Some(r) => serde_json::from_str(&r.doc)
+                .map(Some)
+                .map_err(|e| StoreError::corrupt(VERDICTS, "doc", e.to_string())),
+            None => Ok(None),
+        }
+    }
+
+    async fn list_verdicts(&self, filter: &VerdictFilter) -> Result<Page<VerdictDoc>, StoreError> {
+        let limit = filter.effective_limit();
+        let cursor = filter
+            .cursor
+            .as_deref()
+            .map(CursorKey::decode)
+            .transpose()?;
+        let mut sql = String::from(
+            "SELECT intent_id, last_event_ns, doc FROM reckon_verdicts FINAL WHERE deleted = 0",
+        );
+        if filter.state.is_some() {
+            sql.push_str(" AND state = ?");
+        }
+        if filter.tool.is_some() {
+            sql.push_str(" AND tool = ?");
+        }
+        if filter.since.is_some() {
+            sql.push_str(" AND last_event_ns >= ?");
+        }
+        if filter.finding.is_some() {
+            sql.push_str(" AND has(CAST(finding_kinds AS Array(String)), ?)");
+        }
+        if let Some(c) = &cursor {
+            if c.last_event.0 < 0 {
+                // Nothing stored is older than 1970: the page after such a key is empty.
+                return Ok(Page {
+                    items: Vec::new(),
+                    next_cursor: None,
+                });
+            }
+            sql.push_str(" AND (last_event_ns < ? OR (last_event_ns = ? AND intent_id > ?))");
+        }
+        // One extra row tells whether there is a next page.
+        sql.push_str(" ORDER BY last_event_ns DESC, intent_id ASC LIMIT ?");
+        let mut q = self.client.query(&sql);
+        if let Some(s) = filter.state {
+            q = q.bind(s.as_str());
+        }
+        if let Some(t) = &filter.tool {
+            q = q.bind(t.as_str());
+        }
+        if let Some(s) = filter.since {
+            q = q.bind(s.0.max(0) as u64);
+        }
+        if let Some(k) = filter.finding {
+            q = q.bind(k.as_str());
+        }
+        if let Some(c) = &cursor {
+            let t = c.last_event.0 as u64;
+            q = q.bind(t).bind(t).bind(c.intent_id.as_str());
+        }
+        q = q.bind(limit as u64 + 1);
+        let mut rows = self.fetch::<PageRow>("list verdicts", q).await?;
+        let more = rows.len() > limit;
+        rows.truncate(limit);
+        let next_cursor = match (more, rows.last()) {
+            (true, Some(last)) => Some(
+                CursorKey {
+                    last_event: ts(last.last_event_ns, VERDICTS, "last_event_ns")?,
+                    intent_id: last.intent_id.clone(),
+                }
+                .encode(),
+            ),
+            _ => None,
+        };
+        let items = rows
+            .into_iter()
+            .map(|r| {
+                serde_json::from_str(&r.doc)
+                    .map_err(|e| StoreError::corrupt(VERDICTS, "doc", e.to_string()))
+            })
+            .collect::<Result<Vec<VerdictDoc>, _>>()?;
+        Ok(Page { items, next_cursor })
+    }
+
+    async fn put_escalations(&self, escalations: Vec<Escalation>) -> Result<(), StoreError> {
+        let rows = Rows {
+            escalations: escalations
+                .iter()
+                .map(escalation_row)
+                .collect::<Result<_, _>>()?,
+            ..Rows::default()
+        };
+        self.write(rows).await
+    }
+
+    async fn load_escalations(&self) -> Result<Vec<Escalation>, StoreError> {
+        let q = self
+            .client
+            .query("SELECT ?fields FROM reckon_escalations FINAL ORDER BY opened_ns, id");
+        self.escalations("load escalations", q).await
+    }
+
+    async fn get_escalation(&self, id: &str) -> Result<Option<Escalation>, StoreError> {
+        let q = self
+            .client
+            .query("SELECT ?fields FROM reckon_escalations FINAL WHERE id = ?")
+            .bind(id);
+        Ok(self.escalations("get escalation", q).await?.pop())
+    }
+
+    async fn list_escalations(
+        &self,
+        status: Option<EscalationStatus>,
+        limit: usize,
+    ) -> Result<Vec<Escalation>, StoreError> {
+        let limit = escalation_limit(limit) as u64;
+        let q = match status {
+            Some(s) => self
+                .client
+                .query("SELECT ?fields FROM reckon_escalations FINAL WHERE status = ? ORDER BY opened_ns DESC, id LIMIT ?")
+                .bind(s.as_str())
+                .bind(limit),
+            None => self
+                .client
+                .query("SELECT ?fields FROM reckon_escalations FINAL ORDER BY opened_ns DESC, id LIMIT ?")
+                .bind(limit),
+        };
+        self.escalations("list escalations", q).await
+    }
+
+    async fn report(&self, since: Option<Timestamp>, now: Timestamp) -> Result<Report, StoreError> {
+        let mut rep = Report::empty(since, now);
+        let from = since.map_or(0, |t| t.0.max(0) as u64);
+        let tool_key = |t: Option<String>| t.unwrap_or_else(|| Report::NO_TOOL.to_string());
+
+        let rows: Vec<StateCounts> = self
+            .fetch(
+                "report: verdicts",
+                self.client.query(STATE_COUNTS).bind(from),
+            )
+            .await?;
+        for r in rows {
+            let state = from_code(&IntentState::ALL, r.state, VERDICTS, "state")?;
+            let decision = from_code(&Decision::ALL, r.decision, VERDICTS, "decision")?;
+            rep.intents += r.intents;
+            rep.attempts += r.attempts;
+            *rep.by_state.entry(state.as_str().into()).or_default() += r.intents;
+            *rep.by_decision.entry(decision.as_str().into()).or_default() += r.intents;
+            for (class, n) in AttemptClass::ALL.iter().zip(r.classes) {
+                *rep.by_attempt_class
+                    .entry(class.as_str().into())
+                    .or_default() += n;
+            }
+            let t = rep.by_tool.entry(tool_key(r.tool)).or_default();
+            t.intents += r.intents;
+            t.attempts += r.attempts;
+            *t.by_state.entry(state.as_str().into()).or_default() += r.intents;
+        }
+
+        let rows: Vec<(Option<String>, i8, i8, u64, u64)> = self
+            .fetch(
+                "report: findings",
+                self.client.query(FINDING_COUNTS).bind(from),
+            )
+            .await?;
+        for (tool, kind, severity, n, intents) in rows {
+            let kind = from_code(&FindingKind::ALL, kind, FINDINGS, "kind")?;
+            let severity = from_code(&SEVERITIES, severity, FINDINGS, "severity")?;
+            rep.findings += n;
+            *rep.by_finding.entry(kind.as_str().into()).or_default() += n;
+            *rep.by_severity.entry(severity.as_str().into()).or_default() += n;
+            let t = rep.by_tool.entry(tool_key(tool)).or_default();
+            t.findings += n;
+            if kind == FindingKind::DuplicateEffect {
+                t.duplicate_effects += intents;
+            }
+        }
+
+        let rows: Vec<(i8, u64)> = self
+            .fetch(
+                "report: escalations",
+                self.client.query(ESCALATION_COUNTS).bind(from),
+            )
+            .await?;
+        for (status, n) in rows {
+            let status = from_code(&super::ESCALATION_STATUSES, status, ESCALATIONS, "status")?;
+            *rep.escalations.entry(status.as_str().into()).or_default() += n;
+        }
+        Ok(rep)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_urls_parse() {
+        let c =
+            ClickHouseConfig::from_url("clickhouse://alice:s%40cret@db.local:9123/audit").unwrap();
+        assert_eq!(
+            (
+                c.url.as_str(),
+                c.user.as_str(),
+                c.password.as_str(),
+                c.database.as_str()
+            ),
+            ("http://db.local:9123", "alice", "s@cret", "audit")
+        );
+        let c = ClickHouseConfig::from_url("clickhouse://localhost").unwrap();
+        assert_eq!(
+            (
+                c.url.as_str(),
+                c.user.as_str(),
+                c.password.as_str(),
+                c.database.as_str()
+            ),
+            ("http://localhost:8123", "default", "", "reckon")
+        );
+        let c = ClickHouseConfig::from_url("http://127.0.0.1:8123/").unwrap();
+        assert_eq!(c.database, "reckon");
+        let c = ClickHouseConfig::from_parts("http://127.0.0.1:8123", "u", "p", "d1").unwrap();
+        assert_eq!(
+            (c.user.as_str(), c.password.as_str(), c.database.as_str()),
+            ("u", "p", "d1")
+        );
+        assert!(ClickHouseConfig::from_url("https://host/db").is_err());
+        assert!(ClickHouseConfig::from_url("clickhouse://host/bad-name").is_err());
+        assert!(ClickHouseConfig::from_url("clickhouse://host/x`y").is_err());
+        assert!(ClickHouseConfig::from_url("clickhouse:///db").is_err());
+        assert!(!format!("{c:?}").contains("\"p\""), "password is redacted");
+    }
+
+    #[test]
+    fn clock_increases_and_respects_its_floor() {
+        let far = 4_000_000_000_000_000_000u64;
+        let c = Clock::new(far);
+        let a = c.take(3);
+        let b = c.take(1);
+        assert_eq!(a, far + 1);
+        assert_eq!(b, far + 4);
+        let c = Clock::new(0);
+        let x = c.take(1);
+        assert!(x > 1_600_000_000_000_000_000);
+        assert!(c.take(1) > x);
+    }
+}

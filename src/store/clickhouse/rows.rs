@@ -1,0 +1,551 @@
+//! Rust mirrors of the tables' columns, and the conversions to and from the model.
+//!
+//! Field names are the column names (the client derives the INSERT column list and `?fields`
+//! from them). Types follow RowBinary: `Enum8` travels as `i8` (its code), `DateTime` as `u32`
+//! seconds, `Nullable(T)` as `Option<T>`. Everything read back is checked: a value that does not
+//! decode is [`StoreError::Corrupt`] naming its table and column, never a panic or a guess.
+
+use ::clickhouse::Row;
+use serde::{Deserialize, Serialize};
+
+use crate::model::*;
+use crate::store::{StoreError, ESCALATION_STATUSES, SEVERITIES};
+
+pub const ATTEMPTS: &str = "reckon_attempts";
+pub const READBACKS: &str = "reckon_readbacks";
+pub const RECORDS: &str = "reckon_records";
+pub const VERDICTS: &str = "reckon_verdicts";
+pub const FINDINGS: &str = "reckon_findings";
+pub const ESCALATIONS: &str = "reckon_escalations";
+
+#[derive(Clone, Debug, Row, Serialize, Deserialize)]
+pub struct AttemptRow {
+    pub trace_id: String,
+    pub span_id: String,
+    pub intent_id: String,
+    pub tool: String,
+    pub started_at: u32,
+    pub started_ns: u64,
+    pub ended_ns: u64,
+    pub idempotency_key: Option<String>,
+    pub http_status: Option<u16>,
+    pub error_type: Option<String>,
+    pub span_error: u8,
+    pub object_id: Option<String>,
+    pub object_status: Option<String>,
+    pub reported_outcome: Option<i8>,
+    pub arguments: Option<String>,
+    pub ingested_ns: u64,
+}
+
+#[derive(Clone, Debug, Row, Serialize, Deserialize)]
+pub struct ReadbackRow {
+    pub trace_id: String,
+    pub span_id: String,
+    pub intent_id: String,
+    pub tool: String,
+    pub read_at: u32,
+    pub read_ns: u64,
+    pub ended_ns: u64,
+    pub object_ids: Vec<String>,
+    pub reported_outcome: Option<i8>,
+    pub ingested_ns: u64,
+}
+
+#[derive(Clone, Debug, Row, Serialize, Deserialize)]
+pub struct RecordRow {
+    pub source: String,
+    pub kind: Option<String>,
+    pub object_id: String,
+    pub intent_id: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub status: String,
+    pub amount: Option<String>,
+    pub amount_unit: Option<i8>,
+    pub amount_major: Option<f64>,
+    pub currency: Option<String>,
+    pub target: Option<String>,
+    pub created_ns: Option<u64>,
+    pub observed_at: u32,
+    pub observed_ns: u64,
+    pub ingested_ns: u64,
+}
+
+#[derive(Clone, Debug, Row, Serialize, Deserialize)]
+pub struct VerdictRow {
+    pub intent_id: String,
+    pub tool: Option<String>,
+    pub contract: Option<String>,
+    pub state: i8,
+    pub decision: i8,
+    pub idempotency_keys: Vec<String>,
+    pub escalation_id: Option<String>,
+    pub safe_retry_until_ns: Option<u64>,
+    pub next_change_ns: Option<u64>,
+    pub first_seen: u32,
+    pub first_seen_ns: u64,
+    pub last_event: u32,
+    pub last_event_ns: u64,
+    pub audited_ns: u64,
+    pub attempts: u32,
+    pub attempts_rejected: u32,
+    pub attempts_conflict: u32,
+    pub attempts_succeeded: u32,
+    pub attempts_failed: u32,
+    pub attempts_recorded: u32,
+    pub attempts_unknown: u32,
+    pub readbacks: u32,
+    pub objects: u32,
+    pub findings: u32,
+    pub finding_kinds: Vec<i8>,
+    pub doc: String,
+    pub deleted: u8,
+    pub version: u64,
+}
+
+#[derive(Clone, Debug, Row, Serialize, Deserialize)]
+pub struct FindingRow {
+    pub intent_id: String,
+    pub kind: i8,
+    pub severity: i8,
+    pub at: u32,
+    pub at_ns: u64,
+    pub subject: String,
+    pub detail: String,
+    pub tool: Option<String>,
+    pub verdict_version: u64,
+}
+
+#[derive(Clone, Debug, Row, Serialize, Deserialize)]
+pub struct EscalationRow {
+    pub id: String,
+    pub intent_id: String,
+    pub status: i8,
+    pub severity: i8,
+    pub opened_at: u32,
+    pub opened_ns: u64,
+    pub finding_kinds: Vec<i8>,
+    pub finding_subjects: Vec<String>,
+    pub claimed_by: Option<String>,
+    pub claimed_at: Option<u32>,
+    pub claimed_ns: Option<u64>,
+    pub resolved_by: Option<String>,
+    pub resolved_at: Option<u32>,
+    pub resolved_ns: Option<u64>,
+    pub resolution: Option<String>,
+    pub note: Option<String>,
+    pub version: u64,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scalars.
+
+/// A timestamp as `UInt64` nanoseconds. Instants before 1970 have no `UInt64` (nor `DateTime`)
+/// form; refusing them beats storing a different instant.
+pub fn ns(t: Timestamp, table: &str, column: &str) -> Result<u64, StoreError> {
+    u64::try_from(t.0).map_err(|_| {
+        StoreError::WriteFailed(format!(
+            "{table}.{column}: timestamp {} is before 1970 and cannot be stored in ClickHouse",
+            t.0
+        ))
+    })
+}
+
+/// The `DateTime` beside a `_ns` column: whole seconds, saturating at 2106 (the type's end).
+pub fn secs(ns: u64) -> u32 {
+    u32::try_from(ns / 1_000_000_000).unwrap_or(u32::MAX)
+}
+
+pub fn ts(n: u64, table: &'static str, column: &'static str) -> Result<Timestamp, StoreError> {
+    i64::try_from(n)
+        .map(Timestamp)
+        .map_err(|_| StoreError::corrupt(table, column, format!("{n} ns is out of range")))
+}
+
+/// `Enum8` code of `v`: its position in `all`, from 1 (schema.rs holds the DDL to the same).
+pub fn code<T: PartialEq + Copy>(all: &[T], v: T) -> i8 {
+    all.iter().position(|x| *x == v).map_or(0, |i| i as i8 + 1)
+}
+
+pub fn from_code<T: Copy>(
+    all: &[T],
+    c: i8,
+    table: &'static str,
+    column: &'static str,
+) -> Result<T, StoreError> {
+    usize::try_from(c)
+        .ok()
+        .and_then(|c| c.checked_sub(1))
+        .and_then(|i| all.get(i).copied())
+        .ok_or_else(|| StoreError::corrupt(table, column, format!("unknown enum code {c}")))
+}
+
+fn hex_id<const N: usize>(
+    s: &str,
+    table: &'static str,
+    column: &'static str,
+) -> Result<[u8; N], StoreError> {
+    let mut out = [0u8; N];
+    hex::decode_to_slice(s, &mut out)
+        .map_err(|e| StoreError::corrupt(table, column, format!("{s:?}: {e}")))?;
+    Ok(out)
+}
+
+fn count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Events.
+
+pub fn attempt_row(a: &Attempt, ingested_ns: u64) -> Result<AttemptRow, StoreError> {
+    let started_ns = ns(a.start, ATTEMPTS, "started_ns")?;
+    Ok(AttemptRow {
+        trace_id: a.span.trace_hex(),
+        span_id: a.span.span_hex(),
+        intent_id: a.intent_id.clone(),
+        tool: a.tool.clone(),
+        started_at: secs(started_ns),
+        started_ns,
+        ended_ns: ns(a.end, ATTEMPTS, "ended_ns")?,
+        idempotency_key: a.idempotency_key.clone(),
+        http_status: a.http_status,
+        error_type: a.error_type.clone(),
+        span_error: u8::from(a.span_error),
+        object_id: a.object_id.clone(),
+        object_status: a.object_status.clone(),
+        reported_outcome: a.reported_outcome.map(|o| code(&ReportedOutcome::ALL, o)),
+        arguments: a.arguments.clone(),
+        ingested_ns,
+    })
+}
+
+fn outcome(c: Option<i8>, table: &'static str) -> Result<Option<ReportedOutcome>, StoreError> {
+    c.map(|c| from_code(&ReportedOutcome::ALL, c, table, "reported_outcome"))
+        .transpose()
+}
+
+pub fn attempt_event(r: AttemptRow) -> Result<Event, StoreError> {
+    const T: &str = ATTEMPTS;
+    Ok(Event::Attempt(Attempt {
+        span: SpanRef {
+            trace_id: hex_id(&r.trace_id, T, "trace_id")?,
+            span_id: hex_id(&r.span_id, T, "span_id")?,
+        },
+        intent_id: r.intent_id,
+        tool: r.tool,
+        start: ts(r.started_ns, T, "started_ns")?,
+        end: ts(r.ended_ns, T, "ended_ns")?,
+        idempotency_key: r.idempotency_key,
+        http_status: r.http_status,
+        error_type: r.error_type,
+        span_error: match r.span_error {
+            0 => false,
+            1 => true,
+            n => {
+                return Err(StoreError::corrupt(
+                    T,
+                    "span_error",
+                    format!("{n} is not 0/1"),
+                ))
+            }
+        },
+        object_id: r.object_id,
+        object_status: r.object_status,
+        reported_outcome: outcome(r.reported_outcome, T)?,
+        arguments: r.arguments,
+    }))
+}
+
+pub fn readback_row(r: &Readback, ingested_ns: u64) -> Result<ReadbackRow, StoreError> {
+    let read_ns = ns(r.at, READBACKS, "read_ns")?;
+    Ok(ReadbackRow {
+        trace_id: r.span.trace_hex(),
+        span_id: r.span.span_hex(),
+        intent_id: r.intent_id.clone(),
+        tool: r.tool.clone(),
+        read_at: secs(read_ns),
+        read_ns,
+        ended_ns: ns(r.end, READBACKS, "ended_ns")?,
+        object_ids: r.object_ids.clone(),
+        reported_outcome: r.reported_outcome.map(|o| code(&ReportedOutcome::ALL, o)),
+        ingested_ns,
+    })
+}
+
+pub fn readback_event(r: ReadbackRow) -> Result<Event, StoreError> {
+    const T: &str = READBACKS;
+    Ok(Event::Readback(Readback {
+        span: SpanRef {
+            trace_id: hex_id(&r.trace_id, T, "trace_id")?,
+            span_id: hex_id(&r.span_id, T, "span_id")?,
+        },
+        intent_id: r.intent_id,
+        tool: r.tool,
+        at: ts(r.read_ns, T, "read_ns")?,
+        end: ts(r.ended_ns, T, "ended_ns")?,
+        object_ids: r.object_ids,
+        reported_outcome: outcome(r.reported_outcome, T)?,
+    }))
+}
+
+const UNIT_MAJOR: i8 = 1;
+const UNIT_MINOR: i8 = 2;
+
+pub fn record_row(r: &RecordObservation, ingested_ns: u64) -> Result<RecordRow, StoreError> {
+    let observed_ns = ns(r.observed_at, RECORDS, "observed_ns")?;
+    let (amount, unit) = match r.amount {
+        Some(Amount::Major(d)) => (Some(d.to_string()), Some(UNIT_MAJOR)),
+        Some(Amount::Minor(m)) => (Some(m.to_string()), Some(UNIT_MINOR)),
+        None => (None, None),
+    };
+    // For charts only: the exact value stays in `amount`.
+    let amount_major = r.amount.and_then(|a| {
+        a.to_major(r.currency.as_deref())
+            .to_string()
+            .parse::<f64>()
+            .ok()
+    });
+    Ok(RecordRow {
+        source: r.source.clone(),
+        kind: r.kind.clone(),
+        object_id: r.object_id.clone(),
+        intent_id: r.intent_id.clone(),
+        idempotency_key: r.idempotency_key.clone(),
+        status: r.status.clone(),
+        amount,
+        amount_unit: unit,
+        amount_major,
+        currency: r.currency.clone(),
+        target: r.target.clone(),
+        created_ns: r
+            .created_at
+            .map(|t| ns(t, RECORDS, "created_ns"))
+            .transpose()?,
+        observed_at: secs(observed_ns),
+        observed_ns,
+        ingested_ns,
+    })
+}
+
+pub fn record_event(r: RecordRow) -> Result<Event, StoreError> {
+    const T: &str = RECORDS;
+    let amount = match (r.amount.as_deref(), r.amount_unit) {
+        (None, None) => None,
+        (Some(a), Some(UNIT_MAJOR)) => {
+            Some(Amount::Major(Decimal::parse(a).ok_or_else(|| {
+                StoreError::corrupt(T, "amount", format!("bad decimal {a:?}"))
+            })?))
+        }
+        (Some(a), Some(UNIT_MINOR)) => {
+            Some(Amount::Minor(a.parse::<i128>().map_err(|_| {
+                StoreError::corrupt(T, "amount", format!("bad integer {a:?}"))
+            })?))
+        }
+        (a, u) => {
+            return Err(StoreError::corrupt(
+                T,
+                "amount_unit",
+                format!("unit {u:?} for amount {a:?}"),
+            ))
+        }
+    };
+    Ok(Event::Record(RecordObservation {
+        source: r.source,
+        kind: r.kind,
+        object_id: r.object_id,
+        intent_id: r.intent_id,
+        idempotency_key: r.idempotency_key,
+        status: r.status,
+        amount,
+        currency: r.currency,
+        target: r.target,
+        created_at: r.created_ns.map(|n| ts(n, T, "created_ns")).transpose()?,
+        observed_at: ts(r.observed_ns, T, "observed_ns")?,
+    }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Verdicts and findings.
+
+/// The verdict row and its finding rows, all stamped with `version`.
+pub fn verdict_rows(
+    v: &Verdict,
+    doc: String,
+    version: u64,
+) -> Result<(VerdictRow, Vec<FindingRow>), StoreError> {
+    const T: &str = VERDICTS;
+    let mut classes = [0u32; 6];
+    for a in &v.attempts {
+        if let Some(i) = AttemptClass::ALL.iter().position(|c| *c == a.class) {
+            classes[i] += 1;
+        }
+    }
+    let mut kinds: Vec<i8> = v
+        .findings
+        .iter()
+        .map(|f| code(&FindingKind::ALL, f.kind))
+        .collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    let first_seen_ns = ns(v.first_seen, T, "first_seen_ns")?;
+    let last_event_ns = ns(v.last_event, T, "last_event_ns")?;
+    let row = VerdictRow {
+        intent_id: v.intent_id.clone(),
+        tool: v.tool.clone(),
+        contract: v.contract.clone(),
+        state: code(&IntentState::ALL, v.state),
+        decision: code(&Decision::ALL, v.decision),
+        idempotency_keys: v.idempotency_keys.clone(),
+        escalation_id: v.escalation_id.clone(),
+        safe_retry_until_ns: v
+            .safe_retry_until
+            .map(|t| ns(t, T, "safe_retry_until_ns"))
+            .transpose()?,
+        next_change_ns: v
+            .next_change
+            .map(|t| ns(t, T, "next_change_ns"))
+            .transpose()?,
+        first_seen: secs(first_seen_ns),
+        first_seen_ns,
+        last_event: secs(last_event_ns),
+        last_event_ns,
+        audited_ns: ns(v.audited_at, T, "audited_ns")?,
+        attempts: count(v.attempts.len()),
+        attempts_rejected: classes[0],
+        attempts_conflict: classes[1],
+        attempts_succeeded: classes[2],
+        attempts_failed: classes[3],
+        attempts_recorded: classes[4],
+        attempts_unknown: classes[5],
+        readbacks: count(v.readbacks.len()),
+        objects: count(v.objects.len()),
+        findings: count(v.findings.len()),
+        finding_kinds: kinds,
+        doc,
+        deleted: 0,
+        version,
+    };
+    let findings = v
+        .findings
+        .iter()
+        .map(|f| {
+            let at_ns = ns(f.at, FINDINGS, "at_ns")?;
+            Ok(FindingRow {
+                intent_id: v.intent_id.clone(),
+                kind: code(&FindingKind::ALL, f.kind),
+                severity: code(&SEVERITIES, f.severity),
+                at: secs(at_ns),
+                at_ns,
+                subject: f.subject.clone(),
+                detail: f.detail.clone(),
+                tool: v.tool.clone(),
+                verdict_version: version,
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    Ok((row, findings))
+}
+
+/// A tombstone: hides the intent's verdict (and so its findings) from every read.
+pub fn verdict_tombstone(intent_id: &str, version: u64) -> VerdictRow {
+    VerdictRow {
+        intent_id: intent_id.to_string(),
+        tool: None,
+        contract: None,
+        state: code(&IntentState::ALL, IntentState::Unknown),
+        decision: code(&Decision::ALL, Decision::None),
+        idempotency_keys: Vec::new(),
+        escalation_id: None,
+        safe_retry_until_ns: None,
+        next_change_ns: None,
+        first_seen: 0,
+        first_seen_ns: 0,
+        last_event: 0,
+        last_event_ns: 0,
+        audited_ns: 0,
+        attempts: 0,
+        attempts_rejected: 0,
+        attempts_conflict: 0,
+        attempts_succeeded: 0,
+        attempts_failed: 0,
+        attempts_recorded: 0,
+        attempts_unknown: 0,
+        readbacks: 0,
+        objects: 0,
+        findings: 0,
+        finding_kinds: Vec::new(),
+        doc: String::new(),
+        deleted: 1,
+        version,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Escalations.
+
+pub fn escalation_row(e: &Escalation) -> Result<EscalationRow, StoreError> {
+    const T: &str = ESCALATIONS;
+    let opened_ns = ns(e.opened_at, T, "opened_ns")?;
+    let claimed_ns = e.claimed_at.map(|t| ns(t, T, "claimed_ns")).transpose()?;
+    let resolved_ns = e.resolved_at.map(|t| ns(t, T, "resolved_ns")).transpose()?;
+    Ok(EscalationRow {
+        id: e.id.clone(),
+        intent_id: e.intent_id.clone(),
+        status: code(&ESCALATION_STATUSES, e.status),
+        severity: code(&SEVERITIES, e.severity),
+        opened_at: secs(opened_ns),
+        opened_ns,
+        finding_kinds: e
+            .findings
+            .iter()
+            .map(|(k, _)| code(&FindingKind::ALL, *k))
+            .collect(),
+        finding_subjects: e.findings.iter().map(|(_, s)| s.clone()).collect(),
+        claimed_by: e.claimed_by.clone(),
+        claimed_at: claimed_ns.map(secs),
+        claimed_ns,
+        resolved_by: e.resolved_by.clone(),
+        resolved_at: resolved_ns.map(secs),
+        resolved_ns,
+        resolution: e.resolution.clone(),
+        note: e.note.clone(),
+        version: e.version,
+    })
+}
+
+pub fn escalation(r: EscalationRow) -> Result<Escalation, StoreError> {
+    const T: &str = ESCALATIONS;
+    if r.finding_kinds.len() != r.finding_subjects.len() {
+        return Err(StoreError::corrupt(
+            T,
+            "finding_subjects",
+            format!(
+                "{} subjects for {} kinds",
+                r.finding_subjects.len(),
+                r.finding_kinds.len()
+            ),
+        ));
+    }
+    let findings = r
+        .finding_kinds
+        .iter()
+        .zip(r.finding_subjects)
+        .map(|(k, s)| Ok((from_code(&FindingKind::ALL, *k, T, "finding_kinds")?, s)))
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    Ok(Escalation {
+        id: r.id,
+        intent_id: r.intent_id,
+        status: from_code(&ESCALATION_STATUSES, r.status, T, "status")?,
+        opened_at: ts(r.opened_ns, T, "opened_ns")?,
+        severity: from_code(&SEVERITIES, r.severity, T, "severity")?,
+        findings,
+        claimed_by: r.claimed_by,
+        claimed_at: r.claimed_ns.map(|n| ts(n, T, "claimed_ns")).transpose()?,
+        resolved_by: r.resolved_by,
+        resolved_at: r.resolved_ns.map(|n| ts(n, T, "resolved_ns")).transpose()?,
+        resolution: r.resolution,
+        note: r.note,
+        version: r.version,
+    })
+}

@@ -1,0 +1,282 @@
+//! The ClickHouse schema: versioned migrations, one `const` of DDL per step.
+//!
+//! Written for every server from 18.16 (Debian's package) to the current LTS, so only: `String`,
+//! `UInt*`, `Float64`, `DateTime`, `Array`, `Nullable`, `Enum8`, `MergeTree` and
+//! `ReplacingMergeTree(version)` with `PARTITION BY` / `ORDER BY` (no `LowCardinality`,
+//! `DateTime64`, `Map`, `Bool`, `JSON`, TTLs or `IF NOT EXISTS` on columns).
+//!
+//! Conventions, stable for dashboards and `queries/`:
+//! - every instant is `<name>_ns UInt64`, unix nanoseconds, exact; those used for partitioning or
+//!   time filters also have `<name>_at DateTime` (whole seconds, UTC) beside them;
+//! - booleans are `UInt8` (0/1); closed vocabularies are `Enum8` with codes 1..n in the order of
+//!   the Rust enum's `ALL` (a unit test holds the two together);
+//! - event tables are `ReplacingMergeTree` ordered by the event identity, so a re-delivered span
+//!   or record collapses into one row; until a background merge has run, read with `FINAL`;
+//! - verdicts, findings and escalations are `ReplacingMergeTree(version)`: the highest version of
+//!   a key is the current row; read with `FINAL` (or `argMax(col, version)`);
+//! - the views `reckon_current_verdicts` / `reckon_current_findings` hide versions and
+//!   tombstones for ad-hoc SQL.
+//!
+//! Migrations only ever add. A newer reckon upgrades an older database in place; a database
+//! whose `reckon_schema_migrations` has a version this binary does not know is refused.
+
+/// One schema step. Each statement is idempotent (`IF NOT EXISTS`) so a step interrupted before
+/// its row in `reckon_schema_migrations` was written is simply run again.
+pub struct Migration {
+    pub version: u32,
+    pub name: &'static str,
+    pub statements: &'static [&'static str],
+}
+
+/// Created before any migration runs; one row per applied step.
+pub const CREATE_MIGRATIONS: &str = "
+CREATE TABLE IF NOT EXISTS reckon_schema_migrations (
+    version UInt32 COMMENT 'schema step applied',
+    name String COMMENT 'what the step did',
+    applied_at DateTime COMMENT 'when it was applied (UTC)'
+) ENGINE = MergeTree ORDER BY version";
+
+/// v1: tool-call attempts (one row per tool span).
+pub const V1_ATTEMPTS: &str = "
+CREATE TABLE IF NOT EXISTS reckon_attempts (
+    trace_id String COMMENT 'span identity, part 1: 32 lowercase hex digits',
+    span_id String COMMENT 'span identity, part 2: 16 lowercase hex digits',
+    intent_id String COMMENT 'the logical action (reckon.intent.id)',
+    tool String COMMENT 'tool name recognised on the span',
+    started_at DateTime COMMENT 'span start (UTC seconds): partitioning and time filters',
+    started_ns UInt64 COMMENT 'span start, unix nanoseconds',
+    ended_ns UInt64 COMMENT 'span end, unix nanoseconds',
+    idempotency_key Nullable(String) COMMENT 'reckon.idempotency_key sent with this attempt',
+    http_status Nullable(UInt16) COMMENT 'downstream HTTP status, when a response came',
+    error_type Nullable(String) COMMENT 'semconv error.type (timeout, 500, ...)',
+    span_error UInt8 COMMENT '1 when the span status was ERROR (never evidence of failure alone)',
+    object_id Nullable(String) COMMENT 'reckon.downstream.object_id in the response',
+    object_status Nullable(String) COMMENT 'reckon.downstream.status in the response',
+    reported_outcome Nullable(Enum8('succeeded' = 1, 'failed' = 2, 'pending' = 3, 'unknown' = 4, 'rejected' = 5)) COMMENT 'reckon.outcome: what the executor told the model',
+    arguments Nullable(String) COMMENT 'tool-call arguments as JSON text, when content capture was on',
+    ingested_ns UInt64 COMMENT 'when reckon wrote the row (unix ns, increasing per reckon process): replay order'
+) ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(started_at)
+ORDER BY (intent_id, trace_id, span_id)";
+
+/// v1: read-backs (`reckon.action = read` spans).
+pub const V1_READBACKS: &str = "
+CREATE TABLE IF NOT EXISTS reckon_readbacks (
+    trace_id String COMMENT 'span identity, part 1: 32 lowercase hex digits',
+    span_id String COMMENT 'span identity, part 2: 16 lowercase hex digits',
+    intent_id String COMMENT 'the intent whose downstream state was read',
+    tool String COMMENT 'tool name of the read span',
+    read_at DateTime COMMENT 'when the read ran (UTC seconds): partitioning and time filters',
+    read_ns UInt64 COMMENT 'when the read ran (span start), unix nanoseconds',
+    ended_ns UInt64 COMMENT 'span end, unix nanoseconds',
+    object_ids Array(String) COMMENT 'objects the read found; empty: none found',
+    reported_outcome Nullable(Enum8('succeeded' = 1, 'failed' = 2, 'pending' = 3, 'unknown' = 4, 'rejected' = 5)) COMMENT 'reckon.outcome the executor concluded from the read',
+    ingested_ns UInt64 COMMENT 'when reckon wrote the row (unix ns, increasing per reckon process): replay order'
+) ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(read_at)
+ORDER BY (intent_id, trace_id, span_id)";
+
+/// v1: downstream record observations (webhooks, records API, OTLP logs).
+pub const V1_RECORDS: &str = "
+CREATE TABLE IF NOT EXISTS reckon_records (
+    source String COMMENT 'where the observation came from: api, stripe, otlp, ...',
+    kind Nullable(String) COMMENT 'downstream object kind (refund, draft): matched to a contract record_kind',
+    object_id String COMMENT 'the downstream object id',
+    intent_id Nullable(String) COMMENT 'intent the downstream linked the object to, if any',
+    idempotency_key Nullable(String) COMMENT 'idempotency key the downstream reported, if any',
+    status String COMMENT 'object status at this observation',
+    amount Nullable(String) COMMENT 'exact decimal as reported, in amount_unit',
+    amount_unit Nullable(Enum8('major' = 1, 'minor' = 2)) COMMENT 'major: currency units (45.00); minor: Stripe-style minor units (4500)',
+    amount_major Nullable(Float64) COMMENT 'amount in major units of its currency, for charts (approximate; amount is exact)',
+    currency Nullable(String) COMMENT 'currency as reported',
+    target Nullable(String) COMMENT 'what the effect applies to (order id, recipient)',
+    created_ns Nullable(UInt64) COMMENT 'object creation time by the downstream, unix nanoseconds',
+    observed_at DateTime COMMENT 'observation time (UTC seconds): partitioning and time filters',
+    observed_ns UInt64 COMMENT 'observation time, unix nanoseconds',
+    ingested_ns UInt64 COMMENT 'when reckon wrote the row (unix ns, increasing per reckon process): replay order'
+) ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(observed_at)
+ORDER BY (source, object_id, status, observed_ns)";
+
+/// v1: the audit result per intent. Derived data: the engine rewrites every verdict at start-up.
+pub const V1_VERDICTS: &str = "
+CREATE TABLE IF NOT EXISTS reckon_verdicts (
+    intent_id String COMMENT 'the logical action',
+    tool Nullable(String) COMMENT 'tool of the intent; NULL for an orphan record',
+    contract Nullable(String) COMMENT 'contract applied (contracts/*.toml name)',
+    state Enum8('completed' = 1, 'failed_after_execution' = 2, 'pending' = 3, 'failed_before_execution' = 4, 'unknown' = 5) COMMENT 'intent state (DESIGN.md)',
+    decision Enum8('none' = 1, 'fix_input' = 2, 'wait' = 3, 'retry_same_key' = 4, 'reconcile' = 5, 'new_intent' = 6, 'escalate' = 7) COMMENT 'what is safe for the executor now',
+    idempotency_keys Array(String) COMMENT 'keys the intent was sent under',
+    escalation_id Nullable(String) COMMENT 'the escalation holding this intent, if any',
+    safe_retry_until_ns Nullable(UInt64) COMMENT 'until when a same-key retry is safe, unix nanoseconds',
+    next_change_ns Nullable(UInt64) COMMENT 'when the verdict can next change without a new event, unix nanoseconds',
+    first_seen DateTime COMMENT 'first event of the intent (UTC seconds)',
+    first_seen_ns UInt64 COMMENT 'first event of the intent, unix nanoseconds',
+    last_event DateTime COMMENT 'latest event of the intent (UTC seconds): time filters',
+    last_event_ns UInt64 COMMENT 'latest event of the intent, unix nanoseconds',
+    audited_ns UInt64 COMMENT 'the now the verdict was computed for, unix nanoseconds',
+    attempts UInt32 COMMENT 'number of attempts',
+    attempts_rejected UInt32 COMMENT 'attempts classed rejected',
+    attempts_conflict UInt32 COMMENT 'attempts classed conflict',
+    attempts_succeeded UInt32 COMMENT 'attempts classed succeeded',
+    attempts_failed UInt32 COMMENT 'attempts classed failed',
+    attempts_recorded UInt32 COMMENT 'attempts classed recorded (non-terminal object)',
+    attempts_unknown UInt32 COMMENT 'attempts classed unknown',
+    readbacks UInt32 COMMENT 'number of read-backs',
+    objects UInt32 COMMENT 'downstream objects linked to the intent',
+    findings UInt32 COMMENT 'number of findings',
+    finding_kinds Array(Enum8('duplicate_effect' = 1, 'effect_mismatch' = 2, 'key_reuse_mismatch' = 3, 'new_key_retry' = 4, 'expired_key_retry' = 5, 'no_idempotency_contract' = 6, 'unresolved_unknown' = 7, 'replayed_server_error' = 8, 'misreported_outcome' = 9, 'resend_while_pending' = 10, 'resend_after_terminal' = 11, 'inconclusive_readback_acted_on' = 12, 'stuck_pending' = 13, 'retry_budget_exceeded' = 14, 'orphan_record' = 15)) COMMENT 'distinct finding kinds, sorted',
+    doc String COMMENT 'the whole verdict as GET /api/v1/intents/{id} serves it (JSON)',
+    deleted UInt8 COMMENT '1: tombstone (the pseudo-intent of an orphan record that now links to an intent)',
+    version UInt64 COMMENT 'write version: the highest is current'
+) ENGINE = ReplacingMergeTree(version)
+ORDER BY intent_id";
+
+/// v1: the escalation queue.
+pub const V1_ESCALATIONS: &str = "
+CREATE TABLE IF NOT EXISTS reckon_escalations (
+    id String COMMENT 'escalation id',
+    intent_id String COMMENT 'the intent escalated',
+    status Enum8('open' = 1, 'claimed' = 2, 'resolved' = 3) COMMENT 'queue status',
+    severity Enum8('medium' = 1, 'high' = 2, 'critical' = 3) COMMENT 'most severe finding it holds',
+    opened_at DateTime COMMENT 'when it was opened (UTC seconds)',
+    opened_ns UInt64 COMMENT 'when it was opened, unix nanoseconds',
+    finding_kinds Array(Enum8('duplicate_effect' = 1, 'effect_mismatch' = 2, 'key_reuse_mismatch' = 3, 'new_key_retry' = 4, 'expired_key_retry' = 5, 'no_idempotency_contract' = 6, 'unresolved_unknown' = 7, 'replayed_server_error' = 8, 'misreported_outcome' = 9, 'resend_while_pending' = 10, 'resend_after_terminal' = 11, 'inconclusive_readback_acted_on' = 12, 'stuck_pending' = 13, 'retry_budget_exceeded' = 14, 'orphan_record' = 15)) COMMENT 'findings that opened or joined it (kind), parallel to finding_subjects',
+    finding_subjects Array(String) COMMENT 'what each finding is about (object id, key, span id)',
+    claimed_by Nullable(String) COMMENT 'who claimed it',
+    claimed_at Nullable(DateTime) COMMENT 'when it was claimed (UTC seconds)',
+    claimed_ns Nullable(UInt64) COMMENT 'when it was claimed, unix nanoseconds',
+    resolved_by Nullable(String) COMMENT 'who resolved it',
+    resolved_at Nullable(DateTime) COMMENT 'when it was resolved (UTC seconds)',
+    resolved_ns Nullable(UInt64) COMMENT 'when it was resolved, unix nanoseconds',
+    resolution Nullable(String) COMMENT 'the resolution given',
+    note Nullable(String) COMMENT 'free-text note',
+    version UInt64 COMMENT 'bumped on every change: the highest is current'
+) ENGINE = ReplacingMergeTree(version)
+ORDER BY id";
+
+/// v2: one row per finding, for reports and dashboards without JSON scans. A verdict write
+/// writes all its findings with `verdict_version` = the verdict row's `version`; a finding is
+/// current while that equals the intent's current verdict version (findings a later verdict
+/// dropped keep an older `verdict_version`). Use `reckon_current_findings` for ad-hoc SQL.
+pub const V2_FINDINGS: &str = "
+CREATE TABLE IF NOT EXISTS reckon_findings (
+    intent_id String COMMENT 'the intent the finding is about',
+    kind Enum8('duplicate_effect' = 1, 'effect_mismatch' = 2, 'key_reuse_mismatch' = 3, 'new_key_retry' = 4, 'expired_key_retry' = 5, 'no_idempotency_contract' = 6, 'unresolved_unknown' = 7, 'replayed_server_error' = 8, 'misreported_outcome' = 9, 'resend_while_pending' = 10, 'resend_after_terminal' = 11, 'inconclusive_readback_acted_on' = 12, 'stuck_pending' = 13, 'retry_budget_exceeded' = 14, 'orphan_record' = 15) COMMENT 'finding kind (DESIGN.md catalogue)',
+    severity Enum8('medium' = 1, 'high' = 2, 'critical' = 3) COMMENT 'finding severity; high and critical escalate',
+    at DateTime COMMENT 'when the finding became true (UTC seconds)',
+    at_ns UInt64 COMMENT 'when the finding became true, unix nanoseconds',
+    subject String COMMENT 'what it is about: an object id, a key, a span id',
+    detail String COMMENT 'human-readable explanation',
+    tool Nullable(String) COMMENT 'tool of the intent',
+    verdict_version UInt64 COMMENT 'reckon_verdicts.version this row was written with'
+) ENGINE = ReplacingMergeTree(verdict_version)
+ORDER BY (intent_id, kind, subject)";
+
+/// v2: views for ad-hoc SQL and dashboards. The filter sits outside the `FINAL` subquery so no
+/// server version evaluates it before versions are collapsed.
+pub const V2_CURRENT_VERDICTS: &str = "
+CREATE VIEW IF NOT EXISTS reckon_current_verdicts AS
+SELECT * FROM (SELECT * FROM reckon_verdicts FINAL) WHERE deleted = 0";
+
+pub const V2_CURRENT_FINDINGS: &str = "
+CREATE VIEW IF NOT EXISTS reckon_current_findings AS
+SELECT * FROM (SELECT * FROM reckon_findings FINAL)
+WHERE (intent_id, verdict_version) IN
+    (SELECT intent_id, version FROM (SELECT intent_id, version, deleted FROM reckon_verdicts FINAL) WHERE deleted = 0)";
+
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "event log, verdicts, escalations",
+        statements: &[
+            V1_ATTEMPTS,
+            V1_READBACKS,
+            V1_RECORDS,
+            V1_VERDICTS,
+            V1_ESCALATIONS,
+        ],
+    },
+    Migration {
+        version: 2,
+        name: "findings table, current views",
+        statements: &[V2_FINDINGS, V2_CURRENT_VERDICTS, V2_CURRENT_FINDINGS],
+    },
+];
+
+/// The schema version this binary writes.
+pub fn latest() -> u32 {
+    MIGRATIONS.last().map(|m| m.version).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{
+        AttemptClass, Decision, EscalationStatus, FindingKind, IntentState, ReportedOutcome,
+    };
+    use crate::store::SEVERITIES;
+
+    /// `Enum8('a' = 1, 'b' = 2)` for the Rust names in order.
+    fn enum8(names: &[&str]) -> String {
+        let items: Vec<String> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| format!("'{n}' = {}", i + 1))
+            .collect();
+        format!("Enum8({})", items.join(", "))
+    }
+
+    fn all_ddl() -> String {
+        MIGRATIONS
+            .iter()
+            .flat_map(|m| m.statements.iter())
+            .copied()
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The codes written in RowBinary are `index in ALL + 1`; the DDL must say the same.
+    #[test]
+    fn enum_literals_match_the_rust_enums() {
+        let ddl = all_ddl();
+        let expect = [
+            enum8(&ReportedOutcome::ALL.map(ReportedOutcome::as_str)),
+            enum8(&AttemptClass::ALL.map(AttemptClass::as_str)),
+            enum8(&IntentState::ALL.map(IntentState::as_str)),
+            enum8(&Decision::ALL.map(Decision::as_str)),
+            enum8(&FindingKind::ALL.map(FindingKind::as_str)),
+            enum8(&SEVERITIES.map(|s| s.as_str())),
+            enum8(&crate::store::ESCALATION_STATUSES.map(EscalationStatus::as_str)),
+        ];
+        // Attempt classes are not stored per attempt (yet): only the per-class count columns.
+        for (i, e) in expect.iter().enumerate() {
+            if i == 1 {
+                continue;
+            }
+            assert!(ddl.contains(e.as_str()), "DDL lacks {e}");
+        }
+        // Every Enum8 in the DDL is one of the above (or the amount unit).
+        let mut rest = ddl.as_str();
+        while let Some(i) = rest.find("Enum8(") {
+            let tail = &rest[i..];
+            let end = tail.find(')').expect("closing paren") + 1;
+            let lit = &tail[..end];
+            assert!(
+                expect.iter().any(|e| e == lit) || lit == "Enum8('major' = 1, 'minor' = 2)",
+                "unexpected enum literal {lit}"
+            );
+            rest = &tail[end..];
+        }
+        for c in AttemptClass::ALL {
+            assert!(ddl.contains(&format!("attempts_{} UInt32", c.as_str())));
+        }
+    }
+
+    #[test]
+    fn versions_increase() {
+        let versions: Vec<u32> = MIGRATIONS.iter().map(|m| m.version).collect();
+        assert!(versions.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(versions.first(), Some(&1));
+    }
+}

@@ -1,0 +1,1098 @@
+//! One store conformance suite, written once and run against every backend: SQLite always,
+//! ClickHouse against a real server named by `RECKON_TEST_CLICKHOUSE` (`.ci/run` starts one with
+//! `scripts/clickhouse-test-server`). Without that variable the ClickHouse tests FAIL, saying how
+//! to start a server, unless `RECKON_SKIP_CLICKHOUSE=1` asks explicitly to skip them: a suite
+//! that silently did not run is worse than a red one.
+//!
+//! Each test gets its own store (a temporary directory, or a database with a unique name that is
+//! dropped at the end), so the tests run in parallel.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use reckon::codec::VerdictDoc;
+use reckon::contract::{Contract, Contracts, Idempotency, ParamPointers};
+use reckon::engine::core::{EngineCore, Outcome};
+use reckon::model::*;
+use reckon::store::clickhouse::{migrate_to, schema, ErrorClass, RetryPolicy};
+use reckon::store::{
+    ClickHouseConfig, ClickHouseStore, Report, SqliteStore, Store, StoreError, VerdictFilter,
+};
+
+// ---------------------------------------------------------------------------------------------
+// Backends.
+
+/// What the suite needs from a backend: a fresh store, the same store reopened, and cleanup.
+trait Harness: Sized {
+    type S: Store;
+    fn open(&self) -> impl Future<Output = Self::S>;
+    fn finish(self) -> impl Future<Output = ()>;
+}
+
+struct Sqlite {
+    dir: tempfile::TempDir,
+}
+
+impl Sqlite {
+    async fn new() -> Option<Sqlite> {
+        Some(Sqlite {
+            dir: tempfile::TempDir::new().expect("temp dir"),
+        })
+    }
+}
+
+impl Harness for Sqlite {
+    type S = SqliteStore;
+    async fn open(&self) -> SqliteStore {
+        SqliteStore::open(self.dir.path()).expect("open SQLite store")
+    }
+    async fn finish(self) {}
+}
+
+struct ClickHouse {
+    config: ClickHouseConfig,
+}
+
+/// The server URL, or `None` when skipping was asked for explicitly; otherwise a failure that
+/// says how to get a server.
+fn clickhouse_url() -> Option<String> {
+    match std::env::var("RECKON_TEST_CLICKHOUSE") {
+        Ok(url) if !url.trim().is_empty() => Some(url.trim().to_string()),
+        _ if std::env::var("RECKON_SKIP_CLICKHOUSE").as_deref() == Ok("1") => {
+            eprintln!("RECKON_SKIP_CLICKHOUSE=1: ClickHouse conformance tests skipped");
+            None
+        }
+        _ => panic!(
+            "the ClickHouse conformance tests need a server: run \
+             `export RECKON_TEST_CLICKHOUSE=$(scripts/clickhouse-test-server start)` \
+             (apt-get install clickhouse-server first if it is missing; \
+             `scripts/clickhouse-test-server stop` afterwards), or set RECKON_SKIP_CLICKHOUSE=1 \
+             to skip them on purpose"
+        ),
+    }
+}
+
+static DB_SEQ: AtomicU64 = AtomicU64::new(0);
+
+fn unique_database() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "reckon_test_{}_{}_{}",
+        std::process::id(),
+        DB_SEQ.fetch_add(1, Ordering::Relaxed),
+        nanos % 1_000_000_000
+    )
+}
+
+impl ClickHouse {
+    async fn new() -> Option<ClickHouse> {
+        let url = clickhouse_url()?;
+        let mut config = ClickHouseConfig::from_url(&url).expect("RECKON_TEST_CLICKHOUSE");
+        config.database = unique_database();
+        Some(ClickHouse { config })
+    }
+
+    fn client(&self) -> ::clickhouse::Client {
+        ::clickhouse::Client::default()
+            .with_url(&self.config.url)
+            .with_user(&self.config.user)
+            .with_database(&self.config.database)
+            .with_validation(false)
+    }
+}
+
+impl Harness for ClickHouse {
+    type S = ClickHouseStore;
+    async fn open(&self) -> ClickHouseStore {
+        ClickHouseStore::open(self.config.clone())
+            .await
+            .expect("open ClickHouse store")
+    }
+    async fn finish(self) {
+        let sql = format!("DROP DATABASE IF EXISTS `{}`", self.config.database);
+        self.client()
+            .with_database("default")
+            .query(&sql)
+            .execute()
+            .await
+            .expect("drop test database");
+    }
+}
+
+/// Instantiate every generic test for a backend.
+macro_rules! conformance {
+    ($module:ident, $harness:ty) => {
+        mod $module {
+            use super::*;
+
+            async fn run<F, Fut>(test: F)
+            where
+                F: FnOnce(Arc<$harness>) -> Fut,
+                Fut: Future<Output = ()>,
+            {
+                let Some(h) = <$harness>::new().await else {
+                    return;
+                };
+                let h = Arc::new(h);
+                test(h.clone()).await;
+                match Arc::try_unwrap(h) {
+                    Ok(h) => h.finish().await,
+                    Err(_) => panic!("harness still shared at the end of the test"),
+                }
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn engine_outcomes_round_trip() {
+                run(|h| async move { super::engine_outcomes_round_trip(&*h).await }).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redelivery_is_harmless() {
+                run(|h| async move { super::redelivery_is_harmless(&*h).await }).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn restart_keeps_everything() {
+                run(|h| async move { super::restart_keeps_everything(&*h).await }).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn verdict_upsert_filters_and_pages() {
+                run(|h| async move { super::verdict_upsert_filters_and_pages(&*h).await }).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn escalation_highest_version_wins() {
+                run(|h| async move { super::escalation_highest_version_wins(&*h).await }).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn report_counts() {
+                run(|h| async move { super::report_counts(&*h).await }).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn concurrent_appends_all_durable() {
+                run(|h| async move { super::concurrent_appends_all_durable(&*h).await }).await
+            }
+        }
+    };
+}
+
+conformance!(sqlite, Sqlite);
+conformance!(clickhouse, ClickHouse);
+
+// ---------------------------------------------------------------------------------------------
+// Builders.
+
+const T0: i64 = 1_780_000_000_000_000_000;
+
+fn at(secs: i64) -> Timestamp {
+    Timestamp(T0 + secs * 1_000_000_000)
+}
+
+fn contracts() -> Arc<Contracts> {
+    let mut refunds = Contract::example("payments.refund", "issue_refund");
+    refunds.record_kind = Some("refund".into());
+    refunds.params = ParamPointers {
+        amount: Some("/amount".into()),
+        currency: Some("/currency".into()),
+        target: Some("/order_id".into()),
+    };
+    let mut email = Contract::example("notifications.email", "send_email");
+    email.idempotency = Idempotency::None;
+    email.key_retention = None;
+    email.max_in_flight = None;
+    Arc::new(Contracts::new(vec![refunds, email]))
+}
+
+fn span(n: u64) -> SpanRef {
+    let mut trace_id = [0u8; 16];
+    trace_id[..8].copy_from_slice(&n.to_be_bytes());
+    trace_id[15] = 0x5a;
+    SpanRef {
+        trace_id,
+        span_id: n.to_le_bytes(),
+    }
+}
+
+struct A {
+    n: u64,
+    intent: &'static str,
+    tool: &'static str,
+    at: i64,
+    key: Option<&'static str>,
+    http: Option<u16>,
+    error: Option<&'static str>,
+    object: Option<&'static str>,
+    status: Option<&'static str>,
+    outcome: Option<ReportedOutcome>,
+}
+
+impl A {
+    fn new(n: u64, intent: &'static str, at: i64) -> A {
+        A {
+            n,
+            intent,
+            tool: "issue_refund",
+            at,
+            key: Some("k-default"),
+            http: None,
+            error: None,
+            object: None,
+            status: None,
+            outcome: None,
+        }
+    }
+    fn event(self) -> Event {
+        Event::Attempt(Attempt {
+            span: span(self.n),
+            intent_id: self.intent.into(),
+            tool: self.tool.into(),
+            start: at(self.at),
+            end: at(self.at + 1),
+            idempotency_key: self.key.map(Into::into),
+            http_status: self.http,
+            error_type: self.error.map(Into::into),
+            span_error: self.error.is_some(),
+            object_id: self.object.map(Into::into),
+            object_status: self.status.map(Into::into),
+            reported_outcome: self.outcome,
+            arguments: Some(r#"{"order_id":"1042","amount":45.00,"currency":"usd"}"#.into()),
+        })
+    }
+}
+
+fn record(object: &str, intent: Option<&str>, key: Option<&str>, status: &str, secs: i64) -> Event {
+    Event::Record(RecordObservation {
+        source: "stripe".into(),
+        kind: Some("refund".into()),
+        object_id: object.into(),
+        intent_id: intent.map(Into::into),
+        idempotency_key: key.map(Into::into),
+        status: status.into(),
+        amount: Some(Amount::Minor(4500)),
+        currency: Some("usd".into()),
+        target: Some("1042".into()),
+        created_at: Some(at(secs - 1)),
+        observed_at: at(secs),
+    })
+}
+
+fn readback(n: u64, intent: &str, secs: i64, found: &[&str]) -> Event {
+    Event::Readback(Readback {
+        span: span(n),
+        intent_id: intent.into(),
+        tool: "get_refund".into(),
+        at: at(secs),
+        end: at(secs + 1),
+        object_ids: found.iter().map(|s| s.to_string()).collect(),
+        reported_outcome: Some(ReportedOutcome::Pending),
+    })
+}
+
+/// A scenario in steps, covering every path the engine writes: completed after a timeout,
+/// rejected, duplicate effect under two keys (escalates), no idempotency contract (escalates),
+/// a read-back, an orphan record later claimed by an intent (a verdict deletion).
+fn scenario() -> Vec<Vec<Event>> {
+    vec![
+        vec![
+            A {
+                error: Some("timeout"),
+                key: Some("k-a"),
+                outcome: Some(ReportedOutcome::Unknown),
+                ..A::new(1, "intent-a", 0)
+            }
+            .event(),
+            A {
+                http: Some(422),
+                key: Some("k-b"),
+                outcome: Some(ReportedOutcome::Rejected),
+                ..A::new(2, "intent-b", 1)
+            }
+            .event(),
+            // An object nobody has claimed yet: an orphan pseudo-intent.
+            record("re_orphan", None, None, "succeeded", 2),
+        ],
+        vec![
+            readback(3, "intent-a", 30, &[]),
+            record("re_a", Some("intent-a"), Some("k-a"), "succeeded", 40),
+            A {
+                http: Some(200),
+                key: Some("k-c1"),
+                object: Some("re_c1"),
+                status: Some("succeeded"),
+                outcome: Some(ReportedOutcome::Succeeded),
+                ..A::new(4, "intent-c", 50)
+            }
+            .event(),
+            A {
+                http: Some(200),
+                key: Some("k-c2"),
+                object: Some("re_c2"),
+                status: Some("succeeded"),
+                outcome: Some(ReportedOutcome::Succeeded),
+                ..A::new(5, "intent-c", 80)
+            }
+            .event(),
+            record("re_c1", Some("intent-c"), Some("k-c1"), "succeeded", 81),
+            record("re_c2", Some("intent-c"), Some("k-c2"), "succeeded", 82),
+        ],
+        vec![
+            A {
+                tool: "send_email",
+                key: None,
+                error: Some("timeout"),
+                outcome: Some(ReportedOutcome::Unknown),
+                ..A::new(6, "intent-d", 100)
+            }
+            .event(),
+            // The orphan's intent shows up: its pseudo-intent verdict is deleted.
+            A {
+                http: Some(200),
+                key: Some("k-e"),
+                object: Some("re_orphan"),
+                status: Some("succeeded"),
+                ..A::new(7, "intent-e", 110)
+            }
+            .event(),
+        ],
+    ]
+}
+
+/// Store what one engine step concluded, the way the engine's persister does.
+async fn persist<S: Store>(store: &S, out: Outcome) {
+    store
+        .put_verdicts(out.verdicts)
+        .await
+        .expect("put_verdicts");
+    store
+        .delete_verdicts(out.removed)
+        .await
+        .expect("delete_verdicts");
+    store
+        .put_escalations(out.escalations)
+        .await
+        .expect("put_escalations");
+}
+
+/// Run the scenario through the engine into `store`; returns the engine for comparisons.
+/// `fresh`: the store holds none of the events yet, so each must be reported new.
+async fn feed<S: Store>(store: &S, fresh: bool) -> EngineCore {
+    let mut core = EngineCore::new(contracts());
+    for (i, step) in scenario().into_iter().enumerate() {
+        let flags = store.append(step.clone()).await.expect("append");
+        if fresh {
+            assert!(flags.iter().all(|f| *f), "fresh events are new");
+        }
+        let out = core.ingest(step, at(200 + i as i64));
+        persist(store, out).await;
+    }
+    // A person claims the first escalation: a second version of it.
+    let first = core
+        .book()
+        .all()
+        .min_by_key(|e| (e.opened_at, e.id.clone()))
+        .map(|e| e.id.clone())
+        .expect("the scenario escalates");
+    let (_, out) = core.claim(&first, "alice", at(300)).expect("claim");
+    persist(store, out).await;
+    core
+}
+
+fn sorted_events(mut v: Vec<Event>) -> Vec<Event> {
+    v.sort();
+    v
+}
+
+fn all_events() -> Vec<Event> {
+    sorted_events(scenario().into_iter().flatten().collect())
+}
+
+fn book(core: &EngineCore) -> Vec<Escalation> {
+    let mut v: Vec<Escalation> = core.book().all().cloned().collect();
+    v.sort_by(|a, b| (a.opened_at, &a.id).cmp(&(b.opened_at, &b.id)));
+    v
+}
+
+async fn every_page<S: Store>(store: &S, mut filter: VerdictFilter) -> Vec<VerdictDoc> {
+    let mut out = Vec::new();
+    loop {
+        let page = store.list_verdicts(&filter).await.expect("list_verdicts");
+        out.extend(page.items);
+        match page.next_cursor {
+            Some(c) => filter.cursor = Some(c),
+            None => return out,
+        }
+    }
+}
+
+/// What the store must show for the engine's state.
+async fn assert_matches_engine<S: Store>(store: &S, core: &EngineCore) {
+    let mut expected: Vec<&Verdict> = core.verdicts().collect();
+    expected.sort_by(|a, b| {
+        (std::cmp::Reverse(a.last_event), &a.intent_id)
+            .cmp(&(std::cmp::Reverse(b.last_event), &b.intent_id))
+    });
+    for v in &expected {
+        let got = store.get_verdict(&v.intent_id).await.expect("get_verdict");
+        assert_eq!(got, Some(VerdictDoc::from_verdict(v)), "{}", v.intent_id);
+    }
+    let listed = every_page(
+        store,
+        VerdictFilter {
+            limit: 2,
+            ..VerdictFilter::default()
+        },
+    )
+    .await;
+    let want: Vec<VerdictDoc> = expected
+        .iter()
+        .map(|v| VerdictDoc::from_verdict(v))
+        .collect();
+    assert_eq!(
+        listed, want,
+        "listing = the engine's verdicts, newest first"
+    );
+    let escalations = store.load_escalations().await.expect("load_escalations");
+    assert_eq!(escalations, book(core));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The suite.
+
+async fn engine_outcomes_round_trip<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let core = feed(&store, true).await;
+    assert_matches_engine(&store, &core).await;
+    // The orphan's pseudo-intent was deleted once intent-e claimed its object.
+    assert!(core.verdicts().all(|v| !v.intent_id.contains("re_orphan")));
+    let orphan_ids: Vec<String> = every_page(&store, VerdictFilter::default())
+        .await
+        .into_iter()
+        .map(|d| d.intent_id)
+        .filter(|id| id.contains("re_orphan"))
+        .collect();
+    assert!(
+        orphan_ids.is_empty(),
+        "deleted verdicts stay deleted: {orphan_ids:?}"
+    );
+    assert_eq!(
+        sorted_events(store.load_events().await.expect("load_events")),
+        all_events()
+    );
+    // Decisions the scenario must reach, whatever the store.
+    let state = |id: &str| core.verdict(id).map(|v| (v.state, v.decision));
+    assert_eq!(
+        state("intent-b"),
+        Some((IntentState::FailedBeforeExecution, Decision::FixInput))
+    );
+    assert_eq!(state("intent-a").map(|s| s.0), Some(IntentState::Completed));
+    assert_eq!(state("intent-c").map(|s| s.1), Some(Decision::Escalate));
+    assert_eq!(state("intent-d").map(|s| s.1), Some(Decision::Escalate));
+}
+
+async fn redelivery_is_harmless<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let batch: Vec<Event> = scenario().into_iter().flatten().collect();
+    for _ in 0..3 {
+        store.append(batch.clone()).await.expect("append");
+    }
+    // Duplicates inside one call: only the first copy is new.
+    let mut doubled = batch.clone();
+    doubled.extend(batch.clone());
+    let flags = store.append(doubled).await.expect("append");
+    assert!(flags[batch.len()..].iter().all(|f| !f), "{flags:?}");
+    assert_eq!(
+        sorted_events(store.load_events().await.expect("load_events")),
+        all_events(),
+        "each event once"
+    );
+    // Re-delivery through the engine changes no verdict.
+    let core = feed(&store, false).await;
+    let mut again = EngineCore::restore(
+        contracts(),
+        store.load_events().await.unwrap(),
+        store.load_escalations().await.unwrap(),
+        at(400),
+    )
+    .0;
+    let out = again.ingest(batch, at(400));
+    assert!(out.verdicts.is_empty(), "a re-sent export changes nothing");
+    assert_matches_engine(&store, &core).await;
+}
+
+async fn restart_keeps_everything<H: Harness>(h: &H) {
+    let core = {
+        let store = h.open().await;
+        feed(&store, true).await
+    };
+    // A new process: everything comes back from the store.
+    let store = h.open().await;
+    assert_eq!(
+        sorted_events(store.load_events().await.expect("load_events")),
+        all_events()
+    );
+    assert_eq!(store.load_escalations().await.unwrap(), book(&core));
+    assert_matches_engine(&store, &core).await;
+    // The rebuilt engine reaches the same verdicts the running one had.
+    let now = at(300);
+    let (rebuilt, _) = EngineCore::restore(
+        contracts(),
+        store.load_events().await.unwrap(),
+        store.load_escalations().await.unwrap(),
+        now,
+    );
+    let mut original = EngineCore::restore(
+        contracts(),
+        all_events(),
+        store.load_escalations().await.unwrap(),
+        now,
+    )
+    .0;
+    let _ = original.tick(now);
+    let docs = |c: &EngineCore| {
+        let mut v: Vec<VerdictDoc> = c.verdicts().map(VerdictDoc::from_verdict).collect();
+        v.sort_by(|a, b| a.intent_id.cmp(&b.intent_id));
+        v
+    };
+    assert_eq!(docs(&rebuilt), docs(&original));
+    assert_eq!(rebuilt.intents(), core.intents());
+}
+
+fn verdict(id: &str, tool: Option<&str>, state: IntentState, last_event: i64) -> Verdict {
+    Verdict {
+        intent_id: id.into(),
+        tool: tool.map(Into::into),
+        contract: tool.map(|_| "payments.refund".into()),
+        idempotency_keys: vec!["k".into()],
+        state,
+        decision: Decision::None,
+        safe_retry_until: Some(at(99)),
+        escalation_id: None,
+        attempts: vec![AttemptView {
+            span: span(1),
+            start: at(1),
+            end: at(2),
+            idempotency_key: Some("k".into()),
+            class: AttemptClass::Unknown,
+            http_status: None,
+            error_type: Some("timeout".into()),
+            object_id: None,
+            object_status: None,
+            reported_outcome: Some(ReportedOutcome::Unknown),
+        }],
+        readbacks: vec![],
+        objects: vec![],
+        findings: vec![],
+        next_change: None,
+        audited_at: at(last_event + 1),
+        first_seen: at(1),
+        last_event: at(last_event),
+    }
+}
+
+fn with_findings(mut v: Verdict, kinds: &[FindingKind]) -> Verdict {
+    v.findings = kinds
+        .iter()
+        .enumerate()
+        .map(|(i, k)| Finding::new(*k, at(1_000 + i as i64), format!("subject-{i}"), "detail"))
+        .collect();
+    v
+}
+
+async fn verdict_upsert_filters_and_pages<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let states = IntentState::ALL;
+    let mut all = Vec::new();
+    for i in 0..23 {
+        let tool = if i % 3 == 0 {
+            None
+        } else {
+            Some(["issue_refund", "send_email"][i % 2])
+        };
+        // Ties in last_event: the intent id breaks them.
+        let mut v = verdict(
+            &format!("i-{i:02}"),
+            tool,
+            states[i % 5],
+            10 + (i as i64 / 2),
+        );
+        if i % 4 == 0 {
+            v = with_findings(v, &[FindingKind::DuplicateEffect, FindingKind::NewKeyRetry]);
+        }
+        all.push(v);
+    }
+    store.put_verdicts(all.clone()).await.unwrap();
+    let mut want = all.clone();
+    want.sort_by(|a, b| {
+        (std::cmp::Reverse(a.last_event), &a.intent_id)
+            .cmp(&(std::cmp::Reverse(b.last_event), &b.intent_id))
+    });
+    let ids = |v: &[VerdictDoc]| v.iter().map(|d| d.intent_id.clone()).collect::<Vec<_>>();
+    let want_ids = |f: &dyn Fn(&Verdict) -> bool| {
+        want.iter()
+            .filter(|v| f(v))
+            .map(|v| v.intent_id.clone())
+            .collect::<Vec<_>>()
+    };
+    for limit in [1, 4, 7, 23, 100] {
+        let got = every_page(
+            &store,
+            VerdictFilter {
+                limit,
+                ..Default::default()
+            },
+        )
+        .await;
+        assert_eq!(ids(&got), want_ids(&|_| true), "limit {limit}");
+    }
+    let f = VerdictFilter {
+        state: Some(IntentState::Pending),
+        limit: 2,
+        ..Default::default()
+    };
+    assert_eq!(
+        ids(&every_page(&store, f).await),
+        want_ids(&|v| v.state == IntentState::Pending)
+    );
+    let f = VerdictFilter {
+        tool: Some("send_email".into()),
+        ..Default::default()
+    };
+    assert_eq!(
+        ids(&every_page(&store, f).await),
+        want_ids(&|v| v.tool.as_deref() == Some("send_email"))
+    );
+    let f = VerdictFilter {
+        since: Some(at(18)),
+        ..Default::default()
+    };
+    assert_eq!(
+        ids(&every_page(&store, f).await),
+        want_ids(&|v| v.last_event >= at(18))
+    );
+    let f = VerdictFilter {
+        finding: Some(FindingKind::NewKeyRetry),
+        limit: 3,
+        ..Default::default()
+    };
+    assert_eq!(
+        ids(&every_page(&store, f).await),
+        want_ids(&|v| !v.findings.is_empty())
+    );
+
+    // Upsert: the latest write wins, and filters see only it.
+    let mut moved = all[3].clone();
+    assert_eq!(moved.state, IntentState::FailedBeforeExecution);
+    moved.state = IntentState::Completed;
+    moved = with_findings(moved, &[FindingKind::StuckPending]);
+    store.put_verdicts(vec![moved.clone()]).await.unwrap();
+    assert_eq!(
+        store.get_verdict(&moved.intent_id).await.unwrap(),
+        Some(VerdictDoc::from_verdict(&moved))
+    );
+    let f = VerdictFilter {
+        state: Some(IntentState::FailedBeforeExecution),
+        ..Default::default()
+    };
+    assert!(!ids(&every_page(&store, f).await).contains(&moved.intent_id));
+    // Findings are replaced, not accumulated.
+    let mut cleared = all[0].clone();
+    cleared.findings.clear();
+    store.put_verdicts(vec![cleared.clone()]).await.unwrap();
+    let f = VerdictFilter {
+        finding: Some(FindingKind::DuplicateEffect),
+        ..Default::default()
+    };
+    assert!(!ids(&every_page(&store, f).await).contains(&cleared.intent_id));
+    let rep = store.report(None, at(10_000)).await.unwrap();
+    let dup_intents = all.iter().filter(|v| !v.findings.is_empty()).count() as u64 - 1;
+    assert_eq!(rep.by_finding["duplicate_effect"], dup_intents);
+    assert_eq!(rep.by_finding["stuck_pending"], 1);
+
+    // Delete, then a cursor from before the delete still pages.
+    store
+        .delete_verdicts(vec!["i-00".into(), "i-01".into()])
+        .await
+        .unwrap();
+    assert_eq!(store.get_verdict("i-00").await.unwrap(), None);
+    let rest = every_page(
+        &store,
+        VerdictFilter {
+            limit: 5,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(rest.len(), 21);
+    assert!(matches!(
+        store
+            .list_verdicts(&VerdictFilter {
+                cursor: Some("!!not a cursor".into()),
+                ..Default::default()
+            })
+            .await,
+        Err(StoreError::BadCursor(_))
+    ));
+}
+
+fn escalation(id: &str, status: EscalationStatus, opened: i64, version: u64) -> Escalation {
+    Escalation {
+        id: id.into(),
+        intent_id: format!("intent-of-{id}"),
+        status,
+        opened_at: at(opened),
+        severity: Severity::Critical,
+        findings: vec![
+            (FindingKind::DuplicateEffect, "re_1".into()),
+            (FindingKind::NewKeyRetry, "k2".into()),
+        ],
+        claimed_by: (status != EscalationStatus::Open).then(|| "alice".into()),
+        claimed_at: (status != EscalationStatus::Open).then_some(at(opened + 5)),
+        resolved_by: (status == EscalationStatus::Resolved).then(|| "bob".into()),
+        resolved_at: (status == EscalationStatus::Resolved).then_some(at(opened + 9)),
+        resolution: (status == EscalationStatus::Resolved).then(|| "reversed one".into()),
+        note: (status == EscalationStatus::Resolved).then(|| "with the customer's consent".into()),
+        version,
+    }
+}
+
+async fn escalation_highest_version_wins<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let e1 = escalation("esc-1", EscalationStatus::Open, 10, 1);
+    let e2 = escalation("esc-1", EscalationStatus::Claimed, 10, 2);
+    let e3 = escalation("esc-1", EscalationStatus::Resolved, 10, 3);
+    store.put_escalations(vec![e1.clone()]).await.unwrap();
+    store.put_escalations(vec![e3.clone()]).await.unwrap();
+    // A late, older write never overwrites a newer one.
+    store.put_escalations(vec![e2.clone()]).await.unwrap();
+    assert_eq!(
+        store.get_escalation("esc-1").await.unwrap(),
+        Some(e3.clone())
+    );
+    let others: Vec<Escalation> = (2..8)
+        .map(|i| escalation(&format!("esc-{i}"), EscalationStatus::Open, 10 + i, 1))
+        .collect();
+    store.put_escalations(others.clone()).await.unwrap();
+    let open = store
+        .list_escalations(Some(EscalationStatus::Open), 0)
+        .await
+        .unwrap();
+    let mut want = others.clone();
+    want.reverse();
+    assert_eq!(open, want, "newest first, only open");
+    assert_eq!(
+        store.list_escalations(None, 3).await.unwrap(),
+        want[..3].to_vec()
+    );
+    assert_eq!(
+        store
+            .list_escalations(Some(EscalationStatus::Resolved), 0)
+            .await
+            .unwrap(),
+        vec![e3.clone()]
+    );
+    assert_eq!(store.get_escalation("nope").await.unwrap(), None);
+    let mut all = vec![e3];
+    all.extend(others);
+    assert_eq!(store.load_escalations().await.unwrap(), all);
+}
+
+async fn report_counts<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let core = feed(&store, true).await;
+    let rep = store.report(None, at(500)).await.unwrap();
+    let verdicts: Vec<&Verdict> = core.verdicts().collect();
+    assert_eq!(rep.intents, verdicts.len() as u64);
+    assert_eq!(
+        rep.attempts,
+        verdicts
+            .iter()
+            .map(|v| v.attempts.len() as u64)
+            .sum::<u64>()
+    );
+    assert_eq!(
+        rep.findings,
+        verdicts
+            .iter()
+            .map(|v| v.findings.len() as u64)
+            .sum::<u64>()
+    );
+    for s in IntentState::ALL {
+        let n = verdicts.iter().filter(|v| v.state == s).count() as u64;
+        assert_eq!(rep.by_state[s.as_str()], n, "{}", s.as_str());
+    }
+    for c in AttemptClass::ALL {
+        let n = verdicts
+            .iter()
+            .flat_map(|v| &v.attempts)
+            .filter(|a| a.class == c)
+            .count() as u64;
+        assert_eq!(rep.by_attempt_class[c.as_str()], n, "{}", c.as_str());
+    }
+    for k in FindingKind::ALL {
+        let n = verdicts
+            .iter()
+            .flat_map(|v| &v.findings)
+            .filter(|f| f.kind == k)
+            .count() as u64;
+        assert_eq!(rep.by_finding[k.as_str()], n, "{}", k.as_str());
+    }
+    let mut by_tool: BTreeMap<String, u64> = BTreeMap::new();
+    for v in &verdicts {
+        *by_tool
+            .entry(v.tool.clone().unwrap_or_else(|| Report::NO_TOOL.into()))
+            .or_default() += 1;
+    }
+    let got: BTreeMap<String, u64> = rep
+        .by_tool
+        .iter()
+        .map(|(k, t)| (k.clone(), t.intents))
+        .collect();
+    assert_eq!(got, by_tool);
+    assert_eq!(rep.by_tool["issue_refund"].duplicate_effects, 1);
+    for s in reckon::store::ESCALATION_STATUSES {
+        assert_eq!(
+            rep.escalations[s.as_str()],
+            core.book().count(s) as u64,
+            "{}",
+            s.as_str()
+        );
+    }
+    // `since` after every event: nothing but the shape.
+    let later = store.report(Some(at(100_000)), at(100_001)).await.unwrap();
+    assert_eq!(later.intents, 0);
+    assert_eq!(later.by_state.len(), IntentState::ALL.len());
+}
+
+async fn concurrent_appends_all_durable<H: Harness>(h: &H)
+where
+    H::S: 'static,
+{
+    let store = Arc::new(h.open().await);
+    let mut tasks = Vec::new();
+    for t in 0..16u64 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            for j in 0..5u64 {
+                let n = 10_000 + t * 100 + j;
+                let e = A::new(n, "intent-many", n as i64).event();
+                store.append(vec![e]).await.expect("append");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    assert_eq!(store.load_events().await.unwrap().len(), 80);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Across backends, and what only ClickHouse has.
+
+/// The same events through the same engine give the same documents and report on both stores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_and_clickhouse_agree() {
+    let Some(ch) = ClickHouse::new().await else {
+        return;
+    };
+    let sq = Sqlite::new().await.expect("sqlite");
+    let (a, b) = (sq.open().await, ch.open().await);
+    feed(&a, true).await;
+    feed(&b, true).await;
+    let all = VerdictFilter::default();
+    assert_eq!(every_page(&a, all.clone()).await, every_page(&b, all).await);
+    assert_eq!(
+        a.load_escalations().await.unwrap(),
+        b.load_escalations().await.unwrap()
+    );
+    assert_eq!(
+        a.report(Some(at(0)), at(999)).await.unwrap(),
+        b.report(Some(at(0)), at(999)).await.unwrap()
+    );
+    assert_eq!(
+        sorted_events(a.load_events().await.unwrap()),
+        sorted_events(b.load_events().await.unwrap())
+    );
+    drop(b);
+    ch.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clickhouse_upgrades_an_older_schema_keeping_data() {
+    let Some(ch) = ClickHouse::new().await else {
+        return;
+    };
+    migrate_to(&ch.config, 1).await.expect("v1 schema");
+    let client = ch.client();
+    let version = |client: ::clickhouse::Client| async move {
+        client
+            .query("SELECT max(version) FROM reckon_schema_migrations")
+            .fetch_one::<u32>()
+            .await
+            .expect("version")
+    };
+    assert_eq!(version(client.clone()).await, 1);
+    // Data an older reckon wrote: one attempt, in v1's columns.
+    client
+        .query(
+            "INSERT INTO reckon_attempts (trace_id, span_id, intent_id, tool, started_at, started_ns,
+             ended_ns, idempotency_key, http_status, error_type, span_error, object_id, object_status,
+             reported_outcome, arguments, ingested_ns)
+             VALUES ('0102030405060708090a0b0c0d0e0f10', '1112131415161718', 'intent-old', 'issue_refund',
+             toDateTime(1780000000), 1780000000000000000, 1780000001000000000, 'k-old', 502, '502', 1,
+             NULL, NULL, 'unknown', NULL, 1)",
+        )
+        .execute()
+        .await
+        .expect("raw v1 insert");
+    let store = ch.open().await;
+    assert_eq!(version(client.clone()).await, schema::latest());
+    let events = store.load_events().await.unwrap();
+    assert_eq!(events.len(), 1);
+    let Event::Attempt(a) = &events[0] else {
+        panic!("not an attempt: {events:?}")
+    };
+    assert_eq!(
+        (
+            a.intent_id.as_str(),
+            a.http_status,
+            a.reported_outcome,
+            a.span_error
+        ),
+        (
+            "intent-old",
+            Some(502),
+            Some(ReportedOutcome::Unknown),
+            true
+        )
+    );
+    // The upgraded schema works: v2's findings feed the report.
+    let v = with_findings(
+        verdict("intent-old", Some("issue_refund"), IntentState::Unknown, 5),
+        &[FindingKind::ExpiredKeyRetry],
+    );
+    store.put_verdicts(vec![v]).await.unwrap();
+    assert_eq!(
+        store.report(None, at(10)).await.unwrap().by_finding["expired_key_retry"],
+        1
+    );
+    // Opening again is a no-op; a schema from the future is refused by name.
+    drop(store);
+    let store = ch.open().await;
+    drop(store);
+    client
+        .query("INSERT INTO reckon_schema_migrations (version, name, applied_at) VALUES (99, 'future', now())")
+        .execute()
+        .await
+        .unwrap();
+    match ClickHouseStore::open(ch.config.clone()).await {
+        Err(StoreError::ClickHouseSchemaTooNew { found: 99, .. }) => {}
+        other => panic!("expected ClickHouseSchemaTooNew, got {other:?}"),
+    }
+    ch.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clickhouse_bad_data_is_not_retried() {
+    let Some(ch) = ClickHouse::new().await else {
+        return;
+    };
+    let store = ch.open().await;
+    let client = ch.client();
+    let policy = RetryPolicy {
+        attempts: 5,
+        first_delay: Duration::from_millis(10),
+        max_delay: Duration::from_millis(20),
+    };
+    // A value of the wrong type, as a bad row from a buggy writer would arrive.
+    let mut calls = 0;
+    let err = policy
+        .run(
+            || "raw insert".into(),
+            || {
+                calls += 1;
+                client
+                    .query(
+                        "INSERT INTO reckon_escalations (id, version) VALUES ('x', 'not a number')",
+                    )
+                    .execute()
+            },
+        )
+        .await
+        .expect_err("type mismatch");
+    assert_eq!(calls, 1, "bad data is tried once: {err}");
+    assert_eq!(err.class, ErrorClass::BadData, "{err}");
+    assert!(err.code.is_some(), "{err}");
+    // An unknown table is refused, not retried either.
+    let mut calls = 0;
+    let err = policy
+        .run(
+            || "raw select".into(),
+            || {
+                calls += 1;
+                client.query("SELECT 1 FROM reckon_no_such_table").execute()
+            },
+        )
+        .await
+        .expect_err("unknown table");
+    assert_eq!(
+        (calls, err.class, err.code),
+        (1, ErrorClass::Permanent, Some(60))
+    );
+    drop(store);
+    ch.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clickhouse_unreachable_is_retried_then_fails() {
+    // Runs whatever the environment: it needs no server, only a port nobody listens on.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let mut config =
+        ClickHouseConfig::from_url(&format!("clickhouse://127.0.0.1:{port}/reckon_x")).unwrap();
+    config.retry = RetryPolicy {
+        attempts: 3,
+        first_delay: Duration::from_millis(50),
+        max_delay: Duration::from_millis(100),
+    };
+    let began = Instant::now();
+    match ClickHouseStore::open(config).await {
+        Err(StoreError::ClickHouse(e)) => {
+            assert_eq!((e.class, e.attempts), (ErrorClass::Transient, 3), "{e}");
+        }
+        other => panic!("expected a ClickHouse error, got {other:?}"),
+    }
+    assert!(
+        began.elapsed() >= Duration::from_millis(150),
+        "backed off between tries"
+    );
+}
+
+/// `--store clickhouse://...` as the app opens it: the database is created and migrated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn app_opens_the_clickhouse_store() {
+    let Some(ch) = ClickHouse::new().await else {
+        return;
+    };
+    let config = reckon::config::Config {
+        store: reckon::config::StoreConfig::ClickHouse {
+            url: ch.config.url.clone(),
+            user: ch.config.user.clone(),
+            password: ch.config.password.clone(),
+            database: ch.config.database.clone(),
+        },
+        ..Default::default()
+    };
+    let store = reckon::app::open_store(&config).await.expect("open_store");
+    assert!(matches!(store, reckon::store::AnyStore::ClickHouse(_)));
+    store
+        .append(vec![A::new(1, "intent-app", 0).event()])
+        .await
+        .unwrap();
+    assert_eq!(store.load_events().await.unwrap().len(), 1);
+    drop(store);
+    ch.finish().await;
+}
