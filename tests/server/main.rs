@@ -8,3 +8,6 @@ mod python_sdk;
 mod restart;
 mod seed_matrix;
 mod support;
+
+/// The store this binary runs the suite on (`tests/server_clickhouse.rs` runs it on ClickHouse).
+pub const BACKEND: support::Backend = support::Backend::Sqlite;

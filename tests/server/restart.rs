@@ -159,6 +159,8 @@ impl Reckon {
             .arg("serve")
             .arg("--data-dir")
             .arg(data_dir)
+            .arg("--store")
+            .arg(store_arg(data_dir))
             .arg("--contracts")
             .arg(repo_contracts())
             .arg("--grpc-addr")

@@ -24,8 +24,74 @@ pub fn repo_contracts() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("contracts")
 }
 
+/// Which store the suite runs reckon on: each test binary that includes this suite says so in
+/// its `BACKEND` constant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    ClickHouse,
+}
+
+/// The store for a server whose state lives under `data_dir`. On ClickHouse the database is
+/// named after the directory, so a restart on the same directory finds the same data and
+/// parallel tests never share a database.
+pub fn store_for(data_dir: &std::path::Path) -> reckon::config::StoreConfig {
+    match crate::BACKEND {
+        Backend::Sqlite => reckon::config::StoreConfig::Sqlite,
+        Backend::ClickHouse => {
+            let url = std::env::var("RECKON_TEST_CLICKHOUSE").ok().filter(|u| !u.trim().is_empty()).unwrap_or_else(|| {
+                panic!(
+                    "this suite runs reckon on ClickHouse: start one and name it, e.g. \
+                     `export RECKON_TEST_CLICKHOUSE=$(scripts/clickhouse-test-server start)` (.ci/run does)"
+                )
+            });
+            let tag: String = data_dir
+                .parent()
+                .and_then(|p| p.file_name())
+                .map(|n| {
+                    n.to_string_lossy()
+                        .chars()
+                        .map(|c| {
+                            if c.is_ascii_alphanumeric() {
+                                c.to_ascii_lowercase()
+                            } else {
+                                '_'
+                            }
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            reckon::config::StoreConfig::ClickHouse {
+                url: url.trim_end_matches('/').to_string(),
+                user: "default".into(),
+                password: String::new(),
+                database: format!("reckon_it_{tag}"),
+            }
+        }
+    }
+}
+
+/// `--store` for `reckon serve` run as a process, matching [`store_for`].
+pub fn store_arg(data_dir: &std::path::Path) -> String {
+    match store_for(data_dir) {
+        reckon::config::StoreConfig::Sqlite => "sqlite".into(),
+        reckon::config::StoreConfig::ClickHouse {
+            url,
+            user,
+            database,
+            ..
+        } => {
+            format!(
+                "clickhouse://{user}@{}/{database}",
+                url.trim_start_matches("http://")
+            )
+        }
+    }
+}
+
 pub fn test_config(data_dir: PathBuf) -> Config {
     Config {
+        store: store_for(&data_dir),
         grpc_addr: "127.0.0.1:0".parse().unwrap(),
         http_addr: "127.0.0.1:0".parse().unwrap(),
         api_addr: "127.0.0.1:0".parse().unwrap(),
