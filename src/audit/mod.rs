@@ -51,12 +51,12 @@ impl History {
         let mut attempts = self.attempts.clone();
         attempts.sort();
         attempts.dedup_by(|b, a| a.span == b.span);
-        attempts.sort_by(|a, b| (a.start, a.end, a.span).cmp(&(b.start, b.end, b.span)));
+        attempts.sort_by_key(|a| (a.start, a.end, a.span));
 
         let mut readbacks = self.readbacks.clone();
         readbacks.sort();
         readbacks.dedup_by(|b, a| a.span == b.span);
-        readbacks.sort_by(|a, b| (a.at, a.end, a.span).cmp(&(b.at, b.end, b.span)));
+        readbacks.sort_by_key(|a| (a.at, a.end, a.span));
 
         let mut records = self.records.clone();
         records.sort_by(|a, b| {

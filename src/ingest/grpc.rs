@@ -37,11 +37,12 @@ impl TraceService for Traces {
             .traces(Transport::Grpc, decoded, received)
             .await
             .map_err(|e| e.to_status())?;
-        let partial_success =
-            (reply.rejected > 0 || !reply.message.is_empty()).then(|| ExportTracePartialSuccess {
+        let partial_success = (reply.rejected > 0 || !reply.message.is_empty()).then_some(
+            ExportTracePartialSuccess {
                 rejected_spans: reply.rejected as i64,
                 error_message: reply.message,
-            });
+            },
+        );
         Ok(Response::new(ExportTraceServiceResponse {
             partial_success,
         }))
@@ -62,7 +63,7 @@ impl LogsService for Logs {
             .await
             .map_err(|e| e.to_status())?;
         let partial_success =
-            (reply.rejected > 0 || !reply.message.is_empty()).then(|| ExportLogsPartialSuccess {
+            (reply.rejected > 0 || !reply.message.is_empty()).then_some(ExportLogsPartialSuccess {
                 rejected_log_records: reply.rejected as i64,
                 error_message: reply.message,
             });

@@ -172,14 +172,14 @@ fn success(format: Format, signal: Signal, reply: PartialSuccess) -> Response {
         Format::Protobuf => {
             let bytes = match signal {
                 Signal::Traces => ExportTraceServiceResponse {
-                    partial_success: partial.then(|| ExportTracePartialSuccess {
+                    partial_success: partial.then_some(ExportTracePartialSuccess {
                         rejected_spans: reply.rejected as i64,
                         error_message: reply.message,
                     }),
                 }
                 .encode_to_vec(),
                 Signal::Logs => ExportLogsServiceResponse {
-                    partial_success: partial.then(|| ExportLogsPartialSuccess {
+                    partial_success: partial.then_some(ExportLogsPartialSuccess {
                         rejected_log_records: reply.rejected as i64,
                         error_message: reply.message,
                     }),
