@@ -44,6 +44,34 @@ impl History {
         }
     }
 
+    /// The canonical form, borrowed when the history already is in it (the common case: the
+    /// ledger appends in time order), so the hot path does not copy every event twice.
+    pub fn canonical(&self) -> std::borrow::Cow<'_, History> {
+        let attempts_ok = self
+            .attempts
+            .windows(2)
+            .all(|w| (w[0].start, w[0].end, w[0].span) < (w[1].start, w[1].end, w[1].span))
+            && !has_duplicate(&self.attempts, |a| a.span);
+        let readbacks_ok = self
+            .readbacks
+            .windows(2)
+            .all(|w| (w[0].at, w[0].end, w[0].span) < (w[1].at, w[1].end, w[1].span))
+            && !has_duplicate(&self.readbacks, |r| r.span);
+        let records_ok = self.records.windows(2).all(|w| {
+            (w[0].observed_at, &w[0].object_id, &w[0].status)
+                < (w[1].observed_at, &w[1].object_id, &w[1].status)
+        }) && !self.records.iter().enumerate().any(|(i, a)| {
+            self.records[i + 1..]
+                .iter()
+                .any(|b| record_identity(a) == record_identity(b))
+        });
+        if attempts_ok && readbacks_ok && records_ok {
+            std::borrow::Cow::Borrowed(self)
+        } else {
+            std::borrow::Cow::Owned(self.normalized())
+        }
+    }
+
     /// Sorted by time with re-sent duplicates removed: the canonical form the audit reads.
     /// Identity follows DESIGN.md invariant 4; among copies that differ the smallest wins, so
     /// the choice does not depend on arrival order.
@@ -82,6 +110,17 @@ impl History {
     }
 }
 
+/// Whether two items share an identity (small inputs: a quadratic scan beats hashing).
+fn has_duplicate<T, K: PartialEq>(items: &[T], key: impl Fn(&T) -> K) -> bool {
+    if items.len() < 2 {
+        return false;
+    }
+    let keys: Vec<K> = items.iter().map(key).collect();
+    keys.iter()
+        .enumerate()
+        .any(|(i, k)| keys[i + 1..].contains(k))
+}
+
 fn record_identity(r: &RecordObservation) -> (&str, &str, &str, Timestamp) {
     (&r.source, &r.object_id, &r.status, r.observed_at)
 }
@@ -108,7 +147,7 @@ pub fn audit(history: &History, contract: Option<&Contract>, now: Timestamp) -> 
             &fallback
         }
     };
-    let h = history.normalized();
+    let h = history.canonical();
     let classes: Vec<AttemptClass> = h.attempts.iter().map(|a| classify(a, c)).collect();
     let params = Params::of_intent(&h.attempts, c);
     let objects = Objects::fold(&h, c, params.currency.as_deref());

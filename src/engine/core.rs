@@ -196,8 +196,8 @@ impl EngineCore {
             self.schedule.insert((at, id.to_string()));
             self.booked.insert(id.to_string(), at);
         }
+        // Callers audit each intent at most once per step (ids come from sets), so no dedup here.
         self.verdicts.insert(id.to_string(), v.clone());
-        out.verdicts.retain(|x| x.intent_id != id);
         out.verdicts.push(v);
     }
 

@@ -1,0 +1,268 @@
+//! Ingest throughput, as ratios against baselines measured in the same run (the machines are
+//! shared and noisy; absolute numbers travel badly, ratios less so).
+//!
+//!     cargo bench --bench ingest
+//!
+//! | measurement | baseline | what the ratio says |
+//! |---|---|---|
+//! | decode + recognise non-tool spans | prost decode of the same bytes | the cost of recognition on the drop path |
+//! | decode + recognise tool spans | prost decode of the same bytes | the cost of building events |
+//! | engine ingest (durable + audited) | store append alone (durable) | the cost of the audit on the hot path |
+//!
+//! Each line also prints spans/s on this machine, for comparison with DESIGN.md's targets.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{status, ResourceSpans, ScopeSpans, Span, Status};
+use prost::Message;
+use reckon::contract::{Contract, Contracts};
+use reckon::engine::Engine;
+use reckon::ingest::otlp;
+use reckon::metrics::Metrics;
+use reckon::model::Event;
+use reckon::store::{AnyStore, SqliteStore, Store};
+
+const SPANS_PER_EXPORT: usize = 512;
+
+fn kv(k: &str, v: &str) -> KeyValue {
+    KeyValue {
+        key: k.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(v.into())),
+        }),
+        ..Default::default()
+    }
+}
+
+fn span(n: u64, tool: bool, run: u64) -> Span {
+    let mut trace_id = vec![0u8; 16];
+    trace_id[..8].copy_from_slice(&(run + 1).to_be_bytes());
+    trace_id[8..].copy_from_slice(&n.to_be_bytes());
+    let start = 1_780_000_000_000_000_000u64 + n * 1_000_000;
+    let attributes = if tool {
+        vec![
+            kv("gen_ai.operation.name", "execute_tool"),
+            kv("gen_ai.tool.name", "issue_refund"),
+            kv("reckon.intent.id", &format!("bench-{run}-{n}")),
+            kv("reckon.idempotency_key", &format!("key-{run}-{n}")),
+            kv("reckon.outcome", "unknown"),
+            kv("error.type", "timeout"),
+        ]
+    } else {
+        vec![
+            kv("gen_ai.operation.name", "chat"),
+            kv("gen_ai.request.model", "gpt-4o"),
+            kv("gen_ai.system", "openai"),
+            kv("server.address", "api.openai.com"),
+        ]
+    };
+    Span {
+        trace_id,
+        span_id: (n + 1).to_be_bytes().to_vec(),
+        name: if tool {
+            "execute_tool issue_refund".into()
+        } else {
+            "chat gpt-4o".into()
+        },
+        kind: 3,
+        start_time_unix_nano: start,
+        end_time_unix_nano: start + 30_000_000_000,
+        attributes,
+        status: tool.then(|| Status {
+            code: status::StatusCode::Error as i32,
+            message: "timeout".into(),
+        }),
+        ..Default::default()
+    }
+}
+
+fn export(tool: bool, run: u64, first: u64) -> ExportTraceServiceRequest {
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![kv("service.name", "support-agent")],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                scope: Some(InstrumentationScope {
+                    name: "agent".into(),
+                    ..Default::default()
+                }),
+                spans: (first..first + SPANS_PER_EXPORT as u64)
+                    .map(|n| span(n, tool, run))
+                    .collect(),
+                schema_url: String::new(),
+            }],
+            schema_url: String::new(),
+        }],
+    }
+}
+
+/// Run `f` (which handles `SPANS_PER_EXPORT` spans per call) for about `budget`; spans per second.
+fn rate(budget: Duration, mut f: impl FnMut()) -> f64 {
+    let began = Instant::now();
+    let mut calls = 0u64;
+    while began.elapsed() < budget {
+        f();
+        calls += 1;
+    }
+    (calls * SPANS_PER_EXPORT as u64) as f64 / began.elapsed().as_secs_f64()
+}
+
+fn line(what: &str, spans_per_s: f64, baseline: f64) {
+    println!(
+        "{what:<48} {:>12.0} spans/s   {:>6.2}x baseline",
+        spans_per_s,
+        spans_per_s / baseline
+    );
+}
+
+fn main() {
+    let contracts = Contracts::new(vec![Contract::example("payments.refund", "issue_refund")]);
+    let budget = Duration::from_secs(2);
+    println!("single core, {SPANS_PER_EXPORT} spans per export\n");
+
+    let plain = export(false, 0, 0).encode_to_vec();
+    let baseline = rate(budget, || {
+        std::hint::black_box(ExportTraceServiceRequest::decode(plain.as_slice()).unwrap());
+    });
+    line("baseline: prost decode, non-tool spans", baseline, baseline);
+    let dropped = rate(budget, || {
+        let d = otlp::traces_from_protobuf_bytes(&plain, &contracts).unwrap();
+        assert_eq!(d.dropped, SPANS_PER_EXPORT as u64);
+    });
+    line(
+        "decode + recognise, non-tool spans dropped",
+        dropped,
+        baseline,
+    );
+
+    let tools = export(true, 0, 0).encode_to_vec();
+    let tool_baseline = rate(budget, || {
+        std::hint::black_box(ExportTraceServiceRequest::decode(tools.as_slice()).unwrap());
+    });
+    line(
+        "baseline: prost decode, tool spans",
+        tool_baseline,
+        tool_baseline,
+    );
+    let recognised = rate(budget, || {
+        let d = otlp::traces_from_protobuf_bytes(&tools, &contracts).unwrap();
+        assert_eq!(d.events.len(), SPANS_PER_EXPORT);
+    });
+    line(
+        "decode + recognise, tool spans to events",
+        recognised,
+        tool_baseline,
+    );
+
+    // The deterministic core alone: link, audit, escalate; no store, no clock reads.
+    let mut core = reckon::engine::core::EngineCore::new(Arc::new(contracts.clone()));
+    let mut run = 100u64;
+    let audited = rate(budget, || {
+        run += 1;
+        let events =
+            otlp::traces_from_protobuf_bytes(&export(true, run, 0).encode_to_vec(), &contracts)
+                .unwrap()
+                .events;
+        core.ingest(events, reckon::model::Timestamp::from_secs(1_780_000_100));
+    });
+    line(
+        "decode + engine core (audit), no store",
+        audited,
+        tool_baseline,
+    );
+
+    // Durable paths: 8 concurrent exporters, fresh intents every batch, a real SQLite file.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let batches = |run: u64, count: u64| -> Vec<Vec<Event>> {
+            (0..count)
+                .map(|b| {
+                    otlp::traces_from_protobuf_bytes(
+                        &export(true, run, b * SPANS_PER_EXPORT as u64).encode_to_vec(),
+                        &contracts,
+                    )
+                    .unwrap()
+                    .events
+                })
+                .collect()
+        };
+        let measure = |label: &'static str,
+                       baseline: Option<f64>,
+                       work: Vec<Vec<Event>>,
+                       sink: Arc<
+            dyn Fn(Vec<Event>) -> tokio::task::JoinHandle<()> + Send + Sync,
+        >| async move {
+            let n = work.len();
+            let began = Instant::now();
+            let mut chunks: Vec<Vec<Vec<Event>>> = (0..8).map(|_| Vec::new()).collect();
+            for (i, b) in work.into_iter().enumerate() {
+                chunks[i % 8].push(b);
+            }
+            let mut tasks = Vec::new();
+            for chunk in chunks {
+                let sink = sink.clone();
+                tasks.push(tokio::spawn(async move {
+                    for b in chunk {
+                        sink(b).await.unwrap();
+                    }
+                }));
+            }
+            for t in tasks {
+                t.await.unwrap();
+            }
+            let r = (n * SPANS_PER_EXPORT) as f64 / began.elapsed().as_secs_f64();
+            line(label, r, baseline.unwrap_or(r));
+            r
+        };
+
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(AnyStore::Sqlite(
+            SqliteStore::open(&dir.path().join("append")).unwrap(),
+        ));
+        let s = store.clone();
+        let append_rate = measure(
+            "baseline: SQLite append (durable), 8 exporters",
+            None,
+            batches(1, 200),
+            Arc::new(move |b| {
+                let s = s.clone();
+                tokio::spawn(async move {
+                    s.append(b).await.unwrap();
+                })
+            }),
+        )
+        .await;
+
+        let store = Arc::new(AnyStore::Sqlite(
+            SqliteStore::open(&dir.path().join("engine")).unwrap(),
+        ));
+        let (engine, _tasks) =
+            Engine::start(Arc::new(contracts.clone()), store, Arc::new(Metrics::new()))
+                .await
+                .unwrap();
+        let e = engine.clone();
+        measure(
+            "engine ingest (durable + audited), 8 exporters",
+            Some(append_rate),
+            batches(2, 200),
+            Arc::new(move |b| {
+                let e = e.clone();
+                tokio::spawn(async move {
+                    e.ingest(b, Instant::now()).await.unwrap();
+                })
+            }),
+        )
+        .await;
+        println!("\nopen intents held by the engine: {}", engine.intents());
+    });
+}
