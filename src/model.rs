@@ -99,6 +99,10 @@ impl Decimal {
             Some(i) => (&digits[..i], digits[i + 1..].parse::<i32>().ok()?),
             None => (digits, 0),
         };
+        // No amount needs more than this; a wild exponent is refused before it costs anything.
+        if !(-40..=40).contains(&exp) {
+            return None;
+        }
         let (int, frac) = match base.split_once('.') {
             Some((i, f)) => (i, f),
             None => (base, ""),
@@ -113,7 +117,7 @@ impl Decimal {
         for b in int.bytes().chain(frac.bytes()) {
             mantissa = mantissa.checked_mul(10)?.checked_add((b - b'0') as i128)?;
         }
-        let mut scale = frac.len() as i32 - exp;
+        let mut scale = i32::try_from(frac.len()).ok()?.checked_sub(exp)?;
         while scale < 0 {
             mantissa = mantissa.checked_mul(10)?;
             scale += 1;
@@ -689,4 +693,50 @@ pub struct Escalation {
     pub note: Option<String>,
     /// Bumped on every change: the row version for stores that keep the latest.
     pub version: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimals_compare_by_value() {
+        assert_eq!(Decimal::parse("45"), Decimal::parse("45.00"));
+        assert_eq!(Decimal::parse("4.5e1"), Decimal::parse("45"));
+        assert_eq!(
+            Decimal::parse("-0.10").map(|d| d.to_string()),
+            Some("-0.10".into())
+        );
+        assert_eq!(
+            Amount::Minor(4500).to_major(Some("usd")),
+            Decimal::parse("45").unwrap()
+        );
+        assert_eq!(
+            Amount::Minor(4500).to_major(Some("JPY")),
+            Decimal::parse("4500").unwrap()
+        );
+        assert_eq!(
+            Amount::Minor(4500).to_major(Some("kwd")),
+            Decimal::parse("4.5").unwrap()
+        );
+    }
+
+    #[test]
+    fn hostile_decimals_are_refused_at_once() {
+        for s in [
+            "0e2147483647",
+            "0e-2147483648",
+            "1e99999",
+            "",
+            ".",
+            "1.2.3",
+            "e5",
+            "12x",
+            "1e",
+            "99999999999999999999999999999999999999999999",
+        ] {
+            assert_eq!(Decimal::parse(s), None, "{s:?}");
+        }
+        assert!(Decimal::parse("0e40").is_some());
+    }
 }

@@ -395,7 +395,11 @@ async fn feed<S: Store>(store: &S, fresh: bool) -> EngineCore {
         .min_by_key(|e| (e.opened_at, e.id.clone()))
         .map(|e| e.id.clone())
         .expect("the scenario escalates");
-    let (_, out) = core.claim(&first, "alice", at(300)).expect("claim");
+    let claimed = core
+        .book()
+        .claimed(&first, "alice", at(300))
+        .expect("claim");
+    let out = core.commit_person_action(claimed, at(300));
     persist(store, out).await;
     core
 }

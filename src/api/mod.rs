@@ -6,7 +6,7 @@ mod error;
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -20,7 +20,7 @@ pub use error::ApiError;
 use crate::codec::{rfc3339, ContractDoc, EscalationDoc, VerdictDoc};
 use crate::engine::{wall_now, Engine};
 use crate::ingest::error::IngestError;
-use crate::ingest::http::body_of;
+use crate::ingest::http::{body_of, read_body};
 use crate::ingest::service::IngestService;
 use crate::metrics::Metrics;
 use crate::model::*;
@@ -62,24 +62,27 @@ pub fn router(state: ApiState) -> Router {
 async fn post_records(
     State(s): State<ApiState>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<Response, ApiError> {
-    let body = body_within_limit(body, s.max_bytes)?;
+    // Admitted before the body is read, like every ingest path.
+    let admitted = s.ingest.admit()?;
+    let body = read_body(body, s.max_bytes).await?;
     let raw = body_of(&headers, &body, s.max_bytes)?;
-    let reply = s.ingest.records(&raw).await?;
+    let reply = s.ingest.records(admitted, &raw).await?;
     Ok(Json(reply).into_response())
 }
 
 async fn post_stripe(
     State(s): State<ApiState>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<Response, ApiError> {
-    let body = body_within_limit(body, s.max_bytes)?;
+    let admitted = s.ingest.admit()?;
+    let body = read_body(body, s.max_bytes).await?;
     let signature = headers
         .get("stripe-signature")
         .and_then(|v| v.to_str().ok());
-    let reply = s.ingest.stripe(signature, &body).await?;
+    let reply = s.ingest.stripe(admitted, signature, &body).await?;
     Ok(Json(reply).into_response())
 }
 

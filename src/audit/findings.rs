@@ -25,9 +25,11 @@ impl Ctx<'_> {
         self.h.attempts.iter().zip(self.classes.iter().copied())
     }
 
+    /// The first attempt whose outcome is open: unknown, or a conflict (another request with
+    /// the key was executing; nothing says how it ended). Its time starts the unknown deadline.
     pub fn first_unknown(&self) -> Option<&Attempt> {
         self.attempts()
-            .find(|(_, k)| *k == AttemptClass::Unknown)
+            .find(|(_, k)| matches!(k, AttemptClass::Unknown | AttemptClass::Conflict))
             .map(|(a, _)| a)
     }
 

@@ -112,8 +112,17 @@ impl Ledger {
     /// The contract an intent is audited under: its tool's, or for a record-only intent, the
     /// one whose record kind its records carry.
     pub fn contract_for<'c>(history: &History, contracts: &'c Contracts) -> Option<&'c Contract> {
-        if let Some(a) = history.attempts.first() {
-            return contracts.for_tool(&a.tool);
+        // The first attempt whose tool has a contract: a wrapper span carrying the intent id
+        // must not make a contracted tool look uncontracted.
+        if let Some(c) = history
+            .attempts
+            .iter()
+            .find_map(|a| contracts.for_tool(&a.tool))
+        {
+            return Some(c);
+        }
+        if !history.attempts.is_empty() {
+            return None;
         }
         if let Some(c) = history
             .readbacks
@@ -169,8 +178,14 @@ impl Ledger {
                 if e.readbacks.iter().any(|x| x.span == r.span) {
                     return change;
                 }
+                // An object a read found belongs to the intent the read was for: its records
+                // must reach this intent, not wait as an orphan.
+                let found = r.object_ids.clone();
                 e.readbacks.push(r);
-                change.affected.insert(id);
+                change.affected.insert(id.clone());
+                for o in found {
+                    self.link(&o, &id, &mut change);
+                }
             }
             Event::Record(r) => {
                 let object = r.object_id.clone();

@@ -45,19 +45,30 @@ pub struct Object {
 }
 
 impl Object {
-    /// The status as of `t`: the last observation at or before it.
+    /// The status as of `t`: see [`settled_status`].
     pub fn status_at(&self, t: Timestamp) -> Option<&str> {
-        self.history
-            .iter()
-            .rev()
-            .find(|o| o.at <= t)
-            .map(|o| o.status.as_str())
+        settled_status(self.history.iter().filter(|o| o.at <= t))
     }
 
     /// When the object was first seen in a state that is not terminal, if ever.
     pub fn first_nonterminal(&self) -> Option<Timestamp> {
         self.history.iter().find(|o| !o.terminal).map(|o| o.at)
     }
+}
+
+/// The status a sequence of observations (in time order) shows. A terminal state is absorbing:
+/// once any observation shows one, later non-terminal observations do not undo it. Clocks differ
+/// between the agent and the downstream, and webhooks carry whole seconds, so a response saying
+/// `pending` can carry a later instant than the record saying `succeeded`.
+fn settled_status<'a>(
+    observations: impl DoubleEndedIterator<Item = &'a Observation> + Clone,
+) -> Option<&'a str> {
+    observations
+        .clone()
+        .rev()
+        .find(|o| o.terminal)
+        .or_else(|| observations.clone().next_back())
+        .map(|o| o.status.as_str())
 }
 
 pub struct Objects {
@@ -119,11 +130,9 @@ impl Objects {
                 (a.at, a.terminal, a.source, &a.status)
                     .cmp(&(b.at, b.terminal, b.source, &b.status))
             });
-            o.status = o
-                .history
-                .last()
-                .map(|x| x.status.clone())
-                .unwrap_or_default();
+            o.status = settled_status(o.history.iter())
+                .unwrap_or_default()
+                .to_string();
         }
         // Amount, currency and target from the latest record that states them.
         for r in &h.records {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::audit::{self, Ledger};
 use crate::contract::Contracts;
-use crate::escalation::{EscalationBook, EscalationError};
+use crate::escalation::EscalationBook;
 use crate::model::*;
 
 /// What one step changed, for the store, the metrics and the API.
@@ -131,26 +131,11 @@ impl EngineCore {
         &self.contracts
     }
 
-    pub fn claim(
-        &mut self,
-        id: &str,
-        by: &str,
-        now: Timestamp,
-    ) -> Result<(Escalation, Outcome), EscalationError> {
-        let e = self.book.claim(id, by, now)?;
-        Ok((e.clone(), self.after_person(e, now)))
-    }
-
-    pub fn resolve(
-        &mut self,
-        id: &str,
-        by: &str,
-        resolution: &str,
-        note: Option<&str>,
-        now: Timestamp,
-    ) -> Result<(Escalation, Outcome), EscalationError> {
-        let e = self.book.resolve(id, by, resolution, note, now)?;
-        Ok((e.clone(), self.after_person(e, now)))
+    /// Apply a person's claim or resolution (already durable) and re-audit the intent: its
+    /// decision depends on whether an escalation is open.
+    pub fn commit_person_action(&mut self, e: Escalation, now: Timestamp) -> Outcome {
+        self.book.commit(e.clone());
+        self.after_person(e, now)
     }
 
     /// A person's action changes the intent's decision: re-audit it.

@@ -46,6 +46,8 @@ pub struct Engine {
     metrics: Arc<Metrics>,
     /// Wakes the timer when a new, earlier deadline may have been booked.
     wake: Notify,
+    /// Claims and resolutions, one at a time: each is made durable before the book changes.
+    person_actions: tokio::sync::Mutex<()>,
     /// Taken on shutdown so the persister sees the end of the stream and finishes.
     persist: Mutex<Option<mpsc::UnboundedSender<Outcome>>>,
 }
@@ -84,9 +86,13 @@ impl Engine {
             store: store.clone(),
             metrics,
             wake: Notify::new(),
+            person_actions: tokio::sync::Mutex::new(()),
             persist: Mutex::new(Some(tx)),
         });
-        engine.publish(restored);
+        {
+            let core = engine.lock();
+            engine.publish(&core, restored);
+        }
         let timer = tokio::spawn(timer_loop(Arc::downgrade(&engine)));
         let persister = tokio::spawn(persist_loop(store, rx));
         Ok((engine, EngineTasks { timer, persister }))
@@ -99,41 +105,52 @@ impl Engine {
     }
 
     /// The one ingest path: durable first, then audited. Returns how many events were new.
-    pub async fn ingest(&self, events: Vec<Event>, received: Instant) -> Result<usize, StoreError> {
+    ///
+    /// Runs to completion even if the caller stops waiting (an exporter's deadline drops the
+    /// request future): once the store has the events, the engine must see them too, or a
+    /// re-send (deduplicated by the store) would never reach the audit until a restart.
+    pub async fn ingest(
+        self: &Arc<Self>,
+        events: Vec<Event>,
+        received: Instant,
+    ) -> Result<usize, StoreError> {
         if events.is_empty() {
             return Ok(0);
         }
+        let engine = self.clone();
+        tokio::spawn(async move { engine.ingest_to_completion(events, received).await })
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))?
+    }
+
+    async fn ingest_to_completion(
+        &self,
+        events: Vec<Event>,
+        received: Instant,
+    ) -> Result<usize, StoreError> {
         let began = Instant::now();
         let fresh = self.store.append(events.clone()).await?;
         self.metrics.store_append(began.elapsed());
-        let new: Vec<Event> = events
-            .into_iter()
-            .zip(fresh)
-            .filter_map(|(e, new)| new.then_some(e))
-            .collect();
-        let count = new.len();
-        if count == 0 {
-            return Ok(0);
-        }
-        let out = {
-            let mut core = self.lock();
-            for e in &new {
-                if let Event::Attempt(a) = e {
-                    let contract = core
-                        .contracts()
-                        .for_tool(&a.tool)
-                        .cloned()
-                        .unwrap_or_else(audit::fallback_contract);
-                    self.metrics
-                        .tool_attempt(&a.tool, audit::classify(a, &contract).as_str());
-                }
+        let new = fresh.iter().filter(|n| **n).count();
+        let mut core = self.lock();
+        for (e, is_new) in events.iter().zip(&fresh) {
+            if let (Event::Attempt(a), true) = (e, is_new) {
+                let class = match core.contracts().for_tool(&a.tool) {
+                    Some(c) => audit::classify(a, c),
+                    None => audit::classify(a, &audit::fallback_contract()),
+                };
+                self.metrics.tool_attempt(&a.tool, class.as_str());
             }
-            core.ingest(new, wall_now())
-        };
+        }
+        // Every event goes to the core, not only those the store called new: the ledger
+        // ignores what it already has, and an event the store has but the engine missed (a
+        // crash between the two) is taken in on its next re-send.
+        let out = core.ingest(events, wall_now());
+        self.publish(&core, out);
+        drop(core);
         self.metrics.verdict_latency(received.elapsed());
-        self.publish(out);
         self.wake.notify_one();
-        Ok(count)
+        Ok(new)
     }
 
     pub fn verdict(&self, intent_id: &str) -> Option<Verdict> {
@@ -168,15 +185,14 @@ impl Engine {
         self.lock().intents()
     }
 
-    /// A person claims an escalation. Durable before it returns.
+    /// A person claims an escalation. Durable before it returns, and before anyone else sees it.
     pub async fn claim(&self, id: &str, by: &str) -> Result<Escalation, EngineError> {
-        let (e, out) = self.lock().claim(id, by, wall_now())?;
-        self.store.put_escalations(vec![e.clone()]).await?;
-        self.publish(out);
-        Ok(e)
+        let _one_at_a_time = self.person_actions.lock().await;
+        let e = self.lock().book().claimed(id, by, wall_now())?;
+        self.commit_person_action(e).await
     }
 
-    /// A person resolves an escalation. Durable before it returns.
+    /// A person resolves an escalation. Durable before it returns, and before anyone else sees it.
     pub async fn resolve(
         &self,
         id: &str,
@@ -184,13 +200,27 @@ impl Engine {
         resolution: &str,
         note: Option<&str>,
     ) -> Result<Escalation, EngineError> {
-        let (e, out) = self.lock().resolve(id, by, resolution, note, wall_now())?;
+        let _one_at_a_time = self.person_actions.lock().await;
+        let e = self
+            .lock()
+            .book()
+            .resolved(id, by, resolution, note, wall_now())?;
+        self.commit_person_action(e).await
+    }
+
+    /// The store first: if it refuses, the book is unchanged and the API says so.
+    async fn commit_person_action(&self, e: Escalation) -> Result<Escalation, EngineError> {
         self.store.put_escalations(vec![e.clone()]).await?;
-        self.publish(out);
+        let mut core = self.lock();
+        let out = core.commit_person_action(e.clone(), wall_now());
+        self.publish(&core, out);
         Ok(e)
     }
 
-    fn publish(&self, out: Outcome) {
+    /// Count what a step concluded and queue it for the store. Called with the core locked, so
+    /// outcomes reach the persister in the order they were computed and a later verdict can
+    /// never be overwritten by an earlier one.
+    fn publish(&self, core: &EngineCore, out: Outcome) {
         if out.is_empty() {
             return;
         }
@@ -201,16 +231,13 @@ impl Engine {
                     .duplicate_effect(tool.as_deref().unwrap_or("(none)"));
             }
         }
-        {
-            let core = self.lock();
-            let book = core.book();
-            self.metrics.set_escalations(
-                book.count(EscalationStatus::Open) as u64,
-                book.count(EscalationStatus::Claimed) as u64,
-                book.count(EscalationStatus::Resolved) as u64,
-            );
-            self.metrics.set_intents(core.intents() as u64);
-        }
+        let book = core.book();
+        self.metrics.set_escalations(
+            book.count(EscalationStatus::Open) as u64,
+            book.count(EscalationStatus::Claimed) as u64,
+            book.count(EscalationStatus::Resolved) as u64,
+        );
+        self.metrics.set_intents(core.intents() as u64);
         for e in &out.escalations {
             if e.version == 1 {
                 tracing::warn!(escalation = %e.id, intent = %e.intent_id, severity = e.severity.as_str(), findings = ?e.findings.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), "escalation opened");
@@ -236,13 +263,10 @@ impl Engine {
     }
 
     fn tick(&self) -> Option<Timestamp> {
-        let (out, next) = {
-            let mut core = self.lock();
-            let out = core.tick(wall_now());
-            (out, core.next_deadline())
-        };
-        self.publish(out);
-        next
+        let mut core = self.lock();
+        let out = core.tick(wall_now());
+        self.publish(&core, out);
+        core.next_deadline()
     }
 }
 
@@ -275,61 +299,103 @@ async fn timer_loop(engine: std::sync::Weak<Engine>) {
     }
 }
 
-/// Writes verdicts and escalations in batches: whatever queued while the last batch was being
-/// written goes in the next one, latest verdict per intent.
-async fn persist_loop(store: Arc<AnyStore>, mut rx: mpsc::UnboundedReceiver<Outcome>) {
-    while let Some(first) = rx.recv().await {
-        let mut verdicts: HashMap<String, Verdict> = HashMap::new();
-        let mut removed: Vec<String> = Vec::new();
-        let mut escalations: HashMap<String, Escalation> = HashMap::new();
-        let mut take = |o: Outcome| {
-            for id in o.removed {
-                verdicts.remove(&id);
-                removed.push(id);
-            }
-            for v in o.verdicts {
-                verdicts.insert(v.intent_id.clone(), v);
-            }
-            for e in o.escalations {
-                match escalations.get(&e.id) {
-                    Some(old) if old.version >= e.version => {}
-                    _ => {
-                        escalations.insert(e.id.clone(), e);
-                    }
-                }
-            }
-        };
-        take(first);
-        while let Ok(more) = rx.try_recv() {
-            take(more);
+/// What the persister still has to write: the latest verdict per intent, removals, and the
+/// newest version of each escalation.
+#[derive(Default)]
+struct Pending {
+    verdicts: HashMap<String, Verdict>,
+    removed: Vec<String>,
+    escalations: HashMap<String, Escalation>,
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.verdicts.is_empty() && self.removed.is_empty() && self.escalations.is_empty()
+    }
+
+    fn take(&mut self, o: Outcome) {
+        for id in o.removed {
+            self.verdicts.remove(&id);
+            self.removed.push(id);
         }
-        let verdicts: Vec<Verdict> = verdicts.into_values().collect();
-        let escalations: Vec<Escalation> = escalations.into_values().collect();
-        for attempt in 1..=5u32 {
-            let result = async {
-                if !escalations.is_empty() {
-                    store.put_escalations(escalations.clone()).await?;
-                }
-                if !removed.is_empty() {
-                    store.delete_verdicts(removed.clone()).await?;
-                }
-                if !verdicts.is_empty() {
-                    store.put_verdicts(verdicts.clone()).await?;
-                }
-                Ok::<(), StoreError>(())
-            }
-            .await;
-            match result {
-                Ok(()) => break,
-                Err(e) if attempt < 5 => {
-                    tracing::warn!(error = %e, attempt, "writing verdicts failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(100 * 2u64.pow(attempt))).await;
-                }
-                // Verdicts are derived from durable events; the next start rebuilds them.
-                Err(e) => {
-                    tracing::error!(error = %e, "writing verdicts failed; they will be rebuilt on restart")
+        for v in o.verdicts {
+            self.removed.retain(|id| id != &v.intent_id);
+            self.verdicts.insert(v.intent_id.clone(), v);
+        }
+        for e in o.escalations {
+            match self.escalations.get(&e.id) {
+                Some(old) if old.version >= e.version => {}
+                _ => {
+                    self.escalations.insert(e.id.clone(), e);
                 }
             }
+        }
+    }
+
+    async fn write(&self, store: &AnyStore) -> Result<(), StoreError> {
+        if !self.escalations.is_empty() {
+            store
+                .put_escalations(self.escalations.values().cloned().collect())
+                .await?;
+        }
+        if !self.removed.is_empty() {
+            store.delete_verdicts(self.removed.clone()).await?;
+        }
+        if !self.verdicts.is_empty() {
+            store
+                .put_verdicts(self.verdicts.values().cloned().collect())
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes verdicts and escalations in batches: whatever queued while the last batch was being
+/// written goes in the next one. A batch the store refuses is kept and merged with what comes
+/// next, and retried with backoff: nothing concluded is dropped while the process lives.
+async fn persist_loop(store: Arc<AnyStore>, mut rx: mpsc::UnboundedReceiver<Outcome>) {
+    let mut pending = Pending::default();
+    let mut failures = 0u32;
+    let mut closing = false;
+    loop {
+        if pending.is_empty() {
+            match rx.recv().await {
+                Some(o) => pending.take(o),
+                None => return,
+            }
+        } else if !closing {
+            let backoff = Duration::from_millis(100u64 << failures.min(6));
+            tokio::select! {
+                msg = rx.recv() => match msg {
+                    Some(o) => pending.take(o),
+                    None => closing = true,
+                },
+                _ = tokio::time::sleep(backoff) => {}
+            }
+        }
+        while let Ok(more) = rx.try_recv() {
+            pending.take(more);
+        }
+        match pending.write(&store).await {
+            Ok(()) => {
+                pending = Pending::default();
+                failures = 0;
+            }
+            Err(e) if closing && failures >= 3 => {
+                // Verdicts are derived from durable events: the next start rebuilds them.
+                tracing::error!(error = %e, "writing verdicts failed at shutdown; they will be rebuilt on restart");
+                return;
+            }
+            Err(e) => {
+                failures += 1;
+                tracing::warn!(error = %e, failures, "writing verdicts failed; keeping them to retry");
+                if closing {
+                    tokio::time::sleep(Duration::from_millis(100u64 << failures)).await;
+                }
+            }
+        }
+        if closing && pending.is_empty() {
+            return;
         }
     }
 }

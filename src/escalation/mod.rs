@@ -168,8 +168,45 @@ impl EscalationBook {
         }
     }
 
+    /// Claim and apply. [`EscalationBook::claimed`] is the same check without the change.
     pub fn claim(
         &mut self,
+        id: &str,
+        by: &str,
+        now: Timestamp,
+    ) -> Result<Escalation, EscalationError> {
+        let e = self.claimed(id, by, now)?;
+        self.commit(e.clone());
+        Ok(e)
+    }
+
+    /// Resolve and apply. [`EscalationBook::resolved`] is the same check without the change.
+    pub fn resolve(
+        &mut self,
+        id: &str,
+        by: &str,
+        resolution: &str,
+        note: Option<&str>,
+        now: Timestamp,
+    ) -> Result<Escalation, EscalationError> {
+        let e = self.resolved(id, by, resolution, note, now)?;
+        self.commit(e.clone());
+        Ok(e)
+    }
+
+    /// Put a changed escalation in the book (once the store has it). An older version than the
+    /// book holds changes nothing.
+    pub fn commit(&mut self, e: Escalation) {
+        match self.by_id.get(&e.id) {
+            Some(old) if old.version >= e.version => {}
+            _ => self.insert(e),
+        }
+    }
+
+    /// The escalation as it would be once claimed by `by`, leaving the book unchanged so the
+    /// caller can make it durable first.
+    pub fn claimed(
+        &self,
         id: &str,
         by: &str,
         now: Timestamp,
@@ -200,12 +237,12 @@ impl EscalationBook {
         e.claimed_by = Some(by.to_string());
         e.claimed_at = Some(now);
         e.version += 1;
-        self.insert(e.clone());
         Ok(e)
     }
 
-    pub fn resolve(
-        &mut self,
+    /// The escalation as it would be once resolved, leaving the book unchanged.
+    pub fn resolved(
+        &self,
         id: &str,
         by: &str,
         resolution: &str,
@@ -232,7 +269,6 @@ impl EscalationBook {
         e.resolution = Some(resolution.to_string());
         e.note = note.map(str::to_string);
         e.version += 1;
-        self.insert(e.clone());
         Ok(e)
     }
 }

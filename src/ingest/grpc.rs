@@ -31,10 +31,11 @@ impl TraceService for Traces {
         request: Request<ExportTraceServiceRequest>,
     ) -> Result<Response<ExportTraceServiceResponse>, Status> {
         let received = Instant::now();
+        let admitted = self.0.admit().map_err(|e| e.to_status())?;
         let decoded = otlp::traces_from_proto(request.get_ref(), self.0.contracts());
         let reply = self
             .0
-            .traces(Transport::Grpc, decoded, received)
+            .traces(admitted, Transport::Grpc, decoded, received)
             .await
             .map_err(|e| e.to_status())?;
         let partial_success = (reply.rejected > 0 || !reply.message.is_empty()).then_some(
@@ -56,10 +57,11 @@ impl LogsService for Logs {
         request: Request<ExportLogsServiceRequest>,
     ) -> Result<Response<ExportLogsServiceResponse>, Status> {
         let received = Instant::now();
+        let admitted = self.0.admit().map_err(|e| e.to_status())?;
         let decoded = otlp::logs_from_proto(request.get_ref());
         let reply = self
             .0
-            .logs(Transport::Grpc, decoded, received)
+            .logs(admitted, Transport::Grpc, decoded, received)
             .await
             .map_err(|e| e.to_status())?;
         let partial_success =

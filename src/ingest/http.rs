@@ -6,8 +6,7 @@ use std::io::Read;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -41,8 +40,8 @@ pub fn router(service: Arc<IngestService>, max_bytes: usize) -> Router {
     Router::new()
         .route("/v1/traces", post(traces))
         .route("/v1/logs", post(logs))
-        // Compressed bodies are capped here, decompressed ones in `body_of`.
-        .layer(DefaultBodyLimit::max(max_bytes))
+        // Bodies are read by `read_body` under the limit, after admission.
+        .layer(DefaultBodyLimit::disable())
         .with_state(HttpState { service, max_bytes })
 }
 
@@ -91,27 +90,52 @@ pub fn body_of(headers: &HeaderMap, body: &[u8], limit: usize) -> Result<Vec<u8>
     }
 }
 
-async fn traces(
-    State(s): State<HttpState>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+async fn traces(State(s): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
+    export(s, headers, body, Signal::Traces).await
+}
+
+async fn logs(State(s): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
+    export(s, headers, body, Signal::Logs).await
+}
+
+/// One OTLP/HTTP export: admit, read, decode off the async workers, ingest, answer in kind.
+async fn export(s: HttpState, headers: HeaderMap, body: Body, signal: Signal) -> Response {
     let received = Instant::now();
     let format = format_of(&headers).unwrap_or(Format::Protobuf);
     let result = async {
         let format = format_of(&headers)?;
-        let body = body.map_err(|r| rejected_body(r, s.max_bytes))?;
+        // Refuse before reading: a body costs memory, an overload answer costs nothing.
+        let admitted = s.service.admit()?;
+        let body = read_body(body, s.max_bytes).await?;
         let raw = body_of(&headers, &body, s.max_bytes)?;
-        let decoded = match format {
-            Format::Protobuf => otlp::traces_from_protobuf_bytes(&raw, s.service.contracts()),
-            Format::Json => otlp::traces_from_json(&raw, s.service.contracts()),
-        }
+        let service = s.service.clone();
+        let decoded = tokio::task::spawn_blocking(move || match (signal, format) {
+            (Signal::Traces, Format::Protobuf) => {
+                otlp::traces_from_protobuf_bytes(&raw, service.contracts())
+            }
+            (Signal::Traces, Format::Json) => otlp::traces_from_json(&raw, service.contracts()),
+            (Signal::Logs, Format::Protobuf) => otlp::logs_from_protobuf_bytes(&raw),
+            (Signal::Logs, Format::Json) => otlp::logs_from_json(&raw),
+        })
+        .await
+        .map_err(|e| IngestError::Decode(format!("decoder failed: {e}")))?
         .map_err(|e| IngestError::Decode(e.to_string()))?;
-        s.service.traces(Transport::Http, decoded, received).await
+        match signal {
+            Signal::Traces => {
+                s.service
+                    .traces(admitted, Transport::Http, decoded, received)
+                    .await
+            }
+            Signal::Logs => {
+                s.service
+                    .logs(admitted, Transport::Http, decoded, received)
+                    .await
+            }
+        }
     }
     .await;
     match result {
-        Ok(reply) => success(format, Signal::Traces, reply),
+        Ok(reply) => success(format, signal, reply),
         Err(e) => {
             if !matches!(e, IngestError::Overloaded | IngestError::Unavailable(_)) {
                 s.service.refused(&e);
@@ -121,42 +145,18 @@ async fn traces(
     }
 }
 
-async fn logs(
-    State(s): State<HttpState>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let received = Instant::now();
-    let format = format_of(&headers).unwrap_or(Format::Protobuf);
-    let result = async {
-        let format = format_of(&headers)?;
-        let body = body.map_err(|r| rejected_body(r, s.max_bytes))?;
-        let raw = body_of(&headers, &body, s.max_bytes)?;
-        let decoded = match format {
-            Format::Protobuf => otlp::logs_from_protobuf_bytes(&raw),
-            Format::Json => otlp::logs_from_json(&raw),
+/// The raw body, at most `limit` bytes: over it is `TooLarge`, a broken-off body is `Decode`.
+pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, IngestError> {
+    use http_body_util::BodyExt;
+    match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(IngestError::TooLarge { limit })
         }
-        .map_err(|e| IngestError::Decode(e.to_string()))?;
-        s.service.logs(Transport::Http, decoded, received).await
-    }
-    .await;
-    match result {
-        Ok(reply) => success(format, Signal::Logs, reply),
-        Err(e) => {
-            if !matches!(e, IngestError::Overloaded | IngestError::Unavailable(_)) {
-                s.service.refused(&e);
-            }
-            error_response(format, &e)
-        }
-    }
-}
-
-/// A body axum could not read: over the limit, or broken off.
-fn rejected_body(r: BytesRejection, limit: usize) -> IngestError {
-    if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        IngestError::TooLarge { limit }
-    } else {
-        IngestError::Decode(r.body_text())
+        Err(e) => Err(IngestError::Decode(format!("reading the body: {e}"))),
     }
 }
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::error::IngestError;
 use super::otlp::Decoded;
@@ -51,11 +51,15 @@ pub struct StripeReply {
     pub event_type: String,
 }
 
+/// Leave to do ingest work, taken before a request's body is read or decoded so that load is
+/// refused (retryably) before it costs memory. Dropped when the request is answered.
+pub struct Admission(#[allow(dead_code)] OwnedSemaphorePermit);
+
 pub struct IngestService {
     engine: Arc<Engine>,
     contracts: Arc<Contracts>,
     metrics: Arc<Metrics>,
-    permits: Semaphore,
+    permits: Arc<Semaphore>,
     stripe_secret: Option<String>,
     stripe_tolerance: Dur,
 }
@@ -73,7 +77,7 @@ impl IngestService {
             engine,
             contracts,
             metrics,
-            permits: Semaphore::new(max_concurrent.max(1)),
+            permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
             stripe_secret,
             stripe_tolerance,
         }
@@ -92,11 +96,24 @@ impl IngestService {
         self.metrics.rejection(e.reason(), 1);
     }
 
-    async fn durable(&self, events: Vec<Event>, received: Instant) -> Result<(), IngestError> {
-        let _permit = self.permits.try_acquire().map_err(|_| {
-            self.metrics.rejection("overloaded", 1);
-            IngestError::Overloaded
-        })?;
+    /// Admit one request, or refuse it as overloaded (429 / RESOURCE_EXHAUSTED, retryable).
+    pub fn admit(&self) -> Result<Admission, IngestError> {
+        self.permits
+            .clone()
+            .try_acquire_owned()
+            .map(Admission)
+            .map_err(|_| {
+                self.metrics.rejection("overloaded", 1);
+                IngestError::Overloaded
+            })
+    }
+
+    async fn durable(
+        &self,
+        _admitted: Admission,
+        events: Vec<Event>,
+        received: Instant,
+    ) -> Result<(), IngestError> {
         self.engine.ingest(events, received).await.map_err(|e| {
             tracing::error!(error = %e, "store refused an append; the export is not acknowledged");
             self.metrics.rejection("unavailable", 1);
@@ -107,6 +124,7 @@ impl IngestService {
 
     pub async fn traces(
         &self,
+        admitted: Admission,
         transport: Transport,
         decoded: Decoded,
         received: Instant,
@@ -126,12 +144,13 @@ impl IngestService {
             rejected: decoded.rejected,
             message: decoded.error_message(),
         };
-        self.durable(decoded.events, received).await?;
+        self.durable(admitted, decoded.events, received).await?;
         Ok(reply)
     }
 
     pub async fn logs(
         &self,
+        admitted: Admission,
         transport: Transport,
         decoded: Decoded,
         received: Instant,
@@ -151,12 +170,16 @@ impl IngestService {
             rejected: decoded.rejected,
             message: decoded.error_message(),
         };
-        self.durable(decoded.events, received).await?;
+        self.durable(admitted, decoded.events, received).await?;
         Ok(reply)
     }
 
     /// `POST /api/v1/records`: good items are kept, bad ones named by index.
-    pub async fn records(&self, body: &[u8]) -> Result<RecordsReply, IngestError> {
+    pub async fn records(
+        &self,
+        admitted: Admission,
+        body: &[u8],
+    ) -> Result<RecordsReply, IngestError> {
         let received = Instant::now();
         let batch = records::parse_records(body, wall_now()).map_err(|e| {
             self.metrics.rejection("bad_record", 1);
@@ -171,6 +194,7 @@ impl IngestService {
         }
         let accepted = batch.accepted.len();
         self.durable(
+            admitted,
             batch.accepted.into_iter().map(Event::Record).collect(),
             received,
         )
@@ -184,6 +208,7 @@ impl IngestService {
     /// `POST /api/v1/webhooks/stripe`.
     pub async fn stripe(
         &self,
+        admitted: Admission,
         signature: Option<&str>,
         body: &[u8],
     ) -> Result<StripeReply, IngestError> {
@@ -214,7 +239,8 @@ impl IngestService {
                 event_type, record, ..
             } => {
                 self.metrics.records_received(&record.source, 1);
-                self.durable(vec![Event::Record(record)], received).await?;
+                self.durable(admitted, vec![Event::Record(record)], received)
+                    .await?;
                 Ok(StripeReply {
                     received: true,
                     recorded: true,

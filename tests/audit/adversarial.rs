@@ -546,3 +546,118 @@ fn conflict_in_flight_means_wait() {
         "unknown / retry_same_key / -",
     );
 }
+
+#[test]
+fn a_terminal_record_outranks_a_later_pending_response() {
+    // Stripe's event carries whole seconds; the agent's clock put the pending response later.
+    let events = [
+        ev(attempt("i1", R, 0.0, 0.3)
+            .key("k1")
+            .args(refund_args("45.00"))
+            .http(200)
+            .object("re_1", "pending")),
+        ev(stripe_refund(
+            Some("i1"),
+            "re_1",
+            "succeeded",
+            0.0,
+            4500,
+            "usd",
+        )),
+    ];
+    check(
+        "terminal outranks a later pending",
+        &events,
+        "i1",
+        at(3.0 * HOUR),
+        "completed / none / -",
+    );
+}
+
+#[test]
+fn an_object_a_read_found_links_its_records() {
+    let events = [
+        timeout("i1", 0.0, "k1"),
+        ev(readback("i1", "list_refunds", 2.0 * MIN, &["re_1"])),
+        // The downstream's record names neither the intent nor the key.
+        ev(stripe_refund(
+            None,
+            "re_1",
+            "succeeded",
+            3.0 * MIN,
+            4500,
+            "usd",
+        )),
+    ];
+    check(
+        "found by a read",
+        &events,
+        "i1",
+        at(20.0 * MIN),
+        "completed / none / -",
+    );
+    let mut ledger = reckon::audit::Ledger::new();
+    for e in &events {
+        ledger.add(e.clone());
+    }
+    assert!(
+        ledger.history("orphan:re_1").is_none(),
+        "the record is not an orphan"
+    );
+}
+
+#[test]
+fn a_wrapper_span_without_a_contract_does_not_hide_the_tools_contract() {
+    let events = [
+        ev(attempt("i1", "refund_executor.run", -0.001, 31.0)),
+        timeout("i1", 0.0, "k1"),
+    ];
+    let v = check(
+        "wrapper span first",
+        &events,
+        "i1",
+        at(2.0 * MIN),
+        "unknown / retry_same_key / -",
+    );
+    assert_eq!(v.contract.as_deref(), Some("payments.refund"));
+}
+
+#[test]
+fn only_conflicts_still_reach_the_unknown_deadline() {
+    let events = [ev(attempt("i1", R, 0.0, 0.1)
+        .key("k1")
+        .args(refund_args("45.00"))
+        .http(409))];
+    check(
+        "conflict past the deadline",
+        &events,
+        "i1",
+        at(16.0 * MIN),
+        "unknown / escalate / unresolved_unknown",
+    );
+}
+
+#[test]
+fn a_failed_object_beside_a_pending_one_stays_pending() {
+    // DESIGN.md's table reads failed_after_execution here; the pending object may still succeed,
+    // so telling the executor `new_intent` would invite a second refund. reckon says `pending`.
+    let events = [
+        ev(attempt("i1", R, 0.0, 0.4)
+            .key("k1")
+            .args(refund_args("45.00"))
+            .http(200)
+            .object("re_1", "failed")),
+        ev(attempt("i1", R, 10.0, 0.4)
+            .key("k2")
+            .args(refund_args("45.00"))
+            .http(200)
+            .object("re_2", "pending")),
+    ];
+    check(
+        "failed beside pending",
+        &events,
+        "i1",
+        at(MIN),
+        "pending / escalate / new_key_retry, resend_after_terminal",
+    );
+}
