@@ -3,6 +3,9 @@
 
 use std::process::ExitCode;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use anyhow::Context;
 use reckon::cli::{self, CliError, Command, EscalationAction, ReportFormat};
 use reckon::codec::EscalationDoc;

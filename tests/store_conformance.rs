@@ -363,7 +363,7 @@ fn scenario() -> Vec<Vec<Event>> {
 /// Store what one engine step concluded, the way the engine's persister does.
 async fn persist<S: Store>(store: &S, out: Outcome) {
     store
-        .put_verdicts(out.verdicts)
+        .put_verdicts(out.verdicts.iter().map(|v| Verdict::clone(v)).collect())
         .await
         .expect("put_verdicts");
     store

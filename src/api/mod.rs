@@ -200,7 +200,7 @@ fn bundle(s: &ApiState, e: &Escalation) -> serde_json::Value {
     let contract = verdict.as_ref().and_then(|v| s.engine.contract_of(v));
     let mut doc = serde_json::to_value(EscalationDoc::from_escalation(e)).unwrap_or_default();
     doc["verdict"] =
-        serde_json::to_value(verdict.as_ref().map(VerdictDoc::from_verdict)).unwrap_or_default();
+        serde_json::to_value(verdict.as_deref().map(VerdictDoc::from_verdict)).unwrap_or_default();
     doc["contract"] =
         serde_json::to_value(contract.as_ref().map(ContractDoc::from_contract)).unwrap_or_default();
     doc

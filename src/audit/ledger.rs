@@ -6,7 +6,9 @@
 //! of sets, so the result does not depend on the order events arrive in. An object that links to
 //! nothing is audited under a pseudo-intent `orphan:{object_id}` until something links it.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use foldhash::HashMap;
 
 use super::History;
 use crate::contract::{Contract, Contracts};
@@ -43,9 +45,16 @@ pub struct LedgerChange {
 
 impl LedgerChange {
     pub fn merge(&mut self, other: LedgerChange) {
+        for id in &other.removed {
+            self.affected.remove(id);
+        }
+        self.affected.extend(
+            other
+                .affected
+                .into_iter()
+                .filter(|id| !other.removed.contains(id) && !self.removed.contains(id)),
+        );
         self.removed.extend(other.removed);
-        self.affected.extend(other.affected);
-        self.affected.retain(|id| !self.removed.contains(id));
     }
 }
 

@@ -4,7 +4,9 @@
 //! deadlines, reordering and restarts are tested without sleeping. The async service around it
 //! owns the clock, the store and the timer.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
+
+use foldhash::{HashMap, HashMapExt, HashSet};
 use std::sync::Arc;
 
 use crate::audit::{self, Ledger};
@@ -15,8 +17,8 @@ use crate::model::*;
 /// What one step changed, for the store, the metrics and the API.
 #[derive(Debug, Default)]
 pub struct Outcome {
-    /// Fresh verdicts of every intent the step touched.
-    pub verdicts: Vec<Verdict>,
+    /// Fresh verdicts of every intent the step touched (shared with the engine's cache).
+    pub verdicts: Vec<Arc<Verdict>>,
     /// Pseudo-intents (orphan records) that now belong to a real intent.
     pub removed: Vec<String>,
     /// Escalations opened or changed.
@@ -35,7 +37,7 @@ pub struct EngineCore {
     contracts: Arc<Contracts>,
     ledger: Ledger,
     book: EscalationBook,
-    verdicts: HashMap<String, Verdict>,
+    verdicts: HashMap<String, Arc<Verdict>>,
     /// Re-audit instants, ordered, and the one currently booked per intent.
     schedule: BTreeSet<(Timestamp, String)>,
     booked: HashMap<String, Timestamp>,
@@ -111,12 +113,17 @@ impl EngineCore {
         self.schedule.first().map(|(t, _)| *t)
     }
 
+    /// The cached verdict, shared: cheap to hand out of the lock.
+    pub fn shared_verdict(&self, intent_id: &str) -> Option<Arc<Verdict>> {
+        self.verdicts.get(intent_id).cloned()
+    }
+
     pub fn verdict(&self, intent_id: &str) -> Option<&Verdict> {
-        self.verdicts.get(intent_id)
+        self.verdicts.get(intent_id).map(|v| &**v)
     }
 
     pub fn verdicts(&self) -> impl Iterator<Item = &Verdict> {
-        self.verdicts.values()
+        self.verdicts.values().map(|v| &**v)
     }
 
     pub fn intents(&self) -> usize {
@@ -182,6 +189,7 @@ impl EngineCore {
             self.booked.insert(id.to_string(), at);
         }
         // Callers audit each intent at most once per step (ids come from sets), so no dedup here.
+        let v = Arc::new(v);
         self.verdicts.insert(id.to_string(), v.clone());
         out.verdicts.push(v);
     }

@@ -153,8 +153,8 @@ impl Engine {
         Ok(new)
     }
 
-    pub fn verdict(&self, intent_id: &str) -> Option<Verdict> {
-        self.lock().verdict(intent_id).cloned()
+    pub fn verdict(&self, intent_id: &str) -> Option<Arc<Verdict>> {
+        self.lock().shared_verdict(intent_id)
     }
 
     pub fn escalation(&self, id: &str) -> Option<Escalation> {
@@ -303,7 +303,7 @@ async fn timer_loop(engine: std::sync::Weak<Engine>) {
 /// newest version of each escalation.
 #[derive(Default)]
 struct Pending {
-    verdicts: HashMap<String, Verdict>,
+    verdicts: HashMap<String, Arc<Verdict>>,
     removed: Vec<String>,
     escalations: HashMap<String, Escalation>,
 }
@@ -343,7 +343,7 @@ impl Pending {
         }
         if !self.verdicts.is_empty() {
             store
-                .put_verdicts(self.verdicts.values().cloned().collect())
+                .put_verdicts(self.verdicts.values().map(|v| Verdict::clone(v)).collect())
                 .await?;
         }
         Ok(())

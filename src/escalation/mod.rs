@@ -5,7 +5,9 @@
 //! not seen before that arrives after resolution opens a new one. Every transition takes its time
 //! as an input, and ids are derived from the intent, so a rebuilt book reaches the same state.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+use foldhash::HashMap;
 
 use sha2::{Digest, Sha256};
 
