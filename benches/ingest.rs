@@ -184,6 +184,49 @@ fn main() {
         tool_baseline,
     );
 
+    // A retry storm: one intent re-sent 10,240 times under one key, against the same number of
+    // fresh intents. The audit of a stormed intent must stay linear in its attempts.
+    let storm: Vec<Vec<u8>> = (0..20u64)
+        .map(|b| {
+            let mut req = export(true, 5000, b * SPANS_PER_EXPORT as u64);
+            for span in &mut req.resource_spans[0].scope_spans[0].spans {
+                for kv in &mut span.attributes {
+                    if kv.key == "reckon.intent.id" || kv.key == "reckon.idempotency_key" {
+                        kv.value = Some(AnyValue {
+                            value: Some(any_value::Value::StringValue(format!("storm-{}", kv.key))),
+                        });
+                    }
+                }
+            }
+            req.encode_to_vec()
+        })
+        .collect();
+    let fresh: Vec<Vec<u8>> = (0..20u64)
+        .map(|b| export(true, 6000, b * SPANS_PER_EXPORT as u64).encode_to_vec())
+        .collect();
+    let timed = |batches: &[Vec<u8>]| {
+        let mut core = reckon::engine::core::EngineCore::new(Arc::new(contracts.clone()));
+        let began = Instant::now();
+        for bytes in batches {
+            let events = otlp::traces_from_protobuf_bytes(bytes, &contracts)
+                .unwrap()
+                .events;
+            core.ingest(events, reckon::model::Timestamp::from_secs(1_780_000_100));
+        }
+        (batches.len() * SPANS_PER_EXPORT) as f64 / began.elapsed().as_secs_f64()
+    };
+    let fresh_rate = timed(&fresh);
+    line(
+        "baseline: 10,240 attempts on fresh intents",
+        fresh_rate,
+        fresh_rate,
+    );
+    line(
+        "retry storm: 10,240 attempts on one intent",
+        timed(&storm),
+        fresh_rate,
+    );
+
     // Durable paths: 8 concurrent exporters, fresh intents every batch, a real SQLite file.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -2,7 +2,9 @@
 //! and returns findings whose `(kind, subject)` is stable across re-audits.
 
 use super::objects::{Objects, UNOBSERVED_STATUS};
-use super::params::{same_arguments, Params};
+use std::collections::{HashMap, HashSet};
+
+use super::params::Params;
 use super::History;
 use crate::contract::{Contract, Idempotency};
 use crate::model::*;
@@ -53,48 +55,37 @@ impl Ctx<'_> {
         }
     }
 
-    /// What the executor itself could know of an object's status by `t`: its own attempts'
-    /// responses, and read-backs that found the object (with the record status at that time).
-    fn executor_knew(&self, t: Timestamp) -> Vec<(String, String)> {
-        let mut known: Vec<(Timestamp, String, String)> = Vec::new();
+    /// Everything the executor itself learnt about objects, in time order: its own attempts'
+    /// responses, and read-backs that found an object (with the record status at that time).
+    fn executor_knowledge(&self) -> Vec<(Timestamp, &str, String)> {
+        let mut known: Vec<(Timestamp, &str, String)> = Vec::new();
         for (a, k) in self.attempts() {
-            if a.end <= t {
-                if let (Some(id), true) = (
-                    &a.object_id,
-                    matches!(
-                        k,
-                        AttemptClass::Succeeded | AttemptClass::Failed | AttemptClass::Recorded
-                    ),
-                ) {
-                    let status = a
-                        .object_status
-                        .clone()
-                        .unwrap_or_else(|| UNOBSERVED_STATUS.into());
-                    known.push((a.end, id.clone(), status));
-                }
+            if let (Some(id), true) = (
+                &a.object_id,
+                matches!(
+                    k,
+                    AttemptClass::Succeeded | AttemptClass::Failed | AttemptClass::Recorded
+                ),
+            ) {
+                let status = a
+                    .object_status
+                    .clone()
+                    .unwrap_or_else(|| UNOBSERVED_STATUS.into());
+                known.push((a.end, id.as_str(), status));
             }
         }
         for r in &self.h.readbacks {
-            if r.end <= t {
-                for id in &r.object_ids {
-                    let status = self
-                        .objects
-                        .get(id)
-                        .and_then(|o| o.status_at(r.end))
-                        .unwrap_or(UNOBSERVED_STATUS);
-                    known.push((r.end, id.clone(), status.to_string()));
-                }
+            for id in &r.object_ids {
+                let status = self
+                    .objects
+                    .get(id)
+                    .and_then(|o| o.status_at(r.end))
+                    .unwrap_or(UNOBSERVED_STATUS);
+                known.push((r.end, id.as_str(), status.to_string()));
             }
         }
         known.sort();
-        let mut latest: Vec<(String, String)> = Vec::new();
-        for (_, id, status) in known {
-            match latest.iter_mut().find(|(i, _)| *i == id) {
-                Some(entry) => entry.1 = status,
-                None => latest.push((id, status)),
-            }
-        }
-        latest
+        known
     }
 }
 
@@ -177,36 +168,43 @@ fn effect_mismatch(x: &Ctx, out: &mut Vec<Finding>) {
 
 /// The same key sent with other parameters, or the downstream said so.
 fn key_reuse_mismatch(x: &Ctx, out: &mut Vec<Finding>) {
-    let mut flagged: Vec<&str> = Vec::new();
-    for (i, b) in x.h.attempts.iter().enumerate() {
+    // Each key's first attempt, parsed once: a retry storm under one key stays linear.
+    let mut first: HashMap<&str, (Params, Option<serde_json::Value>)> = HashMap::new();
+    let mut flagged: HashSet<&str> = HashSet::new();
+    for b in &x.h.attempts {
         let Some(key) = b.idempotency_key.as_deref() else {
             continue;
         };
-        if flagged.contains(&key) {
+        if flagged.contains(key) {
             continue;
         }
         let reported = b
             .error_type
             .as_deref()
             .is_some_and(|e| x.c.mismatch_errors.iter().any(|m| m == e));
-        let earlier = x.h.attempts[..i]
-            .iter()
-            .find(|a| a.idempotency_key.as_deref() == Some(key));
-        let changed = earlier.and_then(|a| {
-            let diff = Params::of_attempt(a, x.c).differences(&Params::of_attempt(b, x.c));
-            if !diff.is_empty() {
-                Some(diff.join(", "))
-            } else if same_arguments(a, b) == Some(false) {
-                Some("arguments".to_string())
-            } else {
+        let params = Params::of_attempt(b, x.c);
+        let changed = match first.get(key) {
+            None => {
+                first.insert(key, (params, parsed_arguments(b)));
                 None
             }
-        });
+            Some((first_params, first_args)) => {
+                let diff = first_params.differences(&params);
+                if !diff.is_empty() {
+                    Some(diff.join(", "))
+                } else if matches!((first_args, parsed_arguments(b)), (Some(a), Some(b)) if *a != b)
+                {
+                    Some("arguments".to_string())
+                } else {
+                    None
+                }
+            }
+        };
         if reported || changed.is_some() {
-            flagged.push(key);
-            let detail = match (changed, reported) {
-                (Some(what), _) => format!("key {key} sent again with different {what}"),
-                (None, _) => format!(
+            flagged.insert(key);
+            let detail = match changed {
+                Some(what) => format!("key {key} sent again with different {what}"),
+                None => format!(
                     "downstream rejected key {key} as reused with other parameters ({})",
                     b.error_type.as_deref().unwrap_or("")
                 ),
@@ -221,24 +219,30 @@ fn key_reuse_mismatch(x: &Ctx, out: &mut Vec<Finding>) {
     }
 }
 
+/// Arguments compared as JSON values, so key order and spacing don't count.
+fn parsed_arguments(a: &Attempt) -> Option<serde_json::Value> {
+    serde_json::from_str(a.arguments.as_deref()?).ok()
+}
+
 fn new_key_retry(x: &Ctx, out: &mut Vec<Finding>) {
-    let mut seen: Vec<&str> = Vec::new();
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut first_key: Option<&str> = None;
     for a in &x.h.attempts {
         let Some(key) = a.idempotency_key.as_deref() else {
             continue;
         };
-        if seen.contains(&key) {
+        if !seen.insert(key) {
             continue;
         }
-        if let Some(first) = seen.first() {
-            out.push(Finding::new(
+        match first_key {
+            None => first_key = Some(key),
+            Some(first) => out.push(Finding::new(
                 FindingKind::NewKeyRetry,
                 a.start,
                 key,
                 format!("intent resent under a new key {key} (first key {first}): the downstream cannot recognise it as a repeat"),
-            ));
+            )),
         }
-        seen.push(key);
     }
 }
 
@@ -304,29 +308,34 @@ fn replayed_server_error(x: &Ctx, out: &mut Vec<Finding>) {
     if x.c.idempotency != Idempotency::Replay || x.state != IntentState::Unknown {
         return;
     }
-    let mut keys: Vec<&str> = Vec::new();
-    for a in &x.h.attempts {
-        if let Some(k) = a.idempotency_key.as_deref() {
-            if !keys.contains(&k) {
-                keys.push(k);
-            }
+    // Per key: how many 5xx answers, and the second one (where the replay shows).
+    let mut errors: HashMap<&str, (usize, Timestamp)> = HashMap::new();
+    let mut order: Vec<&str> = Vec::new();
+    for a in
+        x.h.attempts
+            .iter()
+            .filter(|a| a.http_status.is_some_and(|s| s >= 500))
+    {
+        let Some(key) = a.idempotency_key.as_deref() else {
+            continue;
+        };
+        let entry = errors.entry(key).or_insert_with(|| {
+            order.push(key);
+            (0, a.start)
+        });
+        entry.0 += 1;
+        if entry.0 == 2 {
+            entry.1 = a.start;
         }
     }
-    for key in keys {
-        let errors: Vec<&Attempt> = x
-            .h
-            .attempts
-            .iter()
-            .filter(|a| {
-                a.idempotency_key.as_deref() == Some(key) && a.http_status.is_some_and(|s| s >= 500)
-            })
-            .collect();
-        if errors.len() >= 2 {
+    for key in order {
+        let (count, second) = errors[key];
+        if count >= 2 {
             out.push(Finding::new(
                 FindingKind::ReplayedServerError,
-                errors[1].start,
+                second,
                 key,
-                format!("key {key} returned a server error {} times: the saved response is replayed, the outcome stays open", errors.len()),
+                format!("key {key} returned a server error {count} times: the saved response is replayed, the outcome stays open"),
             ));
         }
     }
@@ -366,16 +375,32 @@ fn misreported_outcome(x: &Ctx, out: &mut Vec<Finding>) {
 /// A resend the executor made knowing, from its own responses and reads, that an object was
 /// already recorded (pending) or settled (terminal).
 fn resend_while_pending_or_after_terminal(x: &Ctx, out: &mut Vec<Finding>) {
+    // One sweep: attempts are in start order, knowledge in time order; `latest` is what the
+    // executor knew of each object, in the order it first learnt of them.
+    let known = x.executor_knowledge();
+    let mut latest: Vec<(&str, &str)> = Vec::new();
+    let mut slot: HashMap<&str, usize> = HashMap::new();
+    let mut next = 0;
     for b in x.h.attempts.iter().skip(1) {
-        let known = x.executor_knew(b.start);
-        if let Some((id, status)) = known.iter().find(|(_, s)| x.c.is_terminal(s)) {
+        while next < known.len() && known[next].0 <= b.start {
+            let (_, id, status) = &known[next];
+            match slot.get(id) {
+                Some(&i) => latest[i].1 = status,
+                None => {
+                    slot.insert(id, latest.len());
+                    latest.push((id, status));
+                }
+            }
+            next += 1;
+        }
+        if let Some((id, status)) = latest.iter().find(|(_, s)| x.c.is_terminal(s)) {
             out.push(Finding::new(
                 FindingKind::ResendAfterTerminal,
                 b.start,
                 span_subject(b),
                 format!("attempt sent after object {id} was known {status}"),
             ));
-        } else if let Some((id, status)) = known.iter().find(|(_, s)| !x.c.is_terminal(s)) {
+        } else if let Some((id, status)) = latest.first() {
             out.push(Finding::new(
                 FindingKind::ResendWhilePending,
                 b.start,

@@ -12,7 +12,7 @@ use foldhash::HashMap;
 
 use super::History;
 use crate::contract::{Contract, Contracts};
-use crate::model::{Attempt, Event, Readback, RecordObservation};
+use crate::model::{Attempt, Event, Readback, RecordObservation, SpanRef};
 
 pub const ORPHAN_PREFIX: &str = "orphan:";
 
@@ -32,6 +32,9 @@ pub struct Ledger {
     object_intents: HashMap<String, BTreeSet<String>>,
     /// The intents that sent each key.
     key_users: HashMap<String, BTreeSet<String>>,
+    /// Every span taken in, so a re-sent one is recognised in constant time (a retry storm on
+    /// one intent would otherwise make each add a scan of its attempts).
+    spans: foldhash::HashSet<SpanRef>,
     /// The objects whose observations carry each key.
     key_objects: HashMap<String, BTreeSet<String>>,
 }
@@ -152,11 +155,11 @@ impl Ledger {
         let mut change = LedgerChange::default();
         match event {
             Event::Attempt(a) => {
-                let id = a.intent_id.clone();
-                let e = self.intents.entry(id.clone()).or_default();
-                if e.attempts.iter().any(|x| x.span == a.span) {
+                if !self.spans.insert(a.span) {
                     return change;
                 }
+                let id = a.intent_id.clone();
+                let e = self.intents.entry(id.clone()).or_default();
                 let key = a.idempotency_key.clone();
                 let object = a.object_id.clone();
                 e.attempts.push(a);
@@ -182,11 +185,11 @@ impl Ledger {
                 }
             }
             Event::Readback(r) => {
-                let id = r.intent_id.clone();
-                let e = self.intents.entry(id.clone()).or_default();
-                if e.readbacks.iter().any(|x| x.span == r.span) {
+                if !self.spans.insert(r.span) {
                     return change;
                 }
+                let id = r.intent_id.clone();
+                let e = self.intents.entry(id.clone()).or_default();
                 // An object a read found belongs to the intent the read was for: its records
                 // must reach this intent, not wait as an orphan.
                 let found = r.object_ids.clone();

@@ -60,11 +60,7 @@ impl History {
         let records_ok = self.records.windows(2).all(|w| {
             (w[0].observed_at, &w[0].object_id, &w[0].status)
                 < (w[1].observed_at, &w[1].object_id, &w[1].status)
-        }) && !self.records.iter().enumerate().any(|(i, a)| {
-            self.records[i + 1..]
-                .iter()
-                .any(|b| record_identity(a) == record_identity(b))
-        });
+        }) && !has_duplicate(&self.records, record_identity);
         if attempts_ok && readbacks_ok && records_ok {
             std::borrow::Cow::Borrowed(self)
         } else {
@@ -110,15 +106,10 @@ impl History {
     }
 }
 
-/// Whether two items share an identity (small inputs: a quadratic scan beats hashing).
-fn has_duplicate<T, K: PartialEq>(items: &[T], key: impl Fn(&T) -> K) -> bool {
-    if items.len() < 2 {
-        return false;
-    }
-    let keys: Vec<K> = items.iter().map(key).collect();
-    keys.iter()
-        .enumerate()
-        .any(|(i, k)| keys[i + 1..].contains(k))
+/// Whether two items share an identity.
+fn has_duplicate<'a, T, K: std::hash::Hash + Eq>(items: &'a [T], key: impl Fn(&'a T) -> K) -> bool {
+    let mut seen = std::collections::HashSet::with_capacity(items.len());
+    !items.iter().all(|item| seen.insert(key(item)))
 }
 
 fn record_identity(r: &RecordObservation) -> (&str, &str, &str, Timestamp) {
@@ -171,9 +162,10 @@ pub fn audit(history: &History, contract: Option<&Contract>, now: Timestamp) -> 
     let next_change = next_change(&ctx);
 
     let mut keys: Vec<String> = Vec::new();
+    let mut seen_keys = std::collections::HashSet::new();
     for a in &h.attempts {
         if let Some(k) = &a.idempotency_key {
-            if !keys.contains(k) {
+            if seen_keys.insert(k.as_str()) {
                 keys.push(k.clone());
             }
         }

@@ -95,10 +95,3 @@ fn scalar_text(v: &Value) -> Option<String> {
         _ => None,
     }
 }
-
-/// Arguments compared as JSON values, so key order and spacing don't count.
-pub fn same_arguments(a: &Attempt, b: &Attempt) -> Option<bool> {
-    let pa: Value = serde_json::from_str(a.arguments.as_deref()?).ok()?;
-    let pb: Value = serde_json::from_str(b.arguments.as_deref()?).ok()?;
-    Some(pa == pb)
-}
