@@ -17,3 +17,4 @@ pub mod metrics;
 pub mod model;
 pub mod report;
 pub mod store;
+mod toml_source;

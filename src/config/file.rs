@@ -24,6 +24,7 @@
 
 use super::value::{self, ValueError};
 use super::{Config, LogFormat, StoreConfig};
+use crate::toml_source::TomlSource;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::ops::Range;
@@ -115,26 +116,14 @@ struct RawFile {
     log_filter: Option<Spanned<String>>,
 }
 
-/// The file being parsed: turns byte spans into 1-based line numbers for errors.
-struct Src<'a> {
-    file: &'a Path,
-    text: &'a str,
-}
+/// The file being parsed, for errors that name file, line and field.
+struct Src<'a>(TomlSource<'a>);
 
 impl Src<'_> {
-    fn line(&self, offset: usize) -> usize {
-        let end = offset.min(self.text.len());
-        self.text.as_bytes()[..end]
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count()
-            + 1
-    }
-
     fn err(&self, span: Range<usize>, field: &str, message: impl ToString) -> ConfigFileError {
         ConfigFileError::Invalid {
-            file: self.file.to_path_buf(),
-            line: self.line(span.start),
+            file: self.0.file.to_path_buf(),
+            line: self.0.line(span.start),
             field: field.to_string(),
             message: message.to_string(),
         }
@@ -159,7 +148,7 @@ impl Src<'_> {
         field: &str,
         raw: &Option<Spanned<String>>,
     ) -> Result<Option<PathBuf>, ConfigFileError> {
-        let base = self.file.parent().unwrap_or(Path::new(""));
+        let base = self.0.file.parent().unwrap_or(Path::new(""));
         self.value(field, raw, |s| {
             if s.trim().is_empty() {
                 return Err(ValueError::Empty);
@@ -168,54 +157,20 @@ impl Src<'_> {
         })
     }
 
-    /// Maps a `toml` error (syntax, wrong type, unknown key) to one naming file, line and key.
-    /// `toml` exposes the key path only in its `Display` when it has no input to quote, so the
-    /// path is recovered from that rendering; the line comes from the span.
     fn toml_err(&self, e: &toml::de::Error) -> ConfigFileError {
-        let line = e.span().map(|s| self.line(s.start)).unwrap_or(1);
-        let message = e
-            .message()
-            .lines()
-            .next()
-            .unwrap_or("invalid TOML")
-            .trim()
-            .to_string();
-        let mut bare = e.clone();
-        bare.set_input(None);
-        let rendered = bare.to_string();
-        let path = rendered
-            .lines()
-            .find_map(|l| l.strip_prefix("in `").and_then(|r| r.strip_suffix('`')))
-            .map(str::to_string);
-        let field = quoted_after(&message, "unknown field `")
-            .map(str::to_string)
-            .or(path)
-            .or_else(|| self.key_on_line(line))
-            .unwrap_or_else(|| "(syntax)".to_string());
+        let p = self.0.locate(e, None);
         ConfigFileError::Invalid {
-            file: self.file.to_path_buf(),
-            line,
-            field,
-            message,
+            file: self.0.file.to_path_buf(),
+            line: p.line,
+            field: p.field,
+            message: p.message,
         }
     }
-
-    fn key_on_line(&self, line: usize) -> Option<String> {
-        let text = self.text.lines().nth(line.checked_sub(1)?)?;
-        let (key, _) = text.split_once('=')?;
-        let key = key.trim().trim_matches('"');
-        (!key.is_empty() && !key.starts_with('#') && !key.starts_with('[')).then(|| key.to_string())
-    }
-}
-
-fn quoted_after<'m>(message: &'m str, prefix: &str) -> Option<&'m str> {
-    let rest = &message[message.find(prefix)? + prefix.len()..];
-    Some(&rest[..rest.find('`')?])
 }
 
 /// Parses a config file's text. `file` names it in errors and anchors relative paths.
 pub fn parse_file(file: &Path, text: &str) -> Result<FileConfig, ConfigFileError> {
-    let src = Src { file, text };
+    let src = Src(TomlSource { file, text });
     let raw: RawFile = toml::from_str(text).map_err(|e| src.toml_err(&e))?;
 
     let max_request_bytes = match &raw.max_request_bytes {

@@ -10,6 +10,7 @@
 
 use super::{default_mismatch_errors, Contract, Idempotency, ParamPointers};
 use crate::model::Dur;
+use crate::toml_source::TomlSource;
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::ops::Range;
@@ -130,87 +131,32 @@ struct RawParams {
 // Error helpers
 // ---------------------------------------------------------------------------------------------
 
-/// The file being parsed: turns byte spans into 1-based line numbers for errors.
-struct Src<'a> {
-    file: &'a Path,
-    text: &'a str,
-}
+/// The file being parsed, for errors that name file, line and field.
+struct Src<'a>(TomlSource<'a>);
 
 impl Src<'_> {
     fn line(&self, offset: usize) -> usize {
-        let end = offset.min(self.text.len());
-        self.text.as_bytes()[..end]
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count()
-            + 1
+        self.0.line(offset)
     }
 
     fn err(&self, span: Range<usize>, field: &str, message: impl Into<String>) -> ContractError {
         ContractError::Invalid {
-            file: self.file.to_path_buf(),
+            file: self.0.file.to_path_buf(),
             line: self.line(span.start),
             field: field.to_string(),
             message: message.into(),
         }
     }
 
-    /// Maps a `toml` error (syntax, type, unknown or missing field) to one naming file, line and
-    /// field. `toml` exposes the field path only through its `Display` when it has no input to
-    /// quote, so the path is recovered from that rendering; the line comes from the span.
     fn toml_err(&self, e: &toml::de::Error) -> ContractError {
-        let line = e.span().map(|s| self.line(s.start)).unwrap_or(1);
-        let message = e
-            .message()
-            .lines()
-            .next()
-            .unwrap_or("invalid TOML")
-            .trim()
-            .to_string();
-        let mut bare = e.clone();
-        bare.set_input(None);
-        let rendered = bare.to_string();
-        let keys: Vec<&str> = rendered
-            .lines()
-            .find_map(|l| l.strip_prefix("in `").and_then(|r| r.strip_suffix('`')))
-            .map(|p| p.split('.').collect())
-            .unwrap_or_default();
-        let named = quoted_after(&message, "unknown field `")
-            .or_else(|| quoted_after(&message, "missing field `"));
-        let mut path: Vec<&str> = keys;
-        if let Some(f) = named {
-            path.push(f);
-        }
-        // Inside `[[contract]]` the table name is noise: `params.amount`, not `contract.params.amount`.
-        if path.len() > 1 && path[0] == "contract" {
-            path.remove(0);
-        }
-        let field = if path.is_empty() {
-            // A syntax error: name the key written on that line, if there is one.
-            self.key_on_line(line)
-                .unwrap_or_else(|| "(syntax)".to_string())
-        } else {
-            path.join(".")
-        };
+        let p = self.0.locate(e, Some("contract"));
         ContractError::Invalid {
-            file: self.file.to_path_buf(),
-            line,
-            field,
-            message,
+            file: self.0.file.to_path_buf(),
+            line: p.line,
+            field: p.field,
+            message: p.message,
         }
     }
-
-    fn key_on_line(&self, line: usize) -> Option<String> {
-        let text = self.text.lines().nth(line.checked_sub(1)?)?;
-        let (key, _) = text.split_once('=')?;
-        let key = key.trim().trim_matches('"');
-        (!key.is_empty() && !key.starts_with('#') && !key.starts_with('[')).then(|| key.to_string())
-    }
-}
-
-fn quoted_after<'m>(message: &'m str, prefix: &str) -> Option<&'m str> {
-    let rest = &message[message.find(prefix)? + prefix.len()..];
-    Some(&rest[..rest.find('`')?])
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -572,13 +518,13 @@ fn convert(
     // Register only once the whole contract is valid.
     let line = src.line(r.name.span().start);
     reg.names
-        .insert(name.clone(), (src.file.to_path_buf(), line));
+        .insert(name.clone(), (src.0.file.to_path_buf(), line));
     for (tool, item) in tools.iter().zip(r.tools.get_ref()) {
         reg.tools.insert(
             tool.clone(),
             (
                 name.clone(),
-                src.file.to_path_buf(),
+                src.0.file.to_path_buf(),
                 src.line(item.span().start),
             ),
         );
@@ -609,7 +555,7 @@ fn convert(
 }
 
 fn parse_with(file: &Path, text: &str, reg: &mut Registry) -> Result<Vec<Contract>, ContractError> {
-    let src = Src { file, text };
+    let src = Src(TomlSource { file, text });
     let raw: RawFile = toml::from_str(text).map_err(|e| src.toml_err(&e))?;
     raw.contract
         .into_iter()
