@@ -294,7 +294,13 @@ async fn metrics(State(s): State<ApiState>) -> Response {
 }
 
 async fn ready(State(s): State<ApiState>) -> Response {
-    // The engine exists only after its state was rebuilt from the store, so serving this
-    // handler at all means the rebuild finished.
-    Json(serde_json::json!({ "status": "ready", "intents": s.engine.intents(), "at": rfc3339(wall_now()) })).into_response()
+    // The engine exists only once its state was rebuilt from the store; the store must also
+    // answer a read now, or a load balancer should send exports elsewhere.
+    let probe =
+        tokio::time::timeout(std::time::Duration::from_secs(2), s.store.get_verdict("")).await;
+    match probe {
+        Ok(Ok(_)) => Json(serde_json::json!({ "status": "ready", "intents": s.engine.intents(), "at": rfc3339(wall_now()) })).into_response(),
+        Ok(Err(e)) => ApiError::Store(e).into_response(),
+        Err(_) => ApiError::Store(crate::store::StoreError::Task("the store did not answer within 2 s".into())).into_response(),
+    }
 }
