@@ -10,6 +10,8 @@ mod bad_input;
 mod otlp_export;
 #[path = "server/otlp_json.rs"]
 mod otlp_json;
+#[path = "server/overload.rs"]
+mod overload;
 #[path = "server/restart.rs"]
 mod restart;
 #[path = "server/seed_matrix.rs"]

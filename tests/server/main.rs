@@ -4,6 +4,7 @@ mod api;
 mod bad_input;
 mod otlp_export;
 mod otlp_json;
+mod overload;
 mod python_sdk;
 mod restart;
 mod seed_matrix;

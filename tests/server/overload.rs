@@ -1,0 +1,143 @@
+//! At capacity, exports are refused with the retryable codes the OTLP spec names, before their
+//! bodies are read, and nothing refused is half-kept: the client's retry is what lands.
+
+use std::time::Duration;
+
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use prost::Message;
+use tokio::io::AsyncWriteExt;
+use tonic_types::StatusExt;
+
+use super::support::*;
+
+fn kv(k: &str, v: &str) -> KeyValue {
+    KeyValue {
+        key: k.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(v.into())),
+        }),
+        ..Default::default()
+    }
+}
+
+fn export_of(intent: &str) -> ExportTraceServiceRequest {
+    let start = unix_nanos(ago(120.0)) as u64;
+    let span = Span {
+        trace_id: rand_u128().to_be_bytes().to_vec(),
+        span_id: (rand_u128() as u64 | 1).to_be_bytes().to_vec(),
+        name: "execute_tool issue_refund".into(),
+        start_time_unix_nano: start,
+        end_time_unix_nano: start + 30_000_000_000,
+        attributes: vec![
+            kv("gen_ai.operation.name", "execute_tool"),
+            kv("gen_ai.tool.name", "issue_refund"),
+            kv("reckon.intent.id", intent),
+            kv("reckon.idempotency_key", &unique("key")),
+            kv("error.type", "timeout"),
+        ],
+        ..Default::default()
+    };
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            scope_spans: vec![ScopeSpans {
+                spans: vec![span],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_capacity_exports_get_retryable_refusals_and_the_retry_lands() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(dir.path().join("data"));
+    config.max_concurrent_exports = 1;
+    let running = reckon::app::start(config).await.expect("reckon starts");
+    let http = reqwest::Client::new();
+    let intent = unique("refund");
+    let body = export_of(&intent).encode_to_vec();
+
+    // Hold the only permit with an export whose body never finishes arriving.
+    let mut held = tokio::net::TcpStream::connect(running.http_addr)
+        .await
+        .unwrap();
+    held.write_all(b"POST /v1/traces HTTP/1.1\r\nhost: reckon\r\ncontent-type: application/x-protobuf\r\ncontent-length: 4096\r\n\r\n")
+        .await
+        .unwrap();
+    held.write_all(&[0u8; 16]).await.unwrap();
+
+    let post = || {
+        http.post(format!("{}/v1/traces", running.http_url()))
+            .header("content-type", "application/x-protobuf")
+            .body(body.clone())
+            .send()
+    };
+    let mut refused = None;
+    for _ in 0..100 {
+        let resp = post().await.unwrap();
+        if resp.status() == 429 {
+            refused = Some(resp);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let resp = refused.expect("a second export at capacity is refused");
+    let retry_after: u64 = resp.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(retry_after >= 1);
+    let status = reckon::ingest::http::RpcStatus::decode(resp.bytes().await.unwrap())
+        .expect("a google.rpc.Status body");
+    assert_eq!(status.code, tonic::Code::ResourceExhausted as i32);
+
+    let mut grpc = TraceServiceClient::connect(running.grpc_url())
+        .await
+        .unwrap();
+    let err = grpc
+        .export(export_of(&intent))
+        .await
+        .expect_err("gRPC at capacity is refused too");
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted);
+    assert!(
+        err.get_details_retry_info()
+            .and_then(|r| r.retry_delay)
+            .is_some(),
+        "RetryInfo tells the exporter when to retry"
+    );
+
+    let status = http
+        .get(format!("{}/api/v1/intents/{intent}", running.api_url()))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 404, "nothing refused was kept");
+
+    // The held export gives up; the exporter's retry lands.
+    drop(held);
+    let mut landed = false;
+    for _ in 0..100 {
+        if post().await.unwrap().status() == 200 {
+            landed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(landed, "the retry is accepted once capacity is back");
+    let v: serde_json::Value = http
+        .get(format!("{}/api/v1/intents/{intent}", running.api_url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["attempts"].as_array().map(Vec::len), Some(1));
+    running.shutdown().await.unwrap();
+}
