@@ -299,6 +299,9 @@ async fn timer_loop(engine: std::sync::Weak<Engine>) {
     }
 }
 
+/// How long the persister gathers outcomes before writing them.
+const PERSIST_LINGER: Duration = Duration::from_millis(50);
+
 /// What the persister still has to write: the latest verdict per intent, removals, and the
 /// newest version of each escalation.
 #[derive(Default)]
@@ -362,6 +365,23 @@ async fn persist_loop(store: Arc<AnyStore>, mut rx: mpsc::UnboundedReceiver<Outc
             match rx.recv().await {
                 Some(o) => pending.take(o),
                 None => return,
+            }
+            // Linger briefly: an intent's events tend to arrive together (attempt, response,
+            // webhooks), and each write of its verdict costs a row and a JSON document. Reads of
+            // one intent come from the engine, so only lists and reports see the delay.
+            let linger = tokio::time::sleep(PERSIST_LINGER);
+            tokio::pin!(linger);
+            loop {
+                tokio::select! {
+                    _ = &mut linger => break,
+                    msg = rx.recv() => match msg {
+                        Some(o) => pending.take(o),
+                        None => {
+                            closing = true;
+                            break;
+                        }
+                    },
+                }
             }
         } else if !closing {
             let backoff = Duration::from_millis(100u64 << failures.min(6));
