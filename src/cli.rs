@@ -109,6 +109,12 @@ pub struct DemoArgs {
     pub once: bool,
     /// Contracts for the stub downstream; `None`: the demo's built-in ones.
     pub contracts_dir: Option<PathBuf>,
+    /// The target's OTLP gRPC endpoint; `None`: the target's host on port 4317.
+    pub otlp: Option<String>,
+    /// The secret the target verifies Stripe webhooks with, if it has one.
+    pub stripe_webhook_secret: Option<String>,
+    /// Run only the scenarios whose name contains this text.
+    pub only: Option<String>,
 }
 
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8080";
@@ -199,6 +205,8 @@ const ENV_SHUTDOWN_GRACE: &str = "RECKON_SHUTDOWN_GRACE";
 const ENV_LOG_FORMAT: &str = "RECKON_LOG_FORMAT";
 const ENV_LOG_FILTER: &str = "RECKON_LOG_FILTER";
 const ENV_SERVER: &str = "RECKON_SERVER";
+const ENV_DEMO_OTLP: &str = "RECKON_DEMO_OTLP";
+const ENV_DEMO_ONLY: &str = "RECKON_DEMO_ONLY";
 
 struct Env<'a>(&'a dyn Fn(&str) -> Option<String>);
 
@@ -566,6 +574,15 @@ struct DemoCli {
     /// Contracts for the stub downstream [env: RECKON_CONTRACTS_DIR]
     #[arg(long, visible_alias = "contracts", value_name = "DIR", value_parser = non_empty_path)]
     contracts_dir: Option<PathBuf>,
+    /// With --target: the target's OTLP gRPC endpoint [default: the target's host, port 4317] [env: RECKON_DEMO_OTLP]
+    #[arg(long, value_name = "URL", value_parser = value::parse_http_url)]
+    otlp: Option<String>,
+    /// With --target: the secret it verifies Stripe webhooks with [env: RECKON_STRIPE_WEBHOOK_SECRET]
+    #[arg(long, value_name = "SECRET", value_parser = value::parse_secret)]
+    stripe_webhook_secret: Option<String>,
+    /// Run only the scenarios whose name contains TEXT [env: RECKON_DEMO_ONLY]
+    #[arg(long, value_name = "TEXT")]
+    only: Option<String>,
 }
 
 impl DemoCli {
@@ -574,6 +591,13 @@ impl DemoCli {
             target: self.target,
             once: self.once,
             contracts_dir: env.or(self.contracts_dir, ENV_CONTRACTS_DIR, non_empty_path)?,
+            otlp: env.or(self.otlp, ENV_DEMO_OTLP, value::parse_http_url)?,
+            stripe_webhook_secret: env.or(
+                self.stripe_webhook_secret,
+                ENV_STRIPE_WEBHOOK_SECRET,
+                value::parse_secret,
+            )?,
+            only: env.or(self.only, ENV_DEMO_ONLY, |s| Ok(s.to_string()))?,
         })
     }
 }

@@ -537,7 +537,36 @@ fn demo_and_check_contracts() {
         Command::Demo(DemoArgs {
             target: None,
             once: false,
-            contracts_dir: None
+            contracts_dir: None,
+            otlp: None,
+            stripe_webhook_secret: None,
+            only: None,
+        })
+    );
+    // The demo's target settings come from flags or their variables, flags first.
+    assert_eq!(
+        run(
+            &[
+                "demo",
+                "--target",
+                "http://10.0.0.5:8080",
+                "--only",
+                "expiry"
+            ],
+            &[
+                ("RECKON_DEMO_OTLP", "http://10.0.0.5:14317"),
+                ("RECKON_STRIPE_WEBHOOK_SECRET", "whsec_x"),
+                ("RECKON_DEMO_ONLY", "pending")
+            ]
+        )
+        .unwrap(),
+        Command::Demo(DemoArgs {
+            target: Some("http://10.0.0.5:8080".into()),
+            once: false,
+            contracts_dir: None,
+            otlp: Some("http://10.0.0.5:14317".into()),
+            stripe_webhook_secret: Some("whsec_x".into()),
+            only: Some("expiry".into()),
         })
     );
     assert_eq!(
@@ -556,7 +585,10 @@ fn demo_and_check_contracts() {
         Command::Demo(DemoArgs {
             target: Some("http://127.0.0.1:8080".into()),
             once: true,
-            contracts_dir: Some("c".into())
+            contracts_dir: Some("c".into()),
+            otlp: None,
+            stripe_webhook_secret: None,
+            only: None,
         })
     );
     assert_eq!(

@@ -33,18 +33,6 @@ use table::{Check, ObjectCheck, Row};
 /// The scaled demo contracts, written into the in-process server's contracts directory.
 pub const DEMO_CONTRACTS: &str = include_str!("../../contracts/demo.toml");
 
-/// The target's OTLP gRPC endpoint when it is not the target's host on port 4317.
-pub const ENV_OTLP: &str = "RECKON_DEMO_OTLP";
-/// The target's Stripe webhook secret, when it verifies signatures (the same variable `serve`
-/// reads, so a shell that started the server can run the demo against it).
-pub const ENV_STRIPE_SECRET: &str = "RECKON_STRIPE_WEBHOOK_SECRET";
-/// Run only the scenarios whose name contains this text.
-pub const ENV_ONLY: &str = "RECKON_DEMO_ONLY";
-
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
     #[error("--target {0:?} is not an http:// URL")]
@@ -178,11 +166,11 @@ async fn start_reckon(
 
 /// Runs the demo; the process exit code is non-zero when any row fails.
 ///
-/// `--target` selects a running server; [`ENV_OTLP`], [`ENV_STRIPE_SECRET`] and [`ENV_ONLY`]
-/// refine it. `contracts_dir` feeds the in-process server (see [`write_contracts`]).
+/// `--target` selects a running server; `--otlp` and `--stripe-webhook-secret` describe it,
+/// `--only` picks scenarios. `contracts_dir` feeds the in-process server (see [`write_contracts`]).
 pub async fn run(args: crate::cli::DemoArgs) -> anyhow::Result<std::process::ExitCode> {
     let all = scenarios::all();
-    let only = env(ENV_ONLY);
+    let only = args.only.clone();
     let selected: Vec<Scenario> = match &only {
         Some(text) => all
             .into_iter()
@@ -197,7 +185,7 @@ pub async fn run(args: crate::cli::DemoArgs) -> anyhow::Result<std::process::Exi
     let tmp;
     let (target, server) = match &args.target {
         Some(t) => (
-            Target::from_args(t, env(ENV_OTLP).as_deref(), env(ENV_STRIPE_SECRET))?,
+            Target::from_args(t, args.otlp.as_deref(), args.stripe_webhook_secret.clone())?,
             None,
         ),
         None => {
