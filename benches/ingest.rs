@@ -308,7 +308,7 @@ fn main() {
             Arc::new(move |b| {
                 let e = e.clone();
                 tokio::spawn(async move {
-                    e.ingest(b, Instant::now()).await.unwrap();
+                    e.ingest(b, Instant::now(), ()).await.unwrap();
                 })
             }),
         )

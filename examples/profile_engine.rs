@@ -67,7 +67,7 @@ fn main() {
             let e = engine.clone();
             handles.push(tokio::spawn(async move {
                 for b in lane {
-                    e.ingest(b, Instant::now()).await.unwrap();
+                    e.ingest(b, Instant::now(), ()).await.unwrap();
                 }
             }));
         }

@@ -103,10 +103,15 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     };
 
     let grpc_routes = grpc::router(ingest.clone(), config.max_request_bytes);
+    let grpc_per_connection = config.max_concurrent_exports.max(1);
     let grpc_server = tokio::spawn({
         let rx = stopped.clone();
         async move {
+            // tonic reads and decodes a message before the handler can refuse it, so each
+            // connection is also capped, and shed (UNAVAILABLE, retryable) when at its cap.
             tonic::transport::Server::builder()
+                .concurrency_limit_per_connection(grpc_per_connection)
+                .load_shed(true)
                 .add_routes(grpc_routes)
                 .serve_with_incoming_shutdown(
                     tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),

@@ -34,7 +34,9 @@ pub struct Ledger {
     key_users: HashMap<String, BTreeSet<String>>,
     /// Every span taken in, so a re-sent one is recognised in constant time (a retry storm on
     /// one intent would otherwise make each add a scan of its attempts).
-    spans: foldhash::HashSet<SpanRef>,
+    attempt_spans: foldhash::HashSet<SpanRef>,
+    /// The same for read-backs: the store keeps the two kinds apart, so the ledger does too.
+    readback_spans: foldhash::HashSet<SpanRef>,
     /// The objects whose observations carry each key.
     key_objects: HashMap<String, BTreeSet<String>>,
 }
@@ -124,12 +126,19 @@ impl Ledger {
     /// The contract an intent is audited under: its tool's, or for a record-only intent, the
     /// one whose record kind its records carry.
     pub fn contract_for<'c>(history: &History, contracts: &'c Contracts) -> Option<&'c Contract> {
-        // The first attempt whose tool has a contract: a wrapper span carrying the intent id
-        // must not make a contracted tool look uncontracted.
+        // The earliest attempt (in canonical order, so arrival order cannot change the choice)
+        // whose tool has a contract: a wrapper span carrying the intent id must not make a
+        // contracted tool look uncontracted.
         if let Some(c) = history
             .attempts
             .iter()
-            .find_map(|a| contracts.for_tool(&a.tool))
+            .filter_map(|a| {
+                contracts
+                    .for_tool(&a.tool)
+                    .map(|c| ((a.start, a.end, a.span), c))
+            })
+            .min_by_key(|(order, _)| *order)
+            .map(|(_, c)| c)
         {
             return Some(c);
         }
@@ -138,16 +147,26 @@ impl Ledger {
         }
         if let Some(c) = history
             .readbacks
-            .first()
-            .and_then(|r| contracts.for_tool(&r.tool))
+            .iter()
+            .filter_map(|r| {
+                contracts
+                    .for_tool(&r.tool)
+                    .map(|c| ((r.at, r.end, r.span), c))
+            })
+            .min_by_key(|(order, _)| *order)
+            .map(|(_, c)| c)
         {
             return Some(c);
         }
         history
             .records
             .iter()
-            .filter_map(|r| r.kind.as_deref())
-            .find_map(|k| contracts.for_record_kind(k))
+            .filter_map(|r| {
+                let c = contracts.for_record_kind(r.kind.as_deref()?)?;
+                Some(((r.observed_at, &r.object_id, &r.status, &r.source), c))
+            })
+            .min_by_key(|(order, _)| *order)
+            .map(|(_, c)| c)
     }
 
     /// Add one event. A re-sent event (same identity) changes nothing.
@@ -155,7 +174,7 @@ impl Ledger {
         let mut change = LedgerChange::default();
         match event {
             Event::Attempt(a) => {
-                if !self.spans.insert(a.span) {
+                if !self.attempt_spans.insert(a.span) {
                     return change;
                 }
                 let id = a.intent_id.clone();
@@ -185,7 +204,7 @@ impl Ledger {
                 }
             }
             Event::Readback(r) => {
-                if !self.spans.insert(r.span) {
+                if !self.readback_spans.insert(r.span) {
                     return change;
                 }
                 let id = r.intent_id.clone();

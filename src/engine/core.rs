@@ -337,4 +337,101 @@ mod tests {
         let again = core.ingest(vec![timeout("i1", 1, 0, "k1")], t(31));
         assert!(again.verdicts.is_empty() && again.new_findings.is_empty());
     }
+
+    fn with_tool(e: Event, tool: &str) -> Event {
+        match e {
+            Event::Attempt(mut a) => {
+                a.tool = tool.into();
+                Event::Attempt(a)
+            }
+            other => other,
+        }
+    }
+
+    #[test]
+    fn a_stale_person_action_does_not_clobber_a_newer_escalation() {
+        // The engine writes a claim to the store before committing it; if a finding joined the
+        // escalation meanwhile, the claim it wrote is stale and must be recomputed, not applied.
+        let mut core = EngineCore::new(contracts());
+        core.ingest(
+            vec![timeout("i1", 1, 0, "k1"), timeout("i1", 2, 40, "k2")],
+            t(100),
+        );
+        let id = core.book().open_for("i1").unwrap().id.clone();
+        let stale = core.book().claimed(&id, "ana", t(101)).unwrap();
+        core.ingest(vec![timeout("i1", 3, 80, "k3")], t(102));
+        let joined = core.book().get(&id).unwrap().clone();
+        assert_eq!(
+            joined.version, stale.version,
+            "the join took the version the claim computed"
+        );
+        core.commit_person_action(stale, t(103));
+        assert_eq!(
+            core.book().get(&id),
+            Some(&joined),
+            "a stale commit changes nothing"
+        );
+        let fresh = core.book().claimed(&id, "ana", t(104)).unwrap();
+        assert_eq!(fresh.version, joined.version + 1);
+        assert_eq!(
+            fresh.findings.len(),
+            2,
+            "the recomputed claim keeps the finding that joined"
+        );
+        core.commit_person_action(fresh, t(104));
+        assert_eq!(
+            core.book().get(&id).map(|e| e.status),
+            Some(EscalationStatus::Claimed)
+        );
+    }
+
+    #[test]
+    fn the_contract_does_not_depend_on_arrival_order() {
+        let mut none = Contract::example("payments.refund_none", "issue_refund_v0");
+        none.idempotency = crate::contract::Idempotency::None;
+        none.key_retention = None;
+        let both = Arc::new(Contracts::new(vec![
+            Contract::example("payments.refund", "issue_refund"),
+            none,
+        ]));
+        let a = timeout("i1", 1, 0, "k1");
+        let b = with_tool(timeout("i1", 2, 40, "k1"), "issue_refund_v0");
+        let mut x = EngineCore::new(both.clone());
+        x.ingest(vec![a.clone(), b.clone()], t(100));
+        let mut y = EngineCore::new(both);
+        y.ingest(vec![b, a], t(100));
+        assert_eq!(x.verdict("i1"), y.verdict("i1"));
+        assert_eq!(
+            x.verdict("i1").and_then(|v| v.contract.clone()).as_deref(),
+            Some("payments.refund")
+        );
+    }
+
+    #[test]
+    fn a_span_id_shared_by_an_attempt_and_a_read_keeps_both() {
+        let a = timeout("i1", 1, 0, "k1");
+        let r = Event::Readback(Readback {
+            span: SpanRef {
+                trace_id: [1; 16],
+                span_id: [1; 8],
+            },
+            intent_id: "i1".into(),
+            tool: "list_refunds".into(),
+            at: t(10),
+            end: t(11),
+            object_ids: vec![],
+            reported_outcome: None,
+        });
+        let mut x = EngineCore::new(contracts());
+        x.ingest(vec![a.clone(), r.clone()], t(100));
+        let mut y = EngineCore::new(contracts());
+        y.ingest(vec![r, a], t(100));
+        assert_eq!(x.verdict("i1"), y.verdict("i1"));
+        let v = x.verdict("i1").unwrap();
+        assert_eq!(
+            (v.attempts.len(), v.readbacks.len()),
+            (1, 1),
+            "the store keeps both kinds apart, so does the ledger"
+        );
+    }
 }

@@ -44,8 +44,9 @@ pub struct Engine {
     core: Mutex<EngineCore>,
     store: Arc<AnyStore>,
     metrics: Arc<Metrics>,
-    /// Wakes the timer when a new, earlier deadline may have been booked.
-    wake: Notify,
+    /// Wakes the timer when a new, earlier deadline may have been booked. Shared with the timer
+    /// task so that, while it sleeps, it holds no reference to the engine.
+    wake: Arc<Notify>,
     /// Claims and resolutions, one at a time: each is made durable before the book changes.
     person_actions: tokio::sync::Mutex<()>,
     /// Taken on shutdown so the persister sees the end of the stream and finishes.
@@ -81,11 +82,12 @@ impl Engine {
             "engine state rebuilt from the store"
         );
         let (tx, rx) = mpsc::unbounded_channel();
+        let wake = Arc::new(Notify::new());
         let engine = Arc::new(Engine {
             core: Mutex::new(core),
             store: store.clone(),
             metrics,
-            wake: Notify::new(),
+            wake: wake.clone(),
             person_actions: tokio::sync::Mutex::new(()),
             persist: Mutex::new(Some(tx)),
         });
@@ -93,7 +95,7 @@ impl Engine {
             let core = engine.lock();
             engine.publish(&core, restored);
         }
-        let timer = tokio::spawn(timer_loop(Arc::downgrade(&engine)));
+        let timer = tokio::spawn(timer_loop(Arc::downgrade(&engine), wake));
         let persister = tokio::spawn(persist_loop(store, rx));
         Ok((engine, EngineTasks { timer, persister }))
     }
@@ -109,18 +111,24 @@ impl Engine {
     /// Runs to completion even if the caller stops waiting (an exporter's deadline drops the
     /// request future): once the store has the events, the engine must see them too, or a
     /// re-send (deduplicated by the store) would never reach the audit until a restart.
+    /// `hold` (an admission permit) is kept until the work is done, not until the caller leaves.
     pub async fn ingest(
         self: &Arc<Self>,
         events: Vec<Event>,
         received: Instant,
+        hold: impl Send + 'static,
     ) -> Result<usize, StoreError> {
         if events.is_empty() {
             return Ok(0);
         }
         let engine = self.clone();
-        tokio::spawn(async move { engine.ingest_to_completion(events, received).await })
-            .await
-            .map_err(|e| StoreError::Task(e.to_string()))?
+        tokio::spawn(async move {
+            let done = engine.ingest_to_completion(events, received).await;
+            drop(hold);
+            done
+        })
+        .await
+        .map_err(|e| StoreError::Task(e.to_string()))?
     }
 
     async fn ingest_to_completion(
@@ -186,35 +194,62 @@ impl Engine {
     }
 
     /// A person claims an escalation. Durable before it returns, and before anyone else sees it.
-    pub async fn claim(&self, id: &str, by: &str) -> Result<Escalation, EngineError> {
-        let _one_at_a_time = self.person_actions.lock().await;
-        let e = self.lock().book().claimed(id, by, wall_now())?;
-        self.commit_person_action(e).await
+    pub async fn claim(self: &Arc<Self>, id: &str, by: &str) -> Result<Escalation, EngineError> {
+        let (id, by) = (id.to_string(), by.to_string());
+        self.person_action(move |book| book.claimed(&id, &by, wall_now()))
+            .await
     }
 
     /// A person resolves an escalation. Durable before it returns, and before anyone else sees it.
     pub async fn resolve(
-        &self,
+        self: &Arc<Self>,
         id: &str,
         by: &str,
         resolution: &str,
         note: Option<&str>,
     ) -> Result<Escalation, EngineError> {
-        let _one_at_a_time = self.person_actions.lock().await;
-        let e = self
-            .lock()
-            .book()
-            .resolved(id, by, resolution, note, wall_now())?;
-        self.commit_person_action(e).await
+        let (id, by, resolution, note) = (
+            id.to_string(),
+            by.to_string(),
+            resolution.to_string(),
+            note.map(str::to_string),
+        );
+        self.person_action(move |book| {
+            book.resolved(&id, &by, &resolution, note.as_deref(), wall_now())
+        })
+        .await
     }
 
-    /// The store first: if it refuses, the book is unchanged and the API says so.
-    async fn commit_person_action(&self, e: Escalation) -> Result<Escalation, EngineError> {
-        self.store.put_escalations(vec![e.clone()]).await?;
-        let mut core = self.lock();
-        let out = core.commit_person_action(e.clone(), wall_now());
-        self.publish(&core, out);
-        Ok(e)
+    /// The store first: if it refuses, the book is unchanged and the API says so. Runs to
+    /// completion even if the caller leaves, and one at a time. A finding may join the
+    /// escalation while the write is under way (bumping its version); then the action is
+    /// recomputed from the newer state and written again, so it is never lost under it.
+    async fn person_action(
+        self: &Arc<Self>,
+        change: impl Fn(&crate::escalation::EscalationBook) -> Result<Escalation, EscalationError>
+            + Send
+            + 'static,
+    ) -> Result<Escalation, EngineError> {
+        let engine = self.clone();
+        tokio::spawn(async move {
+            let _one_at_a_time = engine.person_actions.lock().await;
+            loop {
+                let e = change(engine.lock().book())?;
+                if engine.lock().book().get(&e.id) == Some(&e) {
+                    // Nothing to change (the same person claiming again).
+                    return Ok(e);
+                }
+                engine.store.put_escalations(vec![e.clone()]).await?;
+                let mut core = engine.lock();
+                if core.book().get(&e.id).map(|x| x.version + 1) == Some(e.version) {
+                    let out = core.commit_person_action(e.clone(), wall_now());
+                    engine.publish(&core, out);
+                    return Ok(e);
+                }
+            }
+        })
+        .await
+        .map_err(|e| EngineError::Store(StoreError::Task(e.to_string())))?
     }
 
     /// Count what a step concluded and queue it for the store. Called with the core locked, so
@@ -281,12 +316,15 @@ impl EngineTasks {
 
 /// Sleeps until the earliest booked deadline (or a wake-up), then re-audits what is due. Holds
 /// only a weak reference so dropping the engine ends it.
-async fn timer_loop(engine: std::sync::Weak<Engine>) {
+async fn timer_loop(engine: std::sync::Weak<Engine>, wake: Arc<Notify>) {
     loop {
-        let (next, notified) = {
-            let Some(e) = engine.upgrade() else { return };
-            let next = e.tick();
-            (next, async move { e.wake.notified().await })
+        // Register for wake-ups before ticking, so a deadline booked during the tick is seen.
+        let notified = wake.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let next = match engine.upgrade() {
+            Some(e) => e.tick(),
+            None => return,
         };
         let sleep = match next {
             Some(at) => Duration::from_nanos((at.0 - wall_now().0).max(0) as u64),
@@ -307,7 +345,7 @@ const PERSIST_LINGER: Duration = Duration::from_millis(50);
 #[derive(Default)]
 struct Pending {
     verdicts: HashMap<String, Arc<Verdict>>,
-    removed: Vec<String>,
+    removed: std::collections::BTreeSet<String>,
     escalations: HashMap<String, Escalation>,
 }
 
@@ -319,10 +357,10 @@ impl Pending {
     fn take(&mut self, o: Outcome) {
         for id in o.removed {
             self.verdicts.remove(&id);
-            self.removed.push(id);
+            self.removed.insert(id);
         }
         for v in o.verdicts {
-            self.removed.retain(|id| id != &v.intent_id);
+            self.removed.remove(&v.intent_id);
             self.verdicts.insert(v.intent_id.clone(), v);
         }
         for e in o.escalations {
@@ -342,7 +380,9 @@ impl Pending {
                 .await?;
         }
         if !self.removed.is_empty() {
-            store.delete_verdicts(self.removed.clone()).await?;
+            store
+                .delete_verdicts(self.removed.iter().cloned().collect())
+                .await?;
         }
         if !self.verdicts.is_empty() {
             store
@@ -384,13 +424,21 @@ async fn persist_loop(store: Arc<AnyStore>, mut rx: mpsc::UnboundedReceiver<Outc
                 }
             }
         } else if !closing {
-            let backoff = Duration::from_millis(100u64 << failures.min(6));
-            tokio::select! {
-                msg = rx.recv() => match msg {
-                    Some(o) => pending.take(o),
-                    None => closing = true,
-                },
-                _ = tokio::time::sleep(backoff) => {}
+            // The last write failed: wait out the backoff whatever arrives meanwhile, so a
+            // failing store is not hit once per outcome.
+            let backoff = tokio::time::sleep(Duration::from_millis(100u64 << failures.min(6)));
+            tokio::pin!(backoff);
+            loop {
+                tokio::select! {
+                    _ = &mut backoff => break,
+                    msg = rx.recv() => match msg {
+                        Some(o) => pending.take(o),
+                        None => {
+                            closing = true;
+                            break;
+                        }
+                    },
+                }
             }
         }
         while let Ok(more) = rx.try_recv() {

@@ -32,7 +32,14 @@ impl TraceService for Traces {
     ) -> Result<Response<ExportTraceServiceResponse>, Status> {
         let received = Instant::now();
         let admitted = self.0.admit().map_err(|e| e.to_status())?;
-        let decoded = otlp::traces_from_proto(request.get_ref(), self.0.contracts());
+        // Recognition runs off the async workers, holding the permit until it is done.
+        let service = self.0.clone();
+        let req = request.into_inner();
+        let (decoded, admitted) = tokio::task::spawn_blocking(move || {
+            (otlp::traces_from_proto(&req, service.contracts()), admitted)
+        })
+        .await
+        .map_err(|e| Status::internal(format!("decoder failed: {e}")))?;
         let reply = self
             .0
             .traces(admitted, Transport::Grpc, decoded, received)
@@ -58,7 +65,11 @@ impl LogsService for Logs {
     ) -> Result<Response<ExportLogsServiceResponse>, Status> {
         let received = Instant::now();
         let admitted = self.0.admit().map_err(|e| e.to_status())?;
-        let decoded = otlp::logs_from_proto(request.get_ref());
+        let req = request.into_inner();
+        let (decoded, admitted) =
+            tokio::task::spawn_blocking(move || (otlp::logs_from_proto(&req), admitted))
+                .await
+                .map_err(|e| Status::internal(format!("decoder failed: {e}")))?;
         let reply = self
             .0
             .logs(admitted, Transport::Grpc, decoded, received)

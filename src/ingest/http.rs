@@ -74,7 +74,7 @@ pub fn body_of(headers: &HeaderMap, body: &[u8], limit: usize) -> Result<Vec<u8>
     match encoding.as_str() {
         "" | "identity" => Ok(body.to_vec()),
         "gzip" | "x-gzip" => {
-            let mut out = Vec::with_capacity(body.len() * 4);
+            let mut out = Vec::with_capacity(body.len().saturating_mul(4).min(limit + 1));
             // Read one byte past the limit to tell "exactly at the limit" from "over it" without
             // inflating a zip bomb into memory.
             flate2::read::MultiGzDecoder::new(body)
@@ -107,19 +107,30 @@ async fn export(s: HttpState, headers: HeaderMap, body: Body, signal: Signal) ->
         // Refuse before reading: a body costs memory, an overload answer costs nothing.
         let admitted = s.service.admit()?;
         let body = read_body(body, s.max_bytes).await?;
-        let raw = body_of(&headers, &body, s.max_bytes)?;
         let service = s.service.clone();
-        let decoded = tokio::task::spawn_blocking(move || match (signal, format) {
-            (Signal::Traces, Format::Protobuf) => {
-                otlp::traces_from_protobuf_bytes(&raw, service.contracts())
-            }
-            (Signal::Traces, Format::Json) => otlp::traces_from_json(&raw, service.contracts()),
-            (Signal::Logs, Format::Protobuf) => otlp::logs_from_protobuf_bytes(&raw),
-            (Signal::Logs, Format::Json) => otlp::logs_from_json(&raw),
+        let max = s.max_bytes;
+        let encoding = headers.clone();
+        // Gunzip and decode off the async workers. The permit travels with them: a caller that
+        // leaves does not free capacity the (uncancellable) decode is still using.
+        let (decoded, admitted) = tokio::task::spawn_blocking(move || {
+            let decoded = body_of(&encoding, &body, max).and_then(|raw| {
+                match (signal, format) {
+                    (Signal::Traces, Format::Protobuf) => {
+                        otlp::traces_from_protobuf_bytes(&raw, service.contracts())
+                    }
+                    (Signal::Traces, Format::Json) => {
+                        otlp::traces_from_json(&raw, service.contracts())
+                    }
+                    (Signal::Logs, Format::Protobuf) => otlp::logs_from_protobuf_bytes(&raw),
+                    (Signal::Logs, Format::Json) => otlp::logs_from_json(&raw),
+                }
+                .map_err(|e| IngestError::Decode(e.to_string()))
+            });
+            (decoded, admitted)
         })
         .await
-        .map_err(|e| IngestError::Decode(format!("decoder failed: {e}")))?
-        .map_err(|e| IngestError::Decode(e.to_string()))?;
+        .map_err(|e| IngestError::Decode(format!("decoder failed: {e}")))?;
+        let decoded = decoded?;
         match signal {
             Signal::Traces => {
                 s.service

@@ -110,11 +110,11 @@ impl IngestService {
 
     async fn durable(
         &self,
-        _admitted: Admission,
+        admitted: Admission,
         events: Vec<Event>,
         received: Instant,
     ) -> Result<(), IngestError> {
-        self.engine.ingest(events, received).await.map_err(|e| {
+        self.engine.ingest(events, received, admitted).await.map_err(|e| {
             tracing::error!(error = %e, "store refused an append; the export is not acknowledged");
             self.metrics.rejection("unavailable", 1);
             IngestError::Unavailable(e.to_string())
