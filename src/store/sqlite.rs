@@ -91,7 +91,11 @@ impl SqliteStore {
         // On macOS a plain fsync does not reach the platter; F_FULLFSYNC does. No-op elsewhere.
         conn.pragma_update(None, "fullfsync", true)?;
         conn.pragma_update(None, "temp_store", "MEMORY")?;
-        conn.pragma_update(None, "cache_size", -32_768)?; // 32 MiB
+        // The writer's B-tree work (event identities, verdict indexes) is most of the durable
+        // path's cost: a larger cache and fewer, larger checkpoints measured ~10-15% faster in
+        // examples/profile_engine.rs.
+        conn.pragma_update(None, "cache_size", -131_072)?; // 128 MiB
+        conn.pragma_update(None, "wal_autocheckpoint", 8_192)?; // pages: ~32 MiB of WAL
         conn.set_prepared_statement_cache_capacity(32);
         schema::migrate(&conn, now_nanos())?;
         let seq: i64 = conn.query_row(
