@@ -104,7 +104,17 @@ const FLAGS: &[&str] = &[
 
 #[test]
 fn defaults_without_anything() {
-    assert_eq!(serve(&["serve"], &[]), Config::default());
+    let c = serve(&["serve"], &[]);
+    assert_eq!(c, Config::default());
+    // DESIGN.md's defaults, spelled out so a wrong `Default` cannot pass by agreeing with itself.
+    assert_eq!(c.grpc_addr.to_string(), "0.0.0.0:4317");
+    assert_eq!(c.http_addr.to_string(), "0.0.0.0:4318");
+    assert_eq!(c.api_addr.to_string(), "0.0.0.0:8080");
+    assert_eq!(c.data_dir, std::path::PathBuf::from("./reckon-data"));
+    assert_eq!(c.contracts_dir, std::path::PathBuf::from("./contracts"));
+    assert_eq!(c.store, StoreConfig::Sqlite);
+    assert_eq!(c.stripe_tolerance, std::time::Duration::from_secs(300));
+    assert_eq!(c.stripe_webhook_secret, None);
 }
 
 #[test]

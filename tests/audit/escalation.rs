@@ -79,7 +79,11 @@ fn lifecycle_open_join_claim_resolve_reopen() {
         (claimed.status, claimed.claimed_by.as_deref()),
         (EscalationStatus::Claimed, Some("ana"))
     );
-    assert!(book.claim(&opened.id, "ana", at(4.5 * MIN)).is_ok());
+    assert_eq!(
+        book.claim(&opened.id, "ana", at(4.5 * MIN)).as_ref(),
+        Ok(&claimed),
+        "a retried claim changes nothing"
+    );
     assert_eq!(
         book.claim(&opened.id, "bo", at(5.0 * MIN)),
         Err(EscalationError::AlreadyClaimed {
@@ -192,15 +196,21 @@ fn claim_and_resolve_validate_input() {
         book.resolve(&e.id, "ana", "", None, at(MIN)),
         Err(EscalationError::Missing("resolution"))
     );
-    assert!(
-        book.resolve(
+    // Resolving an unclaimed one is allowed.
+    let resolved = book
+        .resolve(
             &e.id,
             "ana",
             "sent_once_confirmed_with_customer",
             None,
-            at(MIN)
+            at(MIN),
         )
-        .is_ok(),
-        "resolving an unclaimed one is allowed"
+        .unwrap();
+    assert_eq!(resolved.status, EscalationStatus::Resolved);
+    assert_eq!(resolved.resolved_by.as_deref(), Some("ana"));
+    assert_eq!(
+        resolved.resolution.as_deref(),
+        Some("sent_once_confirmed_with_customer")
     );
+    assert_eq!(resolved.claimed_by, None);
 }

@@ -38,9 +38,36 @@ def test_fixture_holds_a_whole_demo_run(fixture_meta, chdb_engine):
 
 
 def test_views_hide_superseded_rows(chdb_engine):
-    # The fixture is loaded unmerged, so superseded verdict versions are present; the view must
-    # show exactly one row per live intent.
-    r = chdb_engine.query("SELECT count(), uniqExact(intent_id) FROM reckon_current_verdicts").rows[0]
-    assert r[0] == r[1]
-    raw = chdb_engine.query("SELECT count() FROM reckon_verdicts").rows[0][0]
-    assert raw >= r[0]
+    """The views must show the newest version of a verdict, hide older ones and tombstones, and
+    show only the findings written with the current version. Checked on rows written for the
+    purpose (in a database of their own, so the fixture the other tests read stays as it was)."""
+    src = chdb_engine.database
+    db = "reckon_view_check"
+    chdb_engine.run(f"DROP DATABASE IF EXISTS {db}")
+    chdb_engine.run(f"CREATE DATABASE {db}")
+    chdb_engine.run(f"USE {db}")
+    try:
+        for stmt in reckon_sql.schema_statements():
+            chdb_engine.run(stmt)
+        intent = chdb_engine.query(f"SELECT intent_id FROM {src}.reckon_verdicts ORDER BY intent_id LIMIT 1").rows[0][0]
+        row = f"SELECT * FROM {src}.reckon_verdicts WHERE intent_id = '{intent}' ORDER BY version DESC LIMIT 1"
+        # An old version says pending; the newest says completed and was audited later.
+        chdb_engine.run(f"INSERT INTO reckon_verdicts SELECT * REPLACE (toUInt64(10) AS version, 'pending' AS state, toUInt64(1) AS audited_ns) FROM ({row})")
+        chdb_engine.run(f"INSERT INTO reckon_verdicts SELECT * REPLACE (toUInt64(11) AS version, 'completed' AS state, toUInt64(2) AS audited_ns) FROM ({row})")
+        # A tombstoned pseudo-intent must not show at all.
+        chdb_engine.run(f"INSERT INTO reckon_verdicts SELECT * REPLACE ('orphan:gone' AS intent_id, toUInt64(5) AS version, toUInt8(1) AS deleted) FROM ({row})")
+        # A finding written with the old version only, and one with the current version.
+        chdb_engine.run(
+            "INSERT INTO reckon_findings (intent_id, kind, severity, at, at_ns, subject, detail, tool, verdict_version) VALUES "
+            f"('{intent}', 'stuck_pending', 'medium', now(), 1, '', 'stale', NULL, 10), "
+            f"('{intent}', 'misreported_outcome', 'medium', now(), 2, 's', 'current', NULL, 11)"
+        )
+        raw = chdb_engine.query("SELECT count() FROM reckon_verdicts").rows[0][0]
+        assert raw == 3, "all versions are stored"
+        rows = chdb_engine.query("SELECT intent_id, toString(state), audited_ns, version FROM reckon_current_verdicts").rows
+        assert rows == [[intent, "completed", 2, 11]], rows
+        kinds = chdb_engine.query("SELECT toString(kind) FROM reckon_current_findings").rows
+        assert kinds == [["misreported_outcome"]], kinds
+    finally:
+        chdb_engine.run(f"USE {src}")
+        chdb_engine.run(f"DROP DATABASE IF EXISTS {db}")
