@@ -85,5 +85,24 @@ fn main() {
         let t = Instant::now();
         tasks.finish().await;
         eprintln!("persister drained in {:.2}s", t.elapsed().as_secs_f64());
+
+        // A restart on the same data: load every event, rebuild every verdict.
+        let store = Arc::new(AnyStore::Sqlite(SqliteStore::open(dir.path()).unwrap()));
+        let contracts = Arc::new(Contracts::new(vec![Contract::example(
+            "payments.refund",
+            "issue_refund",
+        )]));
+        let t = Instant::now();
+        let (engine, tasks) = Engine::start(contracts, store, Arc::new(Metrics::new()))
+            .await
+            .unwrap();
+        eprintln!(
+            "restart with {} open intents ready in {:.2}s",
+            engine.intents(),
+            t.elapsed().as_secs_f64()
+        );
+        engine.close();
+        drop(engine);
+        tasks.finish().await;
     });
 }
