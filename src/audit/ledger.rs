@@ -16,11 +16,44 @@ use crate::model::{Attempt, Event, Readback, RecordObservation, SpanRef};
 
 pub const ORPHAN_PREFIX: &str = "orphan:";
 
+/// A small set of strings kept sorted. Most keys and objects belong to one intent, and a
+/// one-element B-tree set costs a node of a few hundred bytes; per open intent that adds up.
+#[derive(Debug, Default, Clone)]
+struct Few(Vec<String>);
+
+impl Few {
+    fn insert(&mut self, s: String) -> bool {
+        match self.0.binary_search(&s) {
+            Ok(_) => false,
+            Err(i) => {
+                self.0.insert(i, s);
+                true
+            }
+        }
+    }
+
+    fn iter(&self) -> std::slice::Iter<'_, String> {
+        self.0.iter()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl<'a> IntoIterator for &'a Few {
+    type Item = &'a String;
+    type IntoIter = std::slice::Iter<'a, String>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
 #[derive(Debug, Default)]
 struct IntentEvents {
     attempts: Vec<Attempt>,
     readbacks: Vec<Readback>,
-    objects: BTreeSet<String>,
+    objects: Few,
 }
 
 #[derive(Debug, Default)]
@@ -29,16 +62,16 @@ pub struct Ledger {
     /// Every observation of every object, by object id.
     records: HashMap<String, Vec<RecordObservation>>,
     /// The intents each object links to.
-    object_intents: HashMap<String, BTreeSet<String>>,
+    object_intents: HashMap<String, Few>,
     /// The intents that sent each key.
-    key_users: HashMap<String, BTreeSet<String>>,
+    key_users: HashMap<String, Few>,
     /// Every span taken in, so a re-sent one is recognised in constant time (a retry storm on
     /// one intent would otherwise make each add a scan of its attempts).
     attempt_spans: foldhash::HashSet<SpanRef>,
     /// The same for read-backs: the store keeps the two kinds apart, so the ledger does too.
     readback_spans: foldhash::HashSet<SpanRef>,
     /// The objects whose observations carry each key.
-    key_objects: HashMap<String, BTreeSet<String>>,
+    key_objects: HashMap<String, Few>,
 }
 
 /// What an event changed: intents to re-audit, and pseudo-intents that no longer exist.
