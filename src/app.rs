@@ -48,7 +48,7 @@ pub async fn open_store(config: &Config) -> anyhow::Result<AnyStore> {
             password,
             database,
         } => {
-            let ch = ClickHouseConfig::from_parts(url, user, password, database)?;
+            let ch = ClickHouseConfig::new(url, user, password, database)?;
             let what = format!(
                 "opening the ClickHouse store {} database {}",
                 ch.url, ch.database

@@ -35,6 +35,8 @@ use ::clickhouse::Row;
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::config::StoreConfig;
+
 pub use self::error::{ClickHouseError, ErrorClass, RetryPolicy};
 use self::rows::*;
 use self::writer::{Request, Rows};
@@ -76,106 +78,46 @@ fn bad_config(msg: impl Into<String>) -> StoreError {
     StoreError::ClickHouseConfig(msg.into())
 }
 
-/// `%XX` escapes in URL user info and paths.
-fn percent_decode(s: &str) -> Result<String, StoreError> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| bad_config(format!("bad percent escape in {s:?}")))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| bad_config(format!("{s:?} is not UTF-8 once decoded")))
-}
-
 impl ClickHouseConfig {
-    pub const DEFAULT_DATABASE: &'static str = "reckon";
-
-    /// Parse `clickhouse://user:pass@host:8123/db` (or `http://...`, same shape). User defaults
-    /// to `default`, password to empty, port to 8123, database to `reckon`.
+    /// The store a `--store` URL names (`clickhouse://user:pass@host:8123/db`), read by the one
+    /// parser the command line and the config file use.
     pub fn from_url(url: &str) -> Result<ClickHouseConfig, StoreError> {
-        let rest = url
-            .strip_prefix("clickhouse://")
-            .or_else(|| url.strip_prefix("http://"))
-            .ok_or_else(|| {
-                bad_config(format!(
-                    "{url:?}: expected clickhouse://user:pass@host:8123/db (TLS is not built in)"
-                ))
-            })?;
-        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-        let (userinfo, hostport) = match authority.rsplit_once('@') {
-            Some((u, h)) => (Some(u), h),
-            None => (None, authority),
-        };
-        let (user, password) = match userinfo {
-            Some(u) => match u.split_once(':') {
-                Some((u, p)) => (percent_decode(u)?, percent_decode(p)?),
-                None => (percent_decode(u)?, String::new()),
-            },
-            None => ("default".to_string(), String::new()),
-        };
-        if hostport.is_empty() {
-            return Err(bad_config(format!("{url:?}: no host")));
+        match crate::config::value::parse_store(url).map_err(|e| bad_config(e.to_string()))? {
+            StoreConfig::ClickHouse {
+                url,
+                user,
+                password,
+                database,
+            } => Self::new(&url, &user, &password, &database),
+            StoreConfig::Sqlite => Err(bad_config("expected a ClickHouse URL, not \"sqlite\"")),
         }
-        let hostport = if hostport.contains(':') && !hostport.ends_with(']') {
-            hostport.to_string()
-        } else {
-            format!("{hostport}:8123")
-        };
-        let database = path
-            .split(['?', '#'])
-            .next()
-            .unwrap_or("")
-            .trim_matches('/');
-        let database = if database.is_empty() {
-            Self::DEFAULT_DATABASE.to_string()
-        } else {
-            percent_decode(database)?
-        };
-        let config = ClickHouseConfig {
-            url: format!("http://{hostport}"),
-            user: if user.is_empty() {
-                "default".into()
-            } else {
-                user
-            },
-            password,
-            database,
-            retry: RetryPolicy::default(),
-        };
-        config.check()?;
-        Ok(config)
     }
 
-    /// From the app's [`crate::config::StoreConfig::ClickHouse`] fields. `url` may be the HTTP
-    /// endpoint or a whole `clickhouse://` URL; explicit non-empty fields win over the URL's.
-    pub fn from_parts(
+    /// From the app's already parsed [`StoreConfig::ClickHouse`] fields.
+    pub fn new(
         url: &str,
         user: &str,
         password: &str,
         database: &str,
     ) -> Result<ClickHouseConfig, StoreError> {
-        let mut c = ClickHouseConfig::from_url(url)?;
-        if !user.is_empty() {
-            c.user = user.to_string();
+        if !url.starts_with("http://") {
+            return Err(bad_config(format!(
+                "{url:?}: TLS is not built in; use an http:// endpoint"
+            )));
         }
-        if !password.is_empty() {
-            c.password = password.to_string();
-        }
-        if !database.is_empty() {
-            c.database = database.to_string();
-        }
-        c.check()?;
-        Ok(c)
+        let config = ClickHouseConfig {
+            url: url.trim_end_matches('/').to_string(),
+            user: if user.is_empty() {
+                "default".into()
+            } else {
+                user.to_string()
+            },
+            password: password.to_string(),
+            database: database.to_string(),
+            retry: RetryPolicy::default(),
+        };
+        config.check()?;
+        Ok(config)
     }
 
     /// The database name is spliced into DDL, so only plain identifiers are accepted.
@@ -762,11 +704,11 @@ mod tests {
                 c.password.as_str(),
                 c.database.as_str()
             ),
-            ("http://localhost:8123", "default", "", "reckon")
+            ("http://localhost:8123", "default", "", "default")
         );
         let c = ClickHouseConfig::from_url("http://127.0.0.1:8123/").unwrap();
-        assert_eq!(c.database, "reckon");
-        let c = ClickHouseConfig::from_parts("http://127.0.0.1:8123", "u", "p", "d1").unwrap();
+        assert_eq!(c.database, "default");
+        let c = ClickHouseConfig::new("http://127.0.0.1:8123", "u", "p", "d1").unwrap();
         assert_eq!(
             (c.user.as_str(), c.password.as_str(), c.database.as_str()),
             ("u", "p", "d1")
