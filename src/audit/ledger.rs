@@ -196,7 +196,7 @@ impl Ledger {
             .iter()
             .filter_map(|r| {
                 let c = contracts.for_record_kind(r.kind.as_deref()?)?;
-                Some(((r.observed_at, &r.object_id, &r.status, &r.source), c))
+                Some((super::record_order(r), c))
             })
             .min_by_key(|(order, _)| *order)
             .map(|(_, c)| c)

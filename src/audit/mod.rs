@@ -50,17 +50,18 @@ impl History {
         let attempts_ok = self
             .attempts
             .windows(2)
-            .all(|w| (w[0].start, w[0].end, w[0].span) < (w[1].start, w[1].end, w[1].span))
+            .all(|w| attempt_order(&w[0]) < attempt_order(&w[1]))
             && !has_duplicate(&self.attempts, |a| a.span);
         let readbacks_ok = self
             .readbacks
             .windows(2)
-            .all(|w| (w[0].at, w[0].end, w[0].span) < (w[1].at, w[1].end, w[1].span))
+            .all(|w| readback_order(&w[0]) < readback_order(&w[1]))
             && !has_duplicate(&self.readbacks, |r| r.span);
-        let records_ok = self.records.windows(2).all(|w| {
-            (w[0].observed_at, &w[0].object_id, &w[0].status)
-                < (w[1].observed_at, &w[1].object_id, &w[1].status)
-        }) && !has_duplicate(&self.records, record_identity);
+        let records_ok = self
+            .records
+            .windows(2)
+            .all(|w| record_order(&w[0]) < record_order(&w[1]))
+            && !has_duplicate(&self.records, record_identity);
         if attempts_ok && readbacks_ok && records_ok {
             std::borrow::Cow::Borrowed(self)
         } else {
@@ -75,12 +76,12 @@ impl History {
         let mut attempts = self.attempts.clone();
         attempts.sort();
         attempts.dedup_by(|b, a| a.span == b.span);
-        attempts.sort_by_key(|a| (a.start, a.end, a.span));
+        attempts.sort_by_key(attempt_order);
 
         let mut readbacks = self.readbacks.clone();
         readbacks.sort();
         readbacks.dedup_by(|b, a| a.span == b.span);
-        readbacks.sort_by_key(|a| (a.at, a.end, a.span));
+        readbacks.sort_by_key(readback_order);
 
         let mut records = self.records.clone();
         records.sort_by(|a, b| {
@@ -89,9 +90,7 @@ impl History {
                 .then_with(|| a.cmp(b))
         });
         records.dedup_by(|b, a| record_identity(a) == record_identity(b));
-        records.sort_by(|a, b| {
-            (a.observed_at, &a.object_id, &a.status).cmp(&(b.observed_at, &b.object_id, &b.status))
-        });
+        records.sort_by(|a, b| record_order(a).cmp(&record_order(b)));
 
         History {
             intent_id: self.intent_id.clone(),
@@ -106,6 +105,20 @@ impl History {
     }
 }
 
+/// The canonical order of each kind of event. `normalized` sorts by it, `canonical` checks it
+/// and the ledger's "earliest" means it: one definition keeps the three agreeing.
+pub fn attempt_order(a: &Attempt) -> (Timestamp, Timestamp, SpanRef) {
+    (a.start, a.end, a.span)
+}
+
+pub fn readback_order(r: &Readback) -> (Timestamp, Timestamp, SpanRef) {
+    (r.at, r.end, r.span)
+}
+
+pub fn record_order(r: &RecordObservation) -> (Timestamp, &str, &str, &str) {
+    (r.observed_at, &r.object_id, &r.status, &r.source)
+}
+
 /// Whether two items share an identity.
 fn has_duplicate<'a, T, K: std::hash::Hash + Eq>(items: &'a [T], key: impl Fn(&'a T) -> K) -> bool {
     let mut seen = std::collections::HashSet::with_capacity(items.len());
@@ -118,25 +131,24 @@ fn record_identity(r: &RecordObservation) -> (&str, &str, &str, Timestamp) {
 
 /// The contract assumed for a tool no contract covers: no idempotency promise, no window in
 /// which a retry is known to be safe.
-pub fn fallback_contract() -> Contract {
-    let mut c = Contract::example("(none)", "");
-    c.tools.clear();
-    c.idempotency = Idempotency::None;
-    c.key_retention = None;
-    c.max_in_flight = None;
-    c.max_attempts = None;
-    c
+pub fn fallback_contract() -> &'static Contract {
+    static FALLBACK: std::sync::LazyLock<Contract> = std::sync::LazyLock::new(|| {
+        let mut c = Contract::example("(none)", "");
+        c.tools.clear();
+        c.idempotency = Idempotency::None;
+        c.key_retention = None;
+        c.max_in_flight = None;
+        c.max_attempts = None;
+        c
+    });
+    &FALLBACK
 }
 
 /// Audit one intent. `contract` is `None` when no contract covers its tool.
 pub fn audit(history: &History, contract: Option<&Contract>, now: Timestamp) -> Verdict {
-    let fallback;
-    let c = match contract {
+    let c: &Contract = match contract {
         Some(c) => c,
-        None => {
-            fallback = fallback_contract();
-            &fallback
-        }
+        None => fallback_contract(),
     };
     let h = history.canonical();
     let classes: Vec<AttemptClass> = h.attempts.iter().map(|a| classify(a, c)).collect();
