@@ -42,6 +42,7 @@ pub enum EngineError {
 
 pub struct Engine {
     core: Mutex<EngineCore>,
+    contracts: Arc<Contracts>,
     store: Arc<AnyStore>,
     metrics: Arc<Metrics>,
     /// Wakes the timer when a new, earlier deadline may have been booked. Shared with the timer
@@ -70,8 +71,9 @@ impl Engine {
         let events = store.load_events().await?;
         let escalations = store.load_escalations().await?;
         let n_events = events.len();
+        let for_core = contracts.clone();
         let (core, restored) = tokio::task::spawn_blocking(move || {
-            EngineCore::restore(contracts, events, escalations, wall_now())
+            EngineCore::restore(for_core, events, escalations, wall_now())
         })
         .await
         .map_err(|e| StoreError::Task(e.to_string()))?;
@@ -85,6 +87,7 @@ impl Engine {
         let wake = Arc::new(Notify::new());
         let engine = Arc::new(Engine {
             core: Mutex::new(core),
+            contracts: contracts.clone(),
             store: store.clone(),
             metrics,
             wake: wake.clone(),
@@ -140,16 +143,18 @@ impl Engine {
         let fresh = self.store.append(events.clone()).await?;
         self.metrics.store_append(began.elapsed());
         let new = fresh.iter().filter(|n| **n).count();
-        let mut core = self.lock();
+        // Counted before taking the lock: classifying needs only the contracts.
         for (e, is_new) in events.iter().zip(&fresh) {
             if let (Event::Attempt(a), true) = (e, is_new) {
-                let class = match core.contracts().for_tool(&a.tool) {
-                    Some(c) => audit::classify(a, c),
-                    None => audit::classify(a, &audit::fallback_contract()),
+                let contract = match self.contracts.for_tool(&a.tool) {
+                    Some(c) => c,
+                    None => audit::fallback_contract(),
                 };
-                self.metrics.tool_attempt(&a.tool, class.as_str());
+                self.metrics
+                    .tool_attempt(&a.tool, audit::classify(a, contract).as_str());
             }
         }
+        let mut core = self.lock();
         // Every event goes to the core, not only those the store called new: the ledger
         // ignores what it already has, and an event the store has but the engine missed (a
         // crash between the two) is taken in on its next re-send.
@@ -182,10 +187,9 @@ impl Engine {
     }
 
     pub fn contract_of(&self, v: &Verdict) -> Option<crate::contract::Contract> {
-        let core = self.lock();
         v.contract
             .as_deref()
-            .and_then(|name| core.contracts().by_name(name))
+            .and_then(|name| self.contracts.by_name(name))
             .cloned()
     }
 
@@ -409,37 +413,16 @@ async fn persist_loop(store: Arc<AnyStore>, mut rx: mpsc::UnboundedReceiver<Outc
             // Linger briefly: an intent's events tend to arrive together (attempt, response,
             // webhooks), and each write of its verdict costs a row and a JSON document. Reads of
             // one intent come from the engine, so only lists and reports see the delay.
-            let linger = tokio::time::sleep(PERSIST_LINGER);
-            tokio::pin!(linger);
-            loop {
-                tokio::select! {
-                    _ = &mut linger => break,
-                    msg = rx.recv() => match msg {
-                        Some(o) => pending.take(o),
-                        None => {
-                            closing = true;
-                            break;
-                        }
-                    },
-                }
-            }
+            closing = gather(&mut rx, &mut pending, PERSIST_LINGER).await;
         } else if !closing {
             // The last write failed: wait out the backoff whatever arrives meanwhile, so a
             // failing store is not hit once per outcome.
-            let backoff = tokio::time::sleep(Duration::from_millis(100u64 << failures.min(6)));
-            tokio::pin!(backoff);
-            loop {
-                tokio::select! {
-                    _ = &mut backoff => break,
-                    msg = rx.recv() => match msg {
-                        Some(o) => pending.take(o),
-                        None => {
-                            closing = true;
-                            break;
-                        }
-                    },
-                }
-            }
+            closing = gather(
+                &mut rx,
+                &mut pending,
+                Duration::from_millis(100u64 << failures.min(6)),
+            )
+            .await;
         }
         while let Ok(more) = rx.try_recv() {
             pending.take(more);
@@ -464,6 +447,25 @@ async fn persist_loop(store: Arc<AnyStore>, mut rx: mpsc::UnboundedReceiver<Outc
         }
         if closing && pending.is_empty() {
             return;
+        }
+    }
+}
+
+/// Take in outcomes for `wait`. Returns true when the channel closed (shutdown) meanwhile.
+async fn gather(
+    rx: &mut mpsc::UnboundedReceiver<Outcome>,
+    pending: &mut Pending,
+    wait: Duration,
+) -> bool {
+    let deadline = tokio::time::sleep(wait);
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            _ = &mut deadline => return false,
+            msg = rx.recv() => match msg {
+                Some(o) => pending.take(o),
+                None => return true,
+            },
         }
     }
 }
