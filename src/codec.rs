@@ -157,10 +157,44 @@ impl FindingDoc {
     }
 }
 
+/// A finding as an escalation keeps it: as it read when it opened or joined the escalation.
+/// `severity`, `at` and `detail` are absent in rows written before they were kept.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct EscalationFindingDoc {
     pub kind: String,
     pub subject: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub severity: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl EscalationFindingDoc {
+    pub fn from_finding(f: &Finding) -> Self {
+        EscalationFindingDoc {
+            kind: f.kind.as_str().into(),
+            subject: f.subject.clone(),
+            severity: Some(f.severity.as_str().into()),
+            at: Some(rfc3339(f.at)),
+            detail: Some(f.detail.clone()),
+        }
+    }
+
+    /// Back to the finding; `fallback_at` stands in for a missing time.
+    pub fn to_finding(&self, fallback_at: Timestamp) -> Option<Finding> {
+        let kind = FindingKind::parse(&self.kind)?;
+        Some(Finding::new(
+            kind,
+            self.at
+                .as_deref()
+                .and_then(parse_rfc3339)
+                .unwrap_or(fallback_at),
+            self.subject.clone(),
+            self.detail.clone().unwrap_or_default(),
+        ))
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -190,10 +224,7 @@ impl EscalationDoc {
             findings: e
                 .findings
                 .iter()
-                .map(|(k, s)| EscalationFindingDoc {
-                    kind: k.as_str().into(),
-                    subject: s.clone(),
-                })
+                .map(EscalationFindingDoc::from_finding)
                 .collect(),
             claimed_by: e.claimed_by.clone(),
             claimed_at: e.claimed_at.map(rfc3339),

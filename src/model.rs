@@ -301,6 +301,25 @@ pub struct Attempt {
     pub arguments: Option<String>,
 }
 
+impl Attempt {
+    /// The downstream's HTTP status: the span's, or, when it has none, a semconv `error.type`
+    /// of `500`..`599` (some instrumentations only record the status there).
+    pub fn effective_status(&self) -> Option<u16> {
+        self.http_status.or_else(|| {
+            self.error_type
+                .as_deref()
+                .and_then(|e| e.trim().parse::<u16>().ok())
+                .filter(|s| (500..=599).contains(s))
+        })
+    }
+
+    /// The downstream answered with a server error (5xx).
+    pub fn server_error(&self) -> bool {
+        self.effective_status()
+            .is_some_and(|s| (500..=599).contains(&s))
+    }
+}
+
 /// An observation of the downstream's state for an intent (a read span, `reckon.action = read`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Readback {
@@ -503,10 +522,11 @@ pub enum FindingKind {
     StuckPending,
     RetryBudgetExceeded,
     OrphanRecord,
+    KeySharedAcrossIntents,
 }
 
 impl FindingKind {
-    pub const ALL: [FindingKind; 15] = [
+    pub const ALL: [FindingKind; 16] = [
         Self::DuplicateEffect,
         Self::EffectMismatch,
         Self::KeyReuseMismatch,
@@ -522,6 +542,7 @@ impl FindingKind {
         Self::StuckPending,
         Self::RetryBudgetExceeded,
         Self::OrphanRecord,
+        Self::KeySharedAcrossIntents,
     ];
     pub fn as_str(self) -> &'static str {
         match self {
@@ -540,6 +561,7 @@ impl FindingKind {
             Self::StuckPending => "stuck_pending",
             Self::RetryBudgetExceeded => "retry_budget_exceeded",
             Self::OrphanRecord => "orphan_record",
+            Self::KeySharedAcrossIntents => "key_shared_across_intents",
         }
     }
     pub fn parse(s: &str) -> Option<Self> {
@@ -554,7 +576,8 @@ impl FindingKind {
             | Self::ExpiredKeyRetry
             | Self::NoIdempotencyContract
             | Self::UnresolvedUnknown
-            | Self::ReplayedServerError => Severity::High,
+            | Self::ReplayedServerError
+            | Self::KeySharedAcrossIntents => Severity::High,
             _ => Severity::Medium,
         }
     }
@@ -683,8 +706,12 @@ pub struct Escalation {
     pub opened_at: Timestamp,
     /// The most severe finding it holds.
     pub severity: Severity,
-    /// The findings that opened or joined it, as (kind, subject).
-    pub findings: Vec<(FindingKind, String)>,
+    /// The findings that opened or joined it, as they read then: kept even when later evidence
+    /// removes them from the verdict, so the person sees why it was opened.
+    pub findings: Vec<Finding>,
+    /// The evidence a resolution covered (see `escalation::evidence_of`): a new attempt or object
+    /// beyond it that brings a high or critical finding opens a new escalation.
+    pub covered: Vec<String>,
     pub claimed_by: Option<String>,
     pub claimed_at: Option<Timestamp>,
     pub resolved_by: Option<String>,

@@ -761,9 +761,24 @@ fn escalation(id: &str, status: EscalationStatus, opened: i64, version: u64) -> 
         opened_at: at(opened),
         severity: Severity::Critical,
         findings: vec![
-            (FindingKind::DuplicateEffect, "re_1".into()),
-            (FindingKind::NewKeyRetry, "k2".into()),
+            Finding::new(
+                FindingKind::DuplicateEffect,
+                at(opened + 1),
+                "re_1",
+                "object re_1 is a second effect beside re_0",
+            ),
+            Finding::new(
+                FindingKind::NewKeyRetry,
+                at(opened + 1),
+                "k2",
+                "resent under key k2",
+            ),
         ],
+        covered: if status == EscalationStatus::Resolved {
+            vec!["a:00:01".into(), "o:re_1".into(), "s:re_1=succeeded".into()]
+        } else {
+            vec![]
+        },
         claimed_by: (status != EscalationStatus::Open).then(|| "alice".into()),
         claimed_at: (status != EscalationStatus::Open).then_some(at(opened + 5)),
         resolved_by: (status == EscalationStatus::Resolved).then(|| "bob".into()),

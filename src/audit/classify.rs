@@ -5,7 +5,7 @@ use crate::contract::Contract;
 use crate::model::{Attempt, AttemptClass};
 
 pub fn classify(a: &Attempt, c: &Contract) -> AttemptClass {
-    if let Some(status) = a.http_status {
+    if let Some(status) = a.effective_status() {
         if c.not_executed_status.contains(&status) {
             return AttemptClass::Rejected;
         }

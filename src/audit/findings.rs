@@ -1,7 +1,7 @@
 //! The finding catalogue of DESIGN.md, one function per kind. Each reads the normalized history
 //! and returns findings whose `(kind, subject)` is stable across re-audits.
 
-use super::objects::{Objects, UNOBSERVED_STATUS};
+use super::objects::{Object, Objects, UNOBSERVED_STATUS};
 use std::collections::{HashMap, HashSet};
 
 use super::params::Params;
@@ -20,10 +20,12 @@ pub struct Ctx<'a> {
     pub state: IntentState,
     pub now: Timestamp,
     pub safe_retry_until: Option<Timestamp>,
+    /// Index of the first attempt that was not rejected: the one that executed the intent.
+    pub first_executed: Option<usize>,
 }
 
 impl Ctx<'_> {
-    fn attempts(&self) -> impl Iterator<Item = (&Attempt, AttemptClass)> {
+    pub fn attempts(&self) -> impl Iterator<Item = (&Attempt, AttemptClass)> {
         self.h.attempts.iter().zip(self.classes.iter().copied())
     }
 
@@ -55,13 +57,27 @@ impl Ctx<'_> {
         }
     }
 
-    /// Everything the executor itself learnt about objects, in time order: its own attempts'
-    /// responses, and read-backs that found an object (with the record status at that time).
+    /// Objects attributed to this intent for certain, not provisionally.
+    pub fn owned_objects(&self) -> impl Iterator<Item = &Object> {
+        self.objects
+            .current()
+            .into_iter()
+            .filter(|o| !self.h.is_provisional(&o.object_id))
+    }
+
+    /// An owned object's amount, currency or target differs from the intent's.
+    pub fn params_differ_from_an_object(&self) -> bool {
+        self.owned_objects().any(|o| !self.params.matches(o))
+    }
+
+    /// Everything the executor itself learnt about its own objects, in time order: its own
+    /// attempts' responses, and read-backs that found an object (with the record status at that
+    /// time). Objects owned by another intent tell it nothing about its own effect.
     fn executor_knowledge(&self) -> Vec<(Timestamp, &str, String)> {
         let mut known: Vec<(Timestamp, &str, String)> = Vec::new();
         for (a, k) in self.attempts() {
             if let (Some(id), true) = (
-                &a.object_id,
+                a.object_id.as_ref().filter(|id| !self.h.is_foreign(id)),
                 matches!(
                     k,
                     AttemptClass::Succeeded | AttemptClass::Failed | AttemptClass::Recorded
@@ -75,7 +91,7 @@ impl Ctx<'_> {
             }
         }
         for r in &self.h.readbacks {
-            for id in &r.object_ids {
+            for id in r.object_ids.iter().filter(|id| !self.h.is_foreign(id)) {
                 let status = self
                     .objects
                     .get(id)
@@ -105,6 +121,7 @@ pub fn all(x: &Ctx) -> Vec<Finding> {
     stuck_pending(x, &mut out);
     retry_budget_exceeded(x, &mut out);
     orphan_record(x, &mut out);
+    key_shared_across_intents(x, &mut out);
     out.sort_by(|a, b| (a.at, a.kind, &a.subject).cmp(&(b.at, b.kind, &b.subject)));
     out
 }
@@ -116,9 +133,7 @@ fn span_subject(a: &Attempt) -> String {
 /// Two or more live objects for one intent: the customer got the effect twice.
 fn duplicate_effect(x: &Ctx, out: &mut Vec<Finding>) {
     let live: Vec<_> = x
-        .objects
-        .current()
-        .into_iter()
+        .owned_objects()
         .filter(|o| !x.c.is_failure(&o.status))
         .collect();
     if let Some((first, rest)) = live.split_first() {
@@ -137,7 +152,7 @@ fn duplicate_effect(x: &Ctx, out: &mut Vec<Finding>) {
 }
 
 fn effect_mismatch(x: &Ctx, out: &mut Vec<Finding>) {
-    for o in x.objects.current() {
+    for o in x.owned_objects() {
         let diff = x.params.differences(&Params::of_object(o));
         if !diff.is_empty() {
             let show = |p: &Params| {
@@ -171,7 +186,7 @@ fn key_reuse_mismatch(x: &Ctx, out: &mut Vec<Finding>) {
     // Each key's first attempt, parsed once: a retry storm under one key stays linear.
     let mut first: HashMap<&str, (Params, Option<serde_json::Value>)> = HashMap::new();
     let mut flagged: HashSet<&str> = HashSet::new();
-    for b in &x.h.attempts {
+    for (b, class) in x.attempts() {
         let Some(key) = b.idempotency_key.as_deref() else {
             continue;
         };
@@ -184,6 +199,9 @@ fn key_reuse_mismatch(x: &Ctx, out: &mut Vec<Finding>) {
             .is_some_and(|e| x.c.mismatch_errors.iter().any(|m| m == e));
         let params = Params::of_attempt(b, x.c);
         let changed = match first.get(key) {
+            // A rejected send executed nothing and left nothing under the key to mismatch: the
+            // input fixed and resent under the same key is the correct retry.
+            _ if class == AttemptClass::Rejected => None,
             None => {
                 first.insert(key, (params, parsed_arguments(b)));
                 None
@@ -219,18 +237,51 @@ fn key_reuse_mismatch(x: &Ctx, out: &mut Vec<Finding>) {
     }
 }
 
-/// Arguments compared as JSON values, so key order and spacing don't count.
+/// Arguments compared as the downstream would see them: key order and spacing don't count, and
+/// numbers compare by value whether sent as `45`, `45.0` or `"45.00"`.
 fn parsed_arguments(a: &Attempt) -> Option<serde_json::Value> {
-    serde_json::from_str(a.arguments.as_deref()?).ok()
+    let v: serde_json::Value = serde_json::from_str(a.arguments.as_deref()?).ok()?;
+    Some(by_value(v))
 }
 
+/// `45`, `45.0` and `45.00` written one way.
+fn canonical_decimal(d: Decimal) -> String {
+    let text = d.to_string();
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        text
+    }
+}
+
+fn by_value(v: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::Number(n) => match Decimal::parse(&n.to_string()) {
+            Some(d) => Value::String(canonical_decimal(d)),
+            None => Value::Number(n),
+        },
+        Value::String(s) => match Decimal::parse(&s) {
+            Some(d) => Value::String(canonical_decimal(d)),
+            None => Value::String(s),
+        },
+        Value::Array(items) => Value::Array(items.into_iter().map(by_value).collect()),
+        Value::Object(m) => Value::Object(m.into_iter().map(|(k, v)| (k, by_value(v))).collect()),
+        other => other,
+    }
+}
+
+/// Sent under two or more keys, counting a missing key as one: a keyless send is unprotected,
+/// so a keyed send and a keyless one can both execute. Rejected sends executed nothing.
 fn new_key_retry(x: &Ctx, out: &mut Vec<Finding>) {
-    let mut seen: HashSet<&str> = HashSet::new();
-    let mut first_key: Option<&str> = None;
-    for a in &x.h.attempts {
-        let Some(key) = a.idempotency_key.as_deref() else {
+    let mut seen: HashSet<Option<&str>> = HashSet::new();
+    let mut first_key: Option<Option<&str>> = None;
+    let show = |k: Option<&str>| k.map_or("(no key)".to_string(), |k| format!("key {k}"));
+    for (a, class) in x.attempts() {
+        if class == AttemptClass::Rejected {
             continue;
-        };
+        }
+        let key = a.idempotency_key.as_deref();
         if !seen.insert(key) {
             continue;
         }
@@ -239,18 +290,27 @@ fn new_key_retry(x: &Ctx, out: &mut Vec<Finding>) {
             Some(first) => out.push(Finding::new(
                 FindingKind::NewKeyRetry,
                 a.start,
-                key,
-                format!("intent resent under a new key {key} (first key {first}): the downstream cannot recognise it as a repeat"),
+                key.unwrap_or(""),
+                format!(
+                    "intent resent under {} (first sent under {}): the downstream cannot recognise it as a repeat",
+                    show(key),
+                    show(first)
+                ),
             )),
         }
     }
 }
 
 fn expired_key_retry(x: &Ctx, out: &mut Vec<Finding>) {
-    let Some(until) = x.safe_retry_until else {
+    let (Some(until), Some(first)) = (x.safe_retry_until, x.first_executed) else {
         return;
     };
-    for a in x.h.attempts.iter().skip(1).filter(|a| a.start >= until) {
+    for a in
+        x.h.attempts
+            .iter()
+            .skip(first + 1)
+            .filter(|a| a.start >= until)
+    {
         out.push(Finding::new(
             FindingKind::ExpiredKeyRetry,
             a.start,
@@ -311,11 +371,7 @@ fn replayed_server_error(x: &Ctx, out: &mut Vec<Finding>) {
     // Per key: how many 5xx answers, and the second one (where the replay shows).
     let mut errors: HashMap<&str, (usize, Timestamp)> = HashMap::new();
     let mut order: Vec<&str> = Vec::new();
-    for a in
-        x.h.attempts
-            .iter()
-            .filter(|a| a.http_status.is_some_and(|s| s >= 500))
-    {
+    for a in x.h.attempts.iter().filter(|a| a.server_error()) {
         let Some(key) = a.idempotency_key.as_deref() else {
             continue;
         };
@@ -503,5 +559,35 @@ fn orphan_record(x: &Ctx, out: &mut Vec<Finding>) {
                 ),
             ));
         }
+    }
+}
+
+/// One key sent by attempts of two or more intents: the downstream sees one request, the
+/// executor believes it made two.
+fn key_shared_across_intents(x: &Ctx, out: &mut Vec<Finding>) {
+    for shared in &x.h.shared_keys {
+        let key = &shared.key;
+        let detail = if shared.first_intent == x.h.intent_id {
+            format!(
+                "key {key} was also sent by intent(s) {}: the downstream treats their sends as repeats of this one",
+                shared.others.join(", ")
+            )
+        } else {
+            let replay = if x.c.idempotency == Idempotency::Replay {
+                ": under replay its responses are that intent's saved ones and prove nothing about this intent's own effect"
+            } else {
+                ""
+            };
+            format!(
+                "key {key} was first sent by intent {}{replay}",
+                shared.first_intent
+            )
+        };
+        out.push(Finding::new(
+            FindingKind::KeySharedAcrossIntents,
+            shared.shared_at,
+            key,
+            detail,
+        ));
     }
 }

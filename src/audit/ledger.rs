@@ -1,20 +1,35 @@
-//! Linking events to intents: a deterministic state machine that the engine drives.
+//! Linking events to intents, following DESIGN.md "Evidence attribution".
 //!
-//! Attempts and read-backs name their intent. Records are kept per downstream object, and an
-//! object links to every intent that any of its observations names, that used any key its
-//! observations carry, or whose attempt response returned it. Links only ever grow, as unions
-//! of sets, so the result does not depend on the order events arrive in. An object that links to
-//! nothing is audited under a pseudo-intent `orphan:{object_id}` until something links it.
+//! Attempts and read-backs name their intent. Records are kept per downstream object, and every
+//! object has at most one **owner**, decided from the whole set of evidence, never from the order
+//! it arrived in:
+//!
+//! 1. the intent its records name by `intent_id` (the earliest observation that names one);
+//! 2. failing that, the intent that first sent the key it was created with;
+//! 3. failing that, the intent whose write response first returned it.
+//!
+//! An object owned by one intent is never another's effect: it is *foreign* to every other intent
+//! that saw it (a read-back of "refunds for order 1042", a replayed response under a shared key).
+//! An object with no owner that a read-back listed links to the reader *provisionally*, and moves
+//! to its owner the moment one shows up. An object that links to nothing is audited under a
+//! pseudo-intent `orphan:{object_id}` until something claims it.
+//!
+//! Object identity is (kind, id): the kind from the record, or from the contract of the attempt
+//! that returned or read it. An observation whose kind is not known matches any kind, so a record
+//! posted without `kind` still joins the response that returned its id.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
-use foldhash::HashMap;
+use foldhash::{HashMap, HashSet};
 
-use super::History;
+use super::{attempt_order, readback_order, record_order, History, SharedKey};
 use crate::contract::{Contract, Contracts};
-use crate::model::{Attempt, Event, Readback, RecordObservation, SpanRef};
+use crate::model::{Attempt, Event, Readback, RecordObservation, SpanRef, Timestamp};
 
 pub const ORPHAN_PREFIX: &str = "orphan:";
+
+type Order = (Timestamp, Timestamp, SpanRef);
 
 /// A small set of strings kept sorted. Most keys and objects belong to one intent, and a
 /// one-element B-tree set costs a node of a few hundred bytes; per open intent that adds up.
@@ -22,30 +37,49 @@ pub const ORPHAN_PREFIX: &str = "orphan:";
 struct Few(Vec<String>);
 
 impl Few {
-    fn insert(&mut self, s: String) -> bool {
-        match self.0.binary_search(&s) {
+    fn insert(&mut self, s: &str) -> bool {
+        match self.0.binary_search_by(|x| x.as_str().cmp(s)) {
             Ok(_) => false,
             Err(i) => {
-                self.0.insert(i, s);
+                self.0.insert(i, s.to_string());
                 true
             }
         }
     }
 
+    fn contains(&self, s: &str) -> bool {
+        self.0.binary_search_by(|x| x.as_str().cmp(s)).is_ok()
+    }
+
     fn iter(&self) -> std::slice::Iter<'_, String> {
         self.0.iter()
     }
-
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
-impl<'a> IntoIterator for &'a Few {
-    type Item = &'a String;
-    type IntoIter = std::slice::Iter<'a, String>;
-    fn into_iter(self) -> Self::IntoIter {
-        self.0.iter()
+/// One intent's use of something (a key sent, an object returned): the earliest such attempt,
+/// and the record kind its contract gives.
+#[derive(Debug, Clone)]
+struct Use {
+    order: Order,
+    intent: String,
+    kind: Option<Arc<str>>,
+}
+
+/// The intent of the earliest use whose kind matches.
+fn earliest_use<'a>(uses: Option<&'a Vec<Use>>, kind: Option<&str>) -> Option<&'a str> {
+    uses.into_iter()
+        .flatten()
+        .filter(|u| kinds_match(u.kind.as_deref(), kind))
+        .min_by(|a, b| (a.order, &a.intent).cmp(&(b.order, &b.intent)))
+        .map(|u| u.intent.as_str())
+}
+
+/// Keep the earliest use per intent.
+fn note_use(uses: &mut Vec<Use>, u: Use) {
+    match uses.iter_mut().find(|x| x.intent == u.intent) {
+        Some(x) if u.order < x.order => *x = u,
+        Some(_) => {}
+        None => uses.push(u),
     }
 }
 
@@ -53,25 +87,31 @@ impl<'a> IntoIterator for &'a Few {
 struct IntentEvents {
     attempts: Vec<Attempt>,
     readbacks: Vec<Readback>,
-    objects: Few,
 }
 
 #[derive(Debug, Default)]
 pub struct Ledger {
+    contracts: Arc<Contracts>,
     intents: HashMap<String, IntentEvents>,
     /// Every observation of every object, by object id.
     records: HashMap<String, Vec<RecordObservation>>,
-    /// The intents each object links to.
-    object_intents: HashMap<String, Few>,
-    /// The intents that sent each key.
-    key_users: HashMap<String, Few>,
-    /// Every span taken in, so a re-sent one is recognised in constant time (a retry storm on
-    /// one intent would otherwise make each add a scan of its attempts).
-    attempt_spans: foldhash::HashSet<SpanRef>,
-    /// The same for read-backs: the store keeps the two kinds apart, so the ledger does too.
-    readback_spans: foldhash::HashSet<SpanRef>,
+    /// The objects whose records name each intent.
+    named_objects: HashMap<String, Few>,
+    /// The intents that sent each key (earliest send per intent).
+    key_senders: HashMap<String, Vec<Use>>,
     /// The objects whose observations carry each key.
     key_objects: HashMap<String, Few>,
+    /// The intents whose write responses returned each object (earliest per intent).
+    responders: HashMap<String, Vec<Use>>,
+    /// The intents whose read-backs listed each object.
+    readers: HashMap<String, Few>,
+    /// Objects that currently link to no intent (audited as `orphan:{id}`).
+    orphans: HashSet<String>,
+    /// Every span taken in, so a re-sent one is recognised in constant time (a retry storm on
+    /// one intent would otherwise make each add a scan of its attempts).
+    attempt_spans: HashSet<SpanRef>,
+    /// The same for read-backs: the store keeps the two kinds apart, so the ledger does too.
+    readback_spans: HashSet<SpanRef>,
 }
 
 /// What an event changed: intents to re-audit, and pseudo-intents that no longer exist.
@@ -96,37 +136,195 @@ impl LedgerChange {
     }
 }
 
+/// Two observations can be of one object unless both kinds are known and differ.
+fn kinds_match(a: Option<&str>, b: Option<&str>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    }
+}
+
+/// How an object relates to one intent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Link {
+    Own,
+    Provisional,
+    Foreign,
+}
+
 impl Ledger {
+    /// A ledger with no contracts: object identity is the id alone. Tests of linking use it.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// A ledger that knows each tool's record kind, so objects of two downstreams that reuse an
+    /// id stay apart.
+    pub fn with_contracts(contracts: Arc<Contracts>) -> Self {
+        Ledger {
+            contracts,
+            ..Self::default()
+        }
+    }
+
     /// Intents and pseudo-intents, in no particular order.
     pub fn ids(&self) -> impl Iterator<Item = String> + '_ {
-        let orphans = self
-            .records
-            .keys()
-            .filter(|o| self.object_intents.get(*o).is_none_or(|s| s.is_empty()))
-            .map(|o| format!("{ORPHAN_PREFIX}{o}"));
+        let orphans = self.orphans.iter().map(|o| format!("{ORPHAN_PREFIX}{o}"));
         self.intents.keys().cloned().chain(orphans)
     }
 
     pub fn len(&self) -> usize {
-        self.ids().count()
+        self.intents.len() + self.orphans.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.intents.is_empty() && self.records.is_empty()
     }
 
-    /// The events linked to an intent or pseudo-intent.
+    fn tool_kind(&self, tool: &str) -> Option<Arc<str>> {
+        self.contracts
+            .for_tool(tool)
+            .and_then(|c| c.record_kind.as_deref())
+            .map(Arc::from)
+    }
+
+    /// The record kind of an intent's objects: from its contract (the one its earliest contracted
+    /// attempt, else read-back, names), else from the records that name it.
+    fn intent_kind(&self, id: &str) -> Option<String> {
+        let e = self.intents.get(id)?;
+        let contracted = |tool: &str| self.contracts.for_tool(tool);
+        let by_attempt = e
+            .attempts
+            .iter()
+            .filter_map(|a| contracted(&a.tool).map(|c| (attempt_order(a), c)))
+            .min_by_key(|(o, _)| *o)
+            .map(|(_, c)| c);
+        let contract: Option<&Contract> = match by_attempt {
+            Some(c) => Some(c),
+            None if !e.attempts.is_empty() => None,
+            None => e
+                .readbacks
+                .iter()
+                .filter_map(|r| contracted(&r.tool).map(|c| (readback_order(r), c)))
+                .min_by_key(|(o, _)| *o)
+                .map(|(_, c)| c),
+        };
+        if let Some(c) = contract {
+            return c.record_kind.clone();
+        }
+        if !e.attempts.is_empty() {
+            return None;
+        }
+        self.named_objects
+            .get(id)
+            .into_iter()
+            .flat_map(|objects| objects.iter())
+            .filter_map(|o| self.records.get(o))
+            .flatten()
+            .filter(|r| r.intent_id.as_deref() == Some(id) && r.kind.is_some())
+            .min_by(|a, b| record_order(a).cmp(&record_order(b)))
+            .and_then(|r| r.kind.clone())
+    }
+
+    /// The owner of object `object` as seen with kind `kind` (DESIGN.md "Evidence attribution" 2).
+    fn owner(&self, kind: Option<&str>, object: &str) -> Option<&str> {
+        let records: Vec<&RecordObservation> = self
+            .records
+            .get(object)
+            .into_iter()
+            .flatten()
+            .filter(|r| kinds_match(r.kind.as_deref(), kind))
+            .collect();
+        let earliest_with = |has: &dyn Fn(&RecordObservation) -> bool| {
+            records
+                .iter()
+                .filter(|r| has(r))
+                .min_by(|a, b| record_order(a).cmp(&record_order(b)))
+                .copied()
+        };
+        if let Some(r) = earliest_with(&|r| r.intent_id.is_some()) {
+            return r.intent_id.as_deref();
+        }
+        if let Some(r) = earliest_with(&|r| r.idempotency_key.is_some()) {
+            let key = r.idempotency_key.as_deref().unwrap_or_default();
+            if let Some(sender) = earliest_use(self.key_senders.get(key), kind) {
+                return Some(sender);
+            }
+        }
+        earliest_use(self.responders.get(object), kind)
+    }
+
+    /// Every intent that may see `object` as evidence: named by its records, sender of a key
+    /// its records carry, returned it, or read it.
+    fn stakeholders(&self, object: &str, into: &mut BTreeSet<String>) {
+        for r in self.records.get(object).into_iter().flatten() {
+            into.extend(r.intent_id.iter().cloned());
+            if let Some(k) = &r.idempotency_key {
+                into.extend(
+                    self.key_senders
+                        .get(k)
+                        .into_iter()
+                        .flatten()
+                        .map(|u| u.intent.clone()),
+                );
+            }
+        }
+        into.extend(
+            self.responders
+                .get(object)
+                .into_iter()
+                .flatten()
+                .map(|u| u.intent.clone()),
+        );
+        into.extend(
+            self.readers
+                .get(object)
+                .into_iter()
+                .flat_map(|f| f.iter().cloned()),
+        );
+    }
+
+    fn is_orphan(&self, object: &str) -> bool {
+        self.records.get(object).is_some_and(|r| !r.is_empty())
+            && !self.readers.contains_key(object)
+            && self.owner(None, object).is_none()
+    }
+
+    /// Bring the orphan set up to date for objects an event touched.
+    fn update_orphans<'a>(
+        &mut self,
+        objects: impl IntoIterator<Item = &'a String>,
+        change: &mut LedgerChange,
+    ) {
+        for o in objects {
+            let pseudo = format!("{ORPHAN_PREFIX}{o}");
+            if self.is_orphan(o) {
+                self.orphans.insert(o.clone());
+                change.affected.insert(pseudo);
+            } else if self.orphans.remove(o.as_str()) {
+                change.affected.remove(&pseudo);
+                change.removed.insert(pseudo);
+            }
+        }
+    }
+
+    /// How `object` relates to intent `id` (whose objects have kind `kind`).
+    fn link(&self, id: &str, kind: Option<&str>, object: &str) -> Link {
+        match self.owner(kind, object) {
+            Some(owner) if owner == id => Link::Own,
+            Some(_) => Link::Foreign,
+            None if self.readers.get(object).is_some_and(|r| r.contains(id)) => Link::Provisional,
+            // Seen by this intent (a key it sent, a response it got) but owned by nobody of
+            // its kind: cannot happen for a key or a response, which make their sender the
+            // owner; kept apart rather than guessed.
+            None => Link::Foreign,
+        }
+    }
+
+    /// The events attributed to an intent or pseudo-intent.
     pub fn history(&self, id: &str) -> Option<History> {
         if let Some(object) = id.strip_prefix(ORPHAN_PREFIX) {
-            if self
-                .object_intents
-                .get(object)
-                .is_some_and(|s| !s.is_empty())
-            {
+            if !self.orphans.contains(object) {
                 return None;
             }
             let records = self.records.get(object)?.clone();
@@ -137,18 +335,88 @@ impl Ledger {
             });
         }
         let e = self.intents.get(id)?;
-        let records = e
-            .objects
-            .iter()
-            .filter_map(|o| self.records.get(o))
-            .flatten()
-            .cloned()
-            .collect();
+        let kind = self.intent_kind(id);
+        let kind = kind.as_deref();
+
+        let mut candidates: BTreeSet<&str> = BTreeSet::new();
+        candidates.extend(
+            self.named_objects
+                .get(id)
+                .into_iter()
+                .flat_map(|f| f.iter().map(String::as_str)),
+        );
+        let mut keys: BTreeSet<&str> = BTreeSet::new();
+        for a in &e.attempts {
+            if let Some(k) = a.idempotency_key.as_deref() {
+                keys.insert(k);
+            }
+            candidates.extend(a.object_id.as_deref());
+        }
+        for k in &keys {
+            candidates.extend(
+                self.key_objects
+                    .get(*k)
+                    .into_iter()
+                    .flat_map(|f| f.iter().map(String::as_str)),
+            );
+        }
+        for r in &e.readbacks {
+            candidates.extend(r.object_ids.iter().map(String::as_str));
+        }
+
+        let mut records = Vec::new();
+        let mut foreign = Vec::new();
+        let mut provisional = Vec::new();
+        for object in candidates {
+            let link = self.link(id, kind, object);
+            match link {
+                Link::Foreign => foreign.push(object.to_string()),
+                Link::Own | Link::Provisional => {
+                    if link == Link::Provisional {
+                        provisional.push(object.to_string());
+                    }
+                    records.extend(
+                        self.records
+                            .get(object)
+                            .into_iter()
+                            .flatten()
+                            .filter(|r| kinds_match(r.kind.as_deref(), kind))
+                            .cloned(),
+                    );
+                }
+            }
+        }
+
+        let mut shared_keys = Vec::new();
+        for k in keys {
+            let Some(senders) = self.key_senders.get(k) else {
+                continue;
+            };
+            if senders.len() < 2 {
+                continue;
+            }
+            let mut by_order: Vec<&Use> = senders.iter().collect();
+            by_order.sort_by(|a, b| (a.order, &a.intent).cmp(&(b.order, &b.intent)));
+            shared_keys.push(SharedKey {
+                key: k.to_string(),
+                first_intent: by_order[0].intent.clone(),
+                others: by_order
+                    .iter()
+                    .filter(|u| u.intent != id)
+                    .map(|u| u.intent.clone())
+                    .collect(),
+                shared_at: by_order[1].order.0,
+            });
+        }
+
         Some(History {
             intent_id: id.to_string(),
             attempts: e.attempts.clone(),
             readbacks: e.readbacks.clone(),
             records,
+            foreign,
+            provisional,
+            shared_keys,
         })
     }
 
@@ -165,11 +433,7 @@ impl Ledger {
         if let Some(c) = history
             .attempts
             .iter()
-            .filter_map(|a| {
-                contracts
-                    .for_tool(&a.tool)
-                    .map(|c| ((a.start, a.end, a.span), c))
-            })
+            .filter_map(|a| contracts.for_tool(&a.tool).map(|c| (attempt_order(a), c)))
             .min_by_key(|(order, _)| *order)
             .map(|(_, c)| c)
         {
@@ -181,11 +445,7 @@ impl Ledger {
         if let Some(c) = history
             .readbacks
             .iter()
-            .filter_map(|r| {
-                contracts
-                    .for_tool(&r.tool)
-                    .map(|c| ((r.at, r.end, r.span), c))
-            })
+            .filter_map(|r| contracts.for_tool(&r.tool).map(|c| (readback_order(r), c)))
             .min_by_key(|(order, _)| *order)
             .map(|(_, c)| c)
         {
@@ -196,7 +456,7 @@ impl Ledger {
             .iter()
             .filter_map(|r| {
                 let c = contracts.for_record_kind(r.kind.as_deref()?)?;
-                Some((super::record_order(r), c))
+                Some((record_order(r), c))
             })
             .min_by_key(|(order, _)| *order)
             .map(|(_, c)| c)
@@ -205,51 +465,64 @@ impl Ledger {
     /// Add one event. A re-sent event (same identity) changes nothing.
     pub fn add(&mut self, event: Event) -> LedgerChange {
         let mut change = LedgerChange::default();
+        let mut touched: Vec<String> = Vec::new();
         match event {
             Event::Attempt(a) => {
                 if !self.attempt_spans.insert(a.span) {
                     return change;
                 }
                 let id = a.intent_id.clone();
-                let e = self.intents.entry(id.clone()).or_default();
-                let key = a.idempotency_key.clone();
-                let object = a.object_id.clone();
-                e.attempts.push(a);
+                let kind = self.tool_kind(&a.tool);
+                let order = attempt_order(&a);
                 change.affected.insert(id.clone());
-                if let Some(key) = key {
-                    self.key_users
-                        .entry(key.clone())
-                        .or_default()
-                        .insert(id.clone());
-                    let objects: Vec<String> = self
-                        .key_objects
-                        .get(&key)
-                        .into_iter()
-                        .flatten()
-                        .cloned()
-                        .collect();
-                    for o in objects {
-                        self.link(&o, &id, &mut change);
-                    }
+                if let Some(key) = &a.idempotency_key {
+                    let senders = self.key_senders.entry(key.clone()).or_default();
+                    note_use(
+                        senders,
+                        Use {
+                            order,
+                            intent: id.clone(),
+                            kind: kind.clone(),
+                        },
+                    );
+                    // Every sender of a shared key carries the finding.
+                    change
+                        .affected
+                        .extend(senders.iter().map(|u| u.intent.clone()));
+                    touched.extend(
+                        self.key_objects
+                            .get(key)
+                            .into_iter()
+                            .flat_map(|f| f.iter().cloned()),
+                    );
                 }
-                if let Some(o) = object {
-                    self.link(&o, &id, &mut change);
+                if let Some(o) = &a.object_id {
+                    note_use(
+                        self.responders.entry(o.clone()).or_default(),
+                        Use {
+                            order,
+                            intent: id.clone(),
+                            kind,
+                        },
+                    );
+                    touched.push(o.clone());
                 }
+                self.intents.entry(id).or_default().attempts.push(a);
             }
             Event::Readback(r) => {
                 if !self.readback_spans.insert(r.span) {
                     return change;
                 }
                 let id = r.intent_id.clone();
-                let e = self.intents.entry(id.clone()).or_default();
-                // An object a read found belongs to the intent the read was for: its records
-                // must reach this intent, not wait as an orphan.
-                let found = r.object_ids.clone();
-                e.readbacks.push(r);
-                change.affected.insert(id.clone());
-                for o in found {
-                    self.link(&o, &id, &mut change);
+                for o in &r.object_ids {
+                    self.readers.entry(o.clone()).or_default().insert(&id);
                 }
+                // Provisional links go to every reader, so another reader's view is unchanged.
+                touched.extend(r.object_ids.iter().cloned());
+                change.affected.insert(id.clone());
+                self.intents.entry(id).or_default().readbacks.push(r);
+                self.update_orphans(&touched, &mut change);
+                return change;
             }
             Event::Record(r) => {
                 let object = r.object_id.clone();
@@ -257,47 +530,30 @@ impl Ledger {
                 if observations.iter().any(|x| same_record(x, &r)) {
                     return change;
                 }
-                observations.push(r.clone());
-                let mut targets: BTreeSet<String> = BTreeSet::new();
-                targets.extend(r.intent_id.clone());
+                if let Some(id) = &r.intent_id {
+                    self.named_objects
+                        .entry(id.clone())
+                        .or_default()
+                        .insert(&object);
+                    self.intents.entry(id.clone()).or_default();
+                }
                 if let Some(key) = &r.idempotency_key {
                     self.key_objects
                         .entry(key.clone())
                         .or_default()
-                        .insert(object.clone());
-                    targets.extend(self.key_users.get(key).into_iter().flatten().cloned());
+                        .insert(&object);
                 }
-                for id in targets {
-                    self.intents.entry(id.clone()).or_default();
-                    self.link(&object, &id, &mut change);
-                }
-                match self.object_intents.get(&object) {
-                    Some(linked) if !linked.is_empty() => {
-                        change.affected.extend(linked.iter().cloned())
-                    }
-                    _ => {
-                        change.affected.insert(format!("{ORPHAN_PREFIX}{object}"));
-                    }
-                }
+                self.records.entry(object.clone()).or_default().push(r);
+                touched.push(object);
             }
         }
+        let mut affected = BTreeSet::new();
+        for o in &touched {
+            self.stakeholders(o, &mut affected);
+        }
+        change.affected.extend(affected);
+        self.update_orphans(&touched, &mut change);
         change
-    }
-
-    fn link(&mut self, object: &str, intent: &str, change: &mut LedgerChange) {
-        let linked = self.object_intents.entry(object.to_string()).or_default();
-        let was_orphan = linked.is_empty() && self.records.contains_key(object);
-        if linked.insert(intent.to_string()) {
-            if let Some(e) = self.intents.get_mut(intent) {
-                e.objects.insert(object.to_string());
-            }
-            change.affected.insert(intent.to_string());
-            if was_orphan {
-                let orphan = format!("{ORPHAN_PREFIX}{object}");
-                change.affected.remove(&orphan);
-                change.removed.insert(orphan);
-            }
-        }
     }
 }
 

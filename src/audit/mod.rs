@@ -19,13 +19,35 @@ use crate::contract::{Contract, Idempotency};
 use crate::model::*;
 use objects::Objects;
 
-/// Everything known about one intent: the events linked to it.
+/// Everything known about one intent: its own events, the records of the objects attributed to
+/// it, and what the ledger learnt about evidence it saw but does not own.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct History {
     pub intent_id: String,
     pub attempts: Vec<Attempt>,
     pub readbacks: Vec<Readback>,
+    /// Observations of the objects this intent owns or provisionally holds.
     pub records: Vec<RecordObservation>,
+    /// Objects this intent's responses or read-backs named that another intent owns: never its
+    /// effect (DESIGN.md "Evidence attribution" 2).
+    pub foreign: Vec<String>,
+    /// Objects linked only because a read-back of this intent listed them and nobody owns them
+    /// yet: they count for the state, never for a finding about effects.
+    pub provisional: Vec<String>,
+    /// Keys this intent sent that other intents sent too.
+    pub shared_keys: Vec<SharedKey>,
+}
+
+/// An idempotency key sent by attempts of two or more intents.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedKey {
+    pub key: String,
+    /// The intent that sent it first: under `replay`, the others receive its saved responses.
+    pub first_intent: String,
+    /// Every other intent that sent it, earliest first.
+    pub others: Vec<String>,
+    /// When a second intent first sent it.
+    pub shared_at: Timestamp,
 }
 
 impl History {
@@ -97,7 +119,19 @@ impl History {
             attempts,
             readbacks,
             records,
+            foreign: self.foreign.clone(),
+            provisional: self.provisional.clone(),
+            shared_keys: self.shared_keys.clone(),
         }
+    }
+
+    /// Whether another intent owns this object.
+    pub fn is_foreign(&self, object_id: &str) -> bool {
+        self.foreign.iter().any(|o| o == object_id)
+    }
+
+    pub fn is_provisional(&self, object_id: &str) -> bool {
+        self.provisional.iter().any(|o| o == object_id)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -151,12 +185,32 @@ pub fn audit(history: &History, contract: Option<&Contract>, now: Timestamp) -> 
         None => fallback_contract(),
     };
     let h = history.canonical();
+    // Sends of the intent's write are spans of the contract's tools; a wrapper span of another
+    // tool that carries the executor's attributes too is not a second send to the downstream.
+    let h = match contract {
+        Some(c) if h.attempts.iter().any(|a| !c.tools.contains(&a.tool)) => {
+            let mut only = h.into_owned();
+            only.attempts.retain(|a| c.tools.contains(&a.tool));
+            std::borrow::Cow::Owned(only)
+        }
+        _ => h,
+    };
     let classes: Vec<AttemptClass> = h.attempts.iter().map(|a| classify(a, c)).collect();
-    let params = Params::of_intent(&h.attempts, c);
+    // A rejected attempt executed nothing: the intent's parameters and its key window start at
+    // the first attempt that was not rejected (fixing the input under the same key is correct).
+    let first_executed = h
+        .attempts
+        .iter()
+        .zip(&classes)
+        .position(|(_, &k)| k != AttemptClass::Rejected);
+    let params = Params::of_intent(&h.attempts, &classes, c);
     let objects = Objects::fold(&h, c, params.currency.as_deref());
     let state = intent_state(&h, &classes, &objects, &params, c);
-    let first_attempt = h.attempts.first().map(|a| a.start);
-    let safe_retry_until = first_attempt.and_then(|t| c.safe_retry_until(t));
+    let window_start = first_executed
+        .map(|i| &h.attempts[i])
+        .or(h.attempts.first())
+        .map(|a| a.start);
+    let safe_retry_until = window_start.and_then(|t| c.safe_retry_until(t));
 
     let ctx = findings::Ctx {
         h: &h,
@@ -168,6 +222,7 @@ pub fn audit(history: &History, contract: Option<&Contract>, now: Timestamp) -> 
         state,
         now,
         safe_retry_until,
+        first_executed,
     };
     let findings = findings::all(&ctx);
     let decision = decide(&ctx);
@@ -288,6 +343,15 @@ fn decide(x: &findings::Ctx) -> Decision {
             let Some(last) = x.h.attempts.last() else {
                 return Decision::Reconcile;
             };
+            // An object is linked but the state is not positive: the effect differs from the
+            // intent. No retry can fix that; only a person decides what is next.
+            if !x.objects.current().is_empty() {
+                return if x.params_differ_from_an_object() {
+                    Decision::Escalate
+                } else {
+                    Decision::Reconcile
+                };
+            }
             let last_class = x.classes[x.classes.len() - 1];
             // A 409 means a request with this key is still executing elsewhere.
             if last_class == AttemptClass::Conflict
@@ -301,9 +365,17 @@ fn decide(x: &findings::Ctx) -> Decision {
             let budget_left =
                 x.c.max_attempts
                     .is_none_or(|m| (x.h.attempts.len() as u64) < m as u64);
+            // A retry under the same key is only as safe as the key: an intent that never
+            // executed under one is unprotected, and a key another intent also sent replays
+            // that intent's responses.
+            let keyed = x
+                .attempts()
+                .any(|(a, k)| k != AttemptClass::Rejected && a.idempotency_key.is_some());
             let same_key_safe = x.c.idempotency != Idempotency::None
                 && x.safe_retry_until.is_some_and(|until| x.now < until)
-                && budget_left;
+                && budget_left
+                && keyed
+                && x.h.shared_keys.is_empty();
             if same_key_safe {
                 Decision::RetrySameKey
             } else {

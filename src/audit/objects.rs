@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::History;
-use crate::contract::Contract;
+use crate::contract::{Contract, Idempotency};
 use crate::model::{Decimal, ObjectView, Timestamp};
 
 /// Where an observation came from. Ordered by how far it is trusted when two observations of
@@ -101,28 +101,34 @@ impl Objects {
         for r in &h.records {
             observe(&r.object_id, r.observed_at, Source::Record, &r.status);
         }
+        // Under `replay` a same-key retry that returns an object already returned under that key
+        // is the saved first response, not a fresh observation of the object.
+        let mut returned: std::collections::HashSet<(&str, &str)> = Default::default();
         for a in &h.attempts {
-            if let Some(id) = &a.object_id {
-                let status = a.object_status.as_deref().unwrap_or(UNOBSERVED_STATUS);
-                observe(id, a.end, Source::Response, status);
+            let Some(id) = a.object_id.as_deref().filter(|id| !h.is_foreign(id)) else {
+                continue;
+            };
+            if let (Idempotency::Replay, Some(key)) = (c.idempotency, a.idempotency_key.as_deref())
+            {
+                if !returned.insert((key, id)) {
+                    continue;
+                }
             }
+            let status = a.object_status.as_deref().unwrap_or(UNOBSERVED_STATUS);
+            observe(id, a.end, Source::Response, status);
         }
         for rb in &h.readbacks {
-            for id in &rb.object_ids {
+            for id in rb.object_ids.iter().filter(|id| !h.is_foreign(id)) {
                 observe(id, rb.at, Source::Readback, UNOBSERVED_STATUS);
             }
         }
         for o in by_id.values_mut() {
-            // A status learned from a response or a record beats a bare "found" at the same or a
-            // later instant: existence says nothing about progress.
-            let known: Vec<Observation> = o
-                .history
-                .iter()
-                .filter(|x| x.source != Source::Readback)
-                .cloned()
-                .collect();
-            if !known.is_empty() {
-                o.history = known;
+            // The downstream's own records say what state an object is in; a response is the
+            // executor's view of it at one moment, and a read-back's bare "found" says nothing
+            // about progress. The most trusted source that observed the object decides.
+            let best = o.history.iter().map(|x| x.source).max();
+            if let Some(best) = best {
+                o.history.retain(|x| x.source == best);
             }
             // Ties: a terminal state outranks a non-terminal one (webhooks for one second arrive
             // in any order), then the downstream's record outranks a response.

@@ -2,7 +2,7 @@
 //! pointers.
 
 use crate::contract::Contract;
-use crate::model::{Attempt, Decimal};
+use crate::model::{Attempt, AttemptClass, Decimal};
 use serde_json::Value;
 
 use super::objects::Object;
@@ -40,13 +40,19 @@ impl Params {
         }
     }
 
-    /// The intent's parameters: those of its first attempt that carries any.
-    pub fn of_intent(attempts: &[Attempt], c: &Contract) -> Params {
-        attempts
-            .iter()
-            .map(|a| Params::of_attempt(a, c))
-            .find(|p| !p.is_empty())
-            .unwrap_or_default()
+    /// The intent's parameters: those of its first attempt that was not rejected and carries
+    /// any (a rejected attempt executed nothing: its input was the one that got fixed), else of
+    /// its first attempt that carries any.
+    pub fn of_intent(attempts: &[Attempt], classes: &[AttemptClass], c: &Contract) -> Params {
+        let first = |executed_only: bool| {
+            attempts
+                .iter()
+                .zip(classes)
+                .filter(|(_, &k)| !executed_only || k != AttemptClass::Rejected)
+                .map(|(a, _)| Params::of_attempt(a, c))
+                .find(|p| !p.is_empty())
+        };
+        first(true).or_else(|| first(false)).unwrap_or_default()
     }
 
     pub fn is_empty(&self) -> bool {

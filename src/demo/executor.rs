@@ -285,10 +285,17 @@ impl Executor {
                     .and_then(|d| to_minor(d, &currency))
                     .map(Value::from)
                     .unwrap_or_else(|| args.pointer("/amount").cloned().unwrap_or(Value::Null));
+                // The demo contracts' record kinds are not Stripe's `refund` (a demo contract must
+                // never claim a real refund), so the webhook names its kind in metadata.
+                let kind = if intent.tool == Tool::Refund {
+                    "demo_refund"
+                } else {
+                    "demo_refund_v2"
+                };
                 json!({
                     "amount": amount,
                     "currency": currency,
-                    "metadata": {"intent_id": intent.id, "order_id": s("/order_id")},
+                    "metadata": {"intent_id": intent.id, "order_id": s("/order_id"), "reckon_kind": kind},
                 })
             }
             Tool::Draft => json!({

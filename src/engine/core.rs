@@ -46,8 +46,8 @@ pub struct EngineCore {
 impl EngineCore {
     pub fn new(contracts: Arc<Contracts>) -> Self {
         EngineCore {
+            ledger: Ledger::with_contracts(contracts.clone()),
             contracts,
-            ledger: Ledger::new(),
             book: EscalationBook::new(),
             verdicts: HashMap::new(),
             schedule: BTreeSet::new(),

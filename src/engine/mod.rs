@@ -200,7 +200,7 @@ impl Engine {
     /// A person claims an escalation. Durable before it returns, and before anyone else sees it.
     pub async fn claim(self: &Arc<Self>, id: &str, by: &str) -> Result<Escalation, EngineError> {
         let (id, by) = (id.to_string(), by.to_string());
-        self.person_action(move |book| book.claimed(&id, &by, wall_now()))
+        self.person_action(move |core| core.book().claimed(&id, &by, wall_now()))
             .await
     }
 
@@ -218,8 +218,13 @@ impl Engine {
             resolution.to_string(),
             note.map(str::to_string),
         );
-        self.person_action(move |book| {
-            book.resolved(&id, &by, &resolution, note.as_deref(), wall_now())
+        self.person_action(move |core| {
+            let verdict = core
+                .book()
+                .get(&id)
+                .and_then(|e| core.verdict(&e.intent_id));
+            core.book()
+                .resolved(&id, &by, &resolution, note.as_deref(), wall_now(), verdict)
         })
         .await
     }
@@ -230,15 +235,13 @@ impl Engine {
     /// recomputed from the newer state and written again, so it is never lost under it.
     async fn person_action(
         self: &Arc<Self>,
-        change: impl Fn(&crate::escalation::EscalationBook) -> Result<Escalation, EscalationError>
-            + Send
-            + 'static,
+        change: impl Fn(&EngineCore) -> Result<Escalation, EscalationError> + Send + 'static,
     ) -> Result<Escalation, EngineError> {
         let engine = self.clone();
         tokio::spawn(async move {
             let _one_at_a_time = engine.person_actions.lock().await;
             loop {
-                let e = change(engine.lock().book())?;
+                let e = change(&engine.lock())?;
                 if engine.lock().book().get(&e.id) == Some(&e) {
                     // Nothing to change (the same person claiming again).
                     return Ok(e);
@@ -279,7 +282,7 @@ impl Engine {
         self.metrics.set_intents(core.intents() as u64);
         for e in &out.escalations {
             if e.version == 1 {
-                tracing::warn!(escalation = %e.id, intent = %e.intent_id, severity = e.severity.as_str(), findings = ?e.findings.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), "escalation opened");
+                tracing::warn!(escalation = %e.id, intent = %e.intent_id, severity = e.severity.as_str(), findings = ?e.findings.iter().map(|f| f.kind.as_str()).collect::<Vec<_>>(), "escalation opened");
             }
         }
         if let Some(tx) = self

@@ -1,9 +1,14 @@
 //! The escalation queue as a pure state machine.
 //!
 //! A high or critical finding opens an escalation for its intent; an intent has at most one open
-//! (or claimed) escalation and later findings join it. A person claims and resolves it. A finding
-//! not seen before that arrives after resolution opens a new one. Every transition takes its time
-//! as an input, and ids are derived from the intent, so a rebuilt book reaches the same state.
+//! (or claimed) escalation and later findings join it. An escalation keeps the findings that
+//! opened it, as they read then, even when later evidence removes them from the verdict. A person
+//! claims and resolves it; the resolution covers the evidence the verdict held at that moment.
+//! After it, the intent's decision is `none` until new evidence arrives, and a new attempt or
+//! object that comes with a high or critical finding (of any kind, a resolved one included), or a
+//! finding no escalation of the intent has held, opens a new escalation. Every transition takes
+//! its time as an input, and ids are derived from the intent, so a rebuilt book reaches the same
+//! state.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -62,7 +67,7 @@ impl EscalationBook {
 
     fn insert(&mut self, e: Escalation) {
         let seen = self.seen.entry(e.intent_id.clone()).or_default();
-        seen.extend(e.findings.iter().cloned());
+        seen.extend(e.findings.iter().map(|f| (f.kind, f.subject.clone())));
         let ids = self.by_intent.entry(e.intent_id.clone()).or_default();
         if !ids.contains(&e.id) {
             ids.push(e.id.clone());
@@ -101,35 +106,43 @@ impl EscalationBook {
             .and_then(|id| self.by_id.get(id))
     }
 
-    /// Take in a fresh verdict: open or join with its new high and critical findings. Returns the
+    /// Take in a fresh verdict: open or join with its high and critical findings. Returns the
     /// escalation that changed, if any.
     pub fn observe(&mut self, verdict: &Verdict) -> Option<Escalation> {
-        let seen = self.seen.get(&verdict.intent_id);
-        let fresh: Vec<&Finding> = verdict
+        let escalating: Vec<&Finding> = verdict
             .findings
             .iter()
             .filter(|f| f.severity.escalates())
-            .filter(|f| !seen.is_some_and(|s| s.contains(&(f.kind, f.subject.clone()))))
             .collect();
-        if fresh.is_empty() {
+        if escalating.is_empty() {
             return None;
         }
-        let severity = fresh
+        let seen = self.seen.get(&verdict.intent_id);
+        let fresh: Vec<&Finding> = escalating
             .iter()
-            .map(|f| f.severity)
-            .max()
-            .unwrap_or(Severity::High);
-        let keys: Vec<(FindingKind, String)> =
-            fresh.iter().map(|f| (f.kind, f.subject.clone())).collect();
+            .copied()
+            .filter(|f| !seen.is_some_and(|s| s.contains(&(f.kind, f.subject.clone()))))
+            .collect();
         let e = match self.open_for(&verdict.intent_id).map(|e| e.id.clone()) {
             Some(id) => {
+                if fresh.is_empty() {
+                    return None;
+                }
                 let e = self.by_id.get_mut(&id)?;
-                e.findings.extend(keys);
-                e.severity = e.severity.max(severity);
+                e.findings.extend(fresh.iter().map(|f| (*f).clone()));
+                e.severity = e.severity.max(max_severity(&fresh));
                 e.version += 1;
                 e.clone()
             }
             None => {
+                // A resolution covers what it saw; new evidence that comes with a high finding
+                // needs a person again, whatever the finding's kind.
+                let new_evidence = self
+                    .latest_for(&verdict.intent_id)
+                    .is_some_and(|latest| has_new_evidence(verdict, &latest.covered, false));
+                if fresh.is_empty() && !new_evidence {
+                    return None;
+                }
                 let n = self
                     .by_intent
                     .get(&verdict.intent_id)
@@ -143,9 +156,10 @@ impl EscalationBook {
                         .iter()
                         .map(|f| f.at)
                         .min()
-                        .unwrap_or(verdict.audited_at),
-                    severity,
-                    findings: keys,
+                        .unwrap_or(verdict.last_event),
+                    severity: max_severity(&escalating),
+                    findings: escalating.iter().map(|f| (*f).clone()).collect(),
+                    covered: Vec::new(),
                     claimed_by: None,
                     claimed_at: None,
                     resolved_by: None,
@@ -167,6 +181,11 @@ impl EscalationBook {
             verdict.decision = Decision::Escalate;
         } else if let Some(latest) = self.latest_for(&verdict.intent_id) {
             verdict.escalation_id = Some(latest.id.clone());
+            // A person settled what the evidence showed; until something new arrives there is
+            // nothing for an executor to do.
+            if !has_new_evidence(verdict, &latest.covered, true) {
+                verdict.decision = Decision::None;
+            }
         }
     }
 
@@ -190,8 +209,9 @@ impl EscalationBook {
         resolution: &str,
         note: Option<&str>,
         now: Timestamp,
+        verdict: Option<&Verdict>,
     ) -> Result<Escalation, EscalationError> {
-        let e = self.resolved(id, by, resolution, note, now)?;
+        let e = self.resolved(id, by, resolution, note, now, verdict)?;
         self.commit(e.clone());
         Ok(e)
     }
@@ -242,7 +262,8 @@ impl EscalationBook {
         Ok(e)
     }
 
-    /// The escalation as it would be once resolved, leaving the book unchanged.
+    /// The escalation as it would be once resolved, leaving the book unchanged. `verdict` is the
+    /// intent's verdict the person saw: the resolution covers its evidence.
     pub fn resolved(
         &self,
         id: &str,
@@ -250,6 +271,7 @@ impl EscalationBook {
         resolution: &str,
         note: Option<&str>,
         now: Timestamp,
+        verdict: Option<&Verdict>,
     ) -> Result<Escalation, EscalationError> {
         if by.trim().is_empty() {
             return Err(EscalationError::Missing("by"));
@@ -270,6 +292,7 @@ impl EscalationBook {
         e.resolved_at = Some(now);
         e.resolution = Some(resolution.to_string());
         e.note = note.map(str::to_string);
+        e.covered = verdict.map(|v| evidence_of(v, true)).unwrap_or_default();
         e.version += 1;
         Ok(e)
     }
@@ -279,4 +302,41 @@ impl EscalationBook {
 pub fn escalation_id(intent_id: &str, n: usize) -> String {
     let digest = Sha256::digest(intent_id.as_bytes());
     format!("esc_{}_{n}", hex::encode(&digest[..8]))
+}
+
+fn max_severity(findings: &[&Finding]) -> Severity {
+    findings
+        .iter()
+        .map(|f| f.severity)
+        .max()
+        .unwrap_or(Severity::High)
+}
+
+/// The evidence a verdict holds, as stable ids: each attempt (`a:{trace}:{span}`) and each
+/// object (`o:{id}`), and with `statuses` each object's status (`s:{id}={status}`). Sorted.
+pub fn evidence_of(v: &Verdict, statuses: bool) -> Vec<String> {
+    let mut out: Vec<String> = v
+        .attempts
+        .iter()
+        .map(|a| format!("a:{}:{}", hex::encode(a.span.trace_id), a.span.span_hex()))
+        .chain(v.objects.iter().map(|o| format!("o:{}", o.object_id)))
+        .collect();
+    if statuses {
+        out.extend(
+            v.objects
+                .iter()
+                .map(|o| format!("s:{}={}", o.object_id, o.status)),
+        );
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Whether the verdict holds evidence a resolution did not cover. Attempts and objects always
+/// count; object statuses only with `statuses`.
+fn has_new_evidence(v: &Verdict, covered: &[String], statuses: bool) -> bool {
+    evidence_of(v, statuses)
+        .iter()
+        .any(|x| covered.binary_search(x).is_err())
 }

@@ -210,6 +210,10 @@ pub fn parse_event(body: &[u8]) -> Result<StripeOutcome, StripeError> {
         None => opt_str(&event, &["data", "object", "metadata", "target"])?,
     };
     let intent_id = opt_str(&event, &["data", "object", "metadata", "intent_id"])?;
+    // Object identity is (kind, id). A Stripe refund is kind `refund` unless the caller named the
+    // contract's record kind in metadata (for a contract whose `record_kind` is not `refund`).
+    let kind = opt_str(&event, &["data", "object", "metadata", "reckon_kind"])?
+        .unwrap_or_else(|| "refund".to_string());
     let idempotency_key = match present(&event, &["request"]) {
         Some(Value::Object(_)) => opt_str(&event, &["request", "idempotency_key"])?,
         _ => None,
@@ -220,7 +224,7 @@ pub fn parse_event(body: &[u8]) -> Result<StripeOutcome, StripeError> {
         event_type,
         record: RecordObservation {
             source: SOURCE.to_string(),
-            kind: Some("refund".to_string()),
+            kind: Some(kind),
             object_id,
             intent_id,
             idempotency_key,

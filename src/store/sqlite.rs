@@ -428,7 +428,7 @@ fn decode_record(row: &rusqlite::Row<'_>) -> Result<(i64, Event), StoreError> {
 
 const ESCALATION_COLS: &str =
     "id, intent_id, status, severity, opened_at, findings, claimed_by, claimed_at,
-    resolved_by, resolved_at, resolution, note, version";
+    resolved_by, resolved_at, resolution, note, version, covered";
 
 fn decode_escalation(row: &rusqlite::Row<'_>) -> Result<Escalation, StoreError> {
     let d = Dec {
@@ -443,21 +443,29 @@ fn decode_escalation(row: &rusqlite::Row<'_>) -> Result<Escalation, StoreError> 
         .ok_or_else(|| d.corrupt("severity", format!("unknown {severity:?}")))?;
     let findings: Vec<EscalationFindingDoc> = serde_json::from_str(d.str(5, "findings")?)
         .map_err(|e| d.corrupt("findings", e.to_string()))?;
+    let opened_at = d.ts(4, "opened_at")?;
     let findings = findings
         .into_iter()
-        .map(|f| match FindingKind::parse(&f.kind) {
-            Some(k) => Ok((k, f.subject)),
+        .map(|f| match f.to_finding(opened_at) {
+            Some(f) => Ok(f),
             None => Err(d.corrupt("findings", format!("unknown finding kind {:?}", f.kind))),
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let covered: Vec<String> = match d.opt_string(13, "covered")? {
+        Some(text) => {
+            serde_json::from_str(&text).map_err(|e| d.corrupt("covered", e.to_string()))?
+        }
+        None => Vec::new(),
+    };
     let version = d.i64(12, "version")?;
     Ok(Escalation {
         id: d.string(0, "id")?,
         intent_id: d.string(1, "intent_id")?,
         status,
-        opened_at: d.ts(4, "opened_at")?,
+        opened_at,
         severity,
         findings,
+        covered,
         claimed_by: d.opt_string(6, "claimed_by")?,
         claimed_at: d.opt_ts(7, "claimed_at")?,
         resolved_by: d.opt_string(8, "resolved_by")?,

@@ -98,13 +98,14 @@ fn lifecycle_open_join_claim_resolve_reopen() {
             "refunded_twice_reversed_one",
             Some("voided re_2"),
             at(6.0 * MIN),
+            Some(&v),
         )
         .unwrap();
     assert_eq!(resolved.status, EscalationStatus::Resolved);
     assert_eq!(resolved.resolved_at, Some(at(6.0 * MIN)));
     assert!(resolved.version > joined.version);
     assert_eq!(
-        book.resolve(&opened.id, "ana", "again", None, at(7.0 * MIN)),
+        book.resolve(&opened.id, "ana", "again", None, at(7.0 * MIN), Some(&v)),
         Err(EscalationError::AlreadyResolved(opened.id.clone()))
     );
 
@@ -130,10 +131,21 @@ fn lifecycle_open_join_claim_resolve_reopen() {
     let v = audit_all(&ledger, "i1", at(9.0 * MIN));
     let second = book.observe(&v).expect("new critical after resolution");
     assert_ne!(second.id, opened.id);
-    assert_eq!(
-        second.findings,
-        vec![(FindingKind::DuplicateEffect, "re_3".to_string())]
+    // It carries the whole picture the person needs, the resolved findings included.
+    let held: Vec<(FindingKind, &str)> = second
+        .findings
+        .iter()
+        .map(|f| (f.kind, f.subject.as_str()))
+        .collect();
+    assert!(
+        held.contains(&(FindingKind::DuplicateEffect, "re_3")),
+        "{held:?}"
     );
+    assert!(
+        held.contains(&(FindingKind::DuplicateEffect, "re_2")),
+        "{held:?}"
+    );
+    assert_eq!(second.opened_at, at(8.0 * MIN), "opened when re_3 appeared");
     assert_eq!(
         book.open_for("i1").map(|e| e.id.clone()),
         Some(second.id.clone())
@@ -193,7 +205,7 @@ fn claim_and_resolve_validate_input() {
         Err(EscalationError::Missing("by"))
     );
     assert_eq!(
-        book.resolve(&e.id, "ana", "", None, at(MIN)),
+        book.resolve(&e.id, "ana", "", None, at(MIN), None),
         Err(EscalationError::Missing("resolution"))
     );
     // Resolving an unclaimed one is allowed.
@@ -204,6 +216,7 @@ fn claim_and_resolve_validate_input() {
             "sent_once_confirmed_with_customer",
             None,
             at(MIN),
+            None,
         )
         .unwrap();
     assert_eq!(resolved.status, EscalationStatus::Resolved);

@@ -2,6 +2,7 @@
 //! notes in shared/seeds expect. No I/O, no sleeps: time is an input.
 
 mod adversarial;
+mod attribution;
 mod escalation;
 mod properties;
 mod seed_matrix;

@@ -225,8 +225,14 @@ proptest! {
             };
             if let Some(d) = expected {
                 prop_assert_eq!(v.decision, d);
+            } else if v.decision == Decision::Escalate {
+                // Only a person decides when a linked effect differs from the intent.
+                prop_assert!(v.findings.iter().any(|f| f.kind == FindingKind::EffectMismatch), "{:#?}", v);
             } else {
                 prop_assert!(matches!(v.decision, Decision::Wait | Decision::RetrySameKey | Decision::Reconcile));
+            }
+            if v.decision == Decision::RetrySameKey {
+                prop_assert!(v.objects.is_empty(), "retry_same_key with a linked object: {:#?}", v);
             }
         }
     }

@@ -240,8 +240,8 @@ impl From<RecordObservation> for E {
 /// Run every event through a ledger, audit `intent` at `now`, and pass the verdict through an
 /// escalation book, as the engine does.
 pub fn verdict_of(events: &[Event], intent: &str, now: Timestamp) -> (Verdict, EscalationBook) {
-    let contracts = contracts();
-    let mut ledger = Ledger::new();
+    let contracts = std::sync::Arc::new(contracts());
+    let mut ledger = Ledger::with_contracts(contracts.clone());
     for e in events {
         ledger.add(e.clone());
     }

@@ -52,6 +52,7 @@ fn proto_span(intent: &str) -> Span {
             kv("gen_ai.operation.name", "execute_tool"),
             kv("gen_ai.tool.name", "issue_refund"),
             kv("reckon.intent.id", intent),
+            kv("reckon.idempotency_key", &format!("key-{intent}")),
             kv("error.type", "timeout"),
             // Padding, so that the cut lands inside a span.
             kv("gen_ai.tool.call.result", &"x".repeat(200)),
@@ -153,6 +154,7 @@ async fn one_malformed_span_among_good_ones_is_rejected_alone() {
                "name": "execute_tool issue_refund", "kind": 3,
                "startTimeUnixNano": t0.to_string(), "endTimeUnixNano": (t0 + 30_000_000_000u128).to_string(),
                "attributes": [{"key": "reckon.intent.id", "value": {"stringValue": intent}},
+                              {"key": "reckon.idempotency_key", "value": {"stringValue": format!("key-{intent}")}},
                               {"key": "error.type", "value": {"stringValue": "timeout"}}],
                "status": {"code": 2}})
     };

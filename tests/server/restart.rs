@@ -97,8 +97,8 @@ async fn scenarios(s: &Server) -> Vec<String> {
         "unknown / retry_same_key / -",
         "pending / wait / -",
         "unknown / escalate / no_idempotency_contract",
-        // Resolved: the audit's own decision; the provider may still send inside its 5 min queue.
-        "unknown / wait / no_idempotency_contract",
+        // Resolved by a person: nothing to do until new evidence arrives.
+        "unknown / none / no_idempotency_contract",
         "completed / escalate / duplicate_effect, new_key_retry, resend_after_terminal",
     ];
     for (i, w) in ids.iter().zip(want) {

@@ -54,12 +54,17 @@ fn span_ref(span: &Span) -> Result<SpanRef, String> {
 
 /// The hot path. Keys are dispatched on their first byte so that the usual attribute
 /// (`http.*`, `net.*`, `service.*`, `llm.*`...) costs one byte comparison.
+///
+/// `reckon.intent.id` alone does not make a tool span: baggage processors copy it onto every
+/// span of a trace (agent steps, HTTP client spans). With no emitter convention, the span must
+/// also carry the executor's `reckon.idempotency_key` or `reckon.action`.
 fn is_tool_span(span: &Span) -> bool {
     let name = span.name.as_str();
     if name == "ai.toolCall" || name == "running tool" || is_execute_tool_name(name) {
         return true;
     }
-    span.attributes.iter().any(|kv| {
+    let (mut intent, mut executor) = (false, false);
+    let marked = span.attributes.iter().any(|kv| {
         let key = kv.key.as_bytes();
         match key.first() {
             Some(b'g') => key == b"gen_ai.operation.name" && value_is(kv, "execute_tool"),
@@ -75,11 +80,18 @@ fn is_tool_span(span: &Span) -> bool {
             }
             Some(b't') => key == b"traceloop.span.kind" && value_is(kv, "tool"),
             Some(b'r') => {
-                key == attr::INTENT_ID.as_bytes() && kv.value.as_ref().is_some_and(has_text)
+                if key == attr::INTENT_ID.as_bytes() {
+                    intent |= kv.value.as_ref().is_some_and(has_text);
+                } else if key == attr::IDEMPOTENCY_KEY.as_bytes() || key == attr::ACTION.as_bytes()
+                {
+                    executor |= kv.value.as_ref().is_some_and(has_text);
+                }
+                intent && executor
             }
             _ => false,
         }
-    })
+    });
+    marked || (intent && executor)
 }
 
 fn is_execute_tool_name(name: &str) -> bool {
@@ -190,6 +202,7 @@ fn tool_span_to_event(span: &Span, id: SpanRef, contracts: &Contracts) -> Outcom
     if intent_attr.is_none() && contract.is_none() {
         return Outcome::Dropped;
     }
+
     // Parsed only now: arguments are the one costly part of a tool span.
     let args = arguments(&scan, span);
     let intent_id = match intent_attr {

@@ -135,6 +135,12 @@ pub struct EscalationRow {
     pub resolution: Option<String>,
     pub note: Option<String>,
     pub version: u64,
+    /// When each finding became true, parallel to `finding_kinds` (empty in rows from before v3).
+    pub finding_ns: Vec<u64>,
+    /// Each finding's explanation as it read then, parallel to `finding_kinds`.
+    pub finding_details: Vec<String>,
+    /// The evidence ids a resolution covered.
+    pub covered: Vec<String>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -499,9 +505,16 @@ pub fn escalation_row(e: &Escalation) -> Result<EscalationRow, StoreError> {
         finding_kinds: e
             .findings
             .iter()
-            .map(|(k, _)| code(&FindingKind::ALL, *k))
+            .map(|f| code(&FindingKind::ALL, f.kind))
             .collect(),
-        finding_subjects: e.findings.iter().map(|(_, s)| s.clone()).collect(),
+        finding_subjects: e.findings.iter().map(|f| f.subject.clone()).collect(),
+        finding_ns: e
+            .findings
+            .iter()
+            .map(|f| ns(f.at, T, "finding_ns"))
+            .collect::<Result<_, _>>()?,
+        finding_details: e.findings.iter().map(|f| f.detail.clone()).collect(),
+        covered: e.covered.clone(),
         claimed_by: e.claimed_by.clone(),
         claimed_at: claimed_ns.map(secs),
         claimed_ns,
@@ -527,19 +540,34 @@ pub fn escalation(r: EscalationRow) -> Result<Escalation, StoreError> {
             ),
         ));
     }
+    let opened_at = ts(r.opened_ns, T, "opened_ns")?;
     let findings = r
         .finding_kinds
         .iter()
         .zip(r.finding_subjects)
-        .map(|(k, s)| Ok((from_code(&FindingKind::ALL, *k, T, "finding_kinds")?, s)))
+        .enumerate()
+        .map(|(i, (k, s))| {
+            let at = match r.finding_ns.get(i) {
+                Some(&n) => ts(n, T, "finding_ns")?,
+                None => opened_at,
+            };
+            let detail = r.finding_details.get(i).cloned().unwrap_or_default();
+            Ok(Finding::new(
+                from_code(&FindingKind::ALL, *k, T, "finding_kinds")?,
+                at,
+                s,
+                detail,
+            ))
+        })
         .collect::<Result<Vec<_>, StoreError>>()?;
     Ok(Escalation {
         id: r.id,
         intent_id: r.intent_id,
         status: from_code(&ESCALATION_STATUSES, r.status, T, "status")?,
-        opened_at: ts(r.opened_ns, T, "opened_ns")?,
+        opened_at,
         severity: from_code(&SEVERITIES, r.severity, T, "severity")?,
         findings,
+        covered: r.covered,
         claimed_by: r.claimed_by,
         claimed_at: r.claimed_ns.map(|n| ts(n, T, "claimed_ns")).transpose()?,
         resolved_by: r.resolved_by,

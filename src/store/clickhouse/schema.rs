@@ -185,6 +185,21 @@ SELECT * FROM (SELECT * FROM reckon_findings FINAL)
 WHERE (intent_id, verdict_version) IN
     (SELECT intent_id, version FROM (SELECT intent_id, version, deleted FROM reckon_verdicts FINAL) WHERE deleted = 0)";
 
+/// v3: the finding `key_shared_across_intents` (adding an enum value is a metadata change on
+/// every supported server), and escalations keep each finding's time and explanation as it read
+/// when it joined, plus the evidence a resolution covered.
+pub const V3_VERDICT_FINDING_KINDS: &str = "
+ALTER TABLE reckon_verdicts MODIFY COLUMN finding_kinds Array(Enum8('duplicate_effect' = 1, 'effect_mismatch' = 2, 'key_reuse_mismatch' = 3, 'new_key_retry' = 4, 'expired_key_retry' = 5, 'no_idempotency_contract' = 6, 'unresolved_unknown' = 7, 'replayed_server_error' = 8, 'misreported_outcome' = 9, 'resend_while_pending' = 10, 'resend_after_terminal' = 11, 'inconclusive_readback_acted_on' = 12, 'stuck_pending' = 13, 'retry_budget_exceeded' = 14, 'orphan_record' = 15, 'key_shared_across_intents' = 16))";
+pub const V3_ESCALATION_FINDING_KINDS: &str = "
+ALTER TABLE reckon_escalations MODIFY COLUMN finding_kinds Array(Enum8('duplicate_effect' = 1, 'effect_mismatch' = 2, 'key_reuse_mismatch' = 3, 'new_key_retry' = 4, 'expired_key_retry' = 5, 'no_idempotency_contract' = 6, 'unresolved_unknown' = 7, 'replayed_server_error' = 8, 'misreported_outcome' = 9, 'resend_while_pending' = 10, 'resend_after_terminal' = 11, 'inconclusive_readback_acted_on' = 12, 'stuck_pending' = 13, 'retry_budget_exceeded' = 14, 'orphan_record' = 15, 'key_shared_across_intents' = 16))";
+pub const V3_FINDING_KIND: &str = "
+ALTER TABLE reckon_findings MODIFY COLUMN kind Enum8('duplicate_effect' = 1, 'effect_mismatch' = 2, 'key_reuse_mismatch' = 3, 'new_key_retry' = 4, 'expired_key_retry' = 5, 'no_idempotency_contract' = 6, 'unresolved_unknown' = 7, 'replayed_server_error' = 8, 'misreported_outcome' = 9, 'resend_while_pending' = 10, 'resend_after_terminal' = 11, 'inconclusive_readback_acted_on' = 12, 'stuck_pending' = 13, 'retry_budget_exceeded' = 14, 'orphan_record' = 15, 'key_shared_across_intents' = 16)";
+pub const V3_ESCALATION_EVIDENCE: &str = "
+ALTER TABLE reckon_escalations
+    ADD COLUMN finding_ns Array(UInt64) COMMENT 'when each finding became true, parallel to finding_kinds',
+    ADD COLUMN finding_details Array(String) COMMENT 'each finding explained as it read when it joined',
+    ADD COLUMN covered Array(String) COMMENT 'evidence ids the resolution covered'";
+
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
@@ -201,6 +216,16 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 2,
         name: "findings table, current views",
         statements: &[V2_FINDINGS, V2_CURRENT_VERDICTS, V2_CURRENT_FINDINGS],
+    },
+    Migration {
+        version: 3,
+        name: "key_shared_across_intents, escalation finding details and covered evidence",
+        statements: &[
+            V3_VERDICT_FINDING_KINDS,
+            V3_ESCALATION_FINDING_KINDS,
+            V3_FINDING_KIND,
+            V3_ESCALATION_EVIDENCE,
+        ],
     },
 ];
 
@@ -236,6 +261,9 @@ mod tests {
             .join("\n")
     }
 
+    /// The finding kinds of v1 and v2, which v3 extends.
+    const FINDING_KINDS_BEFORE_V3: &str = "Enum8('duplicate_effect' = 1, 'effect_mismatch' = 2, 'key_reuse_mismatch' = 3, 'new_key_retry' = 4, 'expired_key_retry' = 5, 'no_idempotency_contract' = 6, 'unresolved_unknown' = 7, 'replayed_server_error' = 8, 'misreported_outcome' = 9, 'resend_while_pending' = 10, 'resend_after_terminal' = 11, 'inconclusive_readback_acted_on' = 12, 'stuck_pending' = 13, 'retry_budget_exceeded' = 14, 'orphan_record' = 15)";
+
     /// The codes written in RowBinary are `index in ALL + 1`; the DDL must say the same.
     #[test]
     fn enum_literals_match_the_rust_enums() {
@@ -263,7 +291,9 @@ mod tests {
             let end = tail.find(')').expect("closing paren") + 1;
             let lit = &tail[..end];
             assert!(
-                expect.iter().any(|e| e == lit) || lit == "Enum8('major' = 1, 'minor' = 2)",
+                expect.iter().any(|e| e == lit)
+                    || lit == "Enum8('major' = 1, 'minor' = 2)"
+                    || lit == FINDING_KINDS_BEFORE_V3,
                 "unexpected enum literal {lit}"
             );
             rest = &tail[end..];

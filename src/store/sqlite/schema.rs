@@ -133,6 +133,12 @@ CREATE INDEX reckon_findings_intent ON reckon_findings (intent_id);
 CREATE INDEX reckon_findings_kind ON reckon_findings (kind, intent_id);
 ";
 
+/// v3: the evidence an escalation's resolution covered (a JSON array of evidence ids), so a new
+/// attempt or object after it can open a new escalation, also after a restart.
+pub const V3_SQL: &str = "
+ALTER TABLE reckon_escalations ADD COLUMN covered TEXT;
+";
+
 /// The attempt-class count columns of `reckon_verdicts`, in [`AttemptClass::ALL`] order.
 pub const CLASS_COLUMNS: [&str; 6] = [
     "attempts_rejected",
@@ -155,6 +161,12 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "findings table, attempt class counts",
         sql: V2_SQL,
         backfill: Some(backfill_v2),
+    },
+    Migration {
+        version: 3,
+        name: "evidence covered by a resolution",
+        sql: V3_SQL,
+        backfill: None,
     },
 ];
 

@@ -171,9 +171,24 @@ fn escalation(id: &str, status: EscalationStatus, opened_at: i64, version: u64) 
         opened_at: Timestamp(opened_at),
         severity: Severity::Critical,
         findings: vec![
-            (FindingKind::DuplicateEffect, "re_1".into()),
-            (FindingKind::NewKeyRetry, "k2".into()),
+            Finding::new(
+                FindingKind::DuplicateEffect,
+                Timestamp(opened_at + 1),
+                "re_1",
+                "object re_1 is a second effect beside re_0",
+            ),
+            Finding::new(
+                FindingKind::NewKeyRetry,
+                Timestamp(opened_at + 1),
+                "k2",
+                "resent under key k2",
+            ),
         ],
+        covered: if status == EscalationStatus::Resolved {
+            vec!["a:00:01".into(), "o:re_1".into(), "s:re_1=succeeded".into()]
+        } else {
+            vec![]
+        },
         claimed_by: (status != EscalationStatus::Open).then(|| "alice".into()),
         claimed_at: (status != EscalationStatus::Open).then_some(Timestamp(opened_at + 5)),
         resolved_by: (status == EscalationStatus::Resolved).then(|| "bob".into()),
@@ -681,7 +696,7 @@ async fn migrates_a_v1_file_keeping_data() {
     }
     assert!(matches!(
         SqliteStore::open_read_only(dir.path()),
-        Err(StoreError::SchemaOutdated { found: 1, known: 2 })
+        Err(StoreError::SchemaOutdated { found: 1, known: 3 })
     ));
     let store = SqliteStore::open(dir.path()).unwrap();
     let events = store.load_events().await.unwrap();
@@ -726,7 +741,7 @@ async fn migrates_a_v1_file_keeping_data() {
             .collect::<Result<_, _>>()
             .unwrap()
     };
-    assert_eq!(versions, vec![1, 2]);
+    assert_eq!(versions, vec![1, 2, 3]);
     // Opening again is a no-op.
     drop(store);
     SqliteStore::open(dir.path()).unwrap();
@@ -745,7 +760,7 @@ async fn refuses_a_newer_schema() {
             err,
             StoreError::SchemaTooNew {
                 found: 99,
-                known: 2
+                known: 3
             }
         ),
         "{err}"

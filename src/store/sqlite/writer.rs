@@ -362,13 +362,13 @@ fn delete_verdicts(conn: &Connection, ids: &[String]) -> Result<(), StoreError> 
 /// `>=` so that, as with ClickHouse's ReplacingMergeTree(version), an equal version is replaced
 /// by the later write while an older one never overwrites a newer one.
 const UPSERT_ESCALATION: &str = "INSERT INTO reckon_escalations (id, intent_id, status, severity, opened_at,
-    findings, claimed_by, claimed_at, resolved_by, resolved_at, resolution, note, version)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+    findings, claimed_by, claimed_at, resolved_by, resolved_at, resolution, note, version, covered)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
     ON CONFLICT (id) DO UPDATE SET intent_id = excluded.intent_id, status = excluded.status,
         severity = excluded.severity, opened_at = excluded.opened_at, findings = excluded.findings,
         claimed_by = excluded.claimed_by, claimed_at = excluded.claimed_at, resolved_by = excluded.resolved_by,
         resolved_at = excluded.resolved_at, resolution = excluded.resolution, note = excluded.note,
-        version = excluded.version
+        version = excluded.version, covered = excluded.covered
     WHERE excluded.version >= reckon_escalations.version";
 
 fn put_escalations(conn: &Connection, escalations: &[Escalation]) -> Result<(), StoreError> {
@@ -377,13 +377,12 @@ fn put_escalations(conn: &Connection, escalations: &[Escalation]) -> Result<(), 
         let findings: Vec<crate::codec::EscalationFindingDoc> = e
             .findings
             .iter()
-            .map(|(k, s)| crate::codec::EscalationFindingDoc {
-                kind: k.as_str().into(),
-                subject: s.clone(),
-            })
+            .map(crate::codec::EscalationFindingDoc::from_finding)
             .collect();
         let findings =
             serde_json::to_string(&findings).map_err(|e| StoreError::WriteFailed(e.to_string()))?;
+        let covered = serde_json::to_string(&e.covered)
+            .map_err(|e| StoreError::WriteFailed(e.to_string()))?;
         upsert.execute(params![
             e.id,
             e.intent_id,
@@ -399,6 +398,7 @@ fn put_escalations(conn: &Connection, escalations: &[Escalation]) -> Result<(), 
             e.note,
             // Versions beyond i64 are not a real case; saturating keeps "highest wins" intact.
             i64::try_from(e.version).unwrap_or(i64::MAX),
+            covered,
         ])?;
     }
     Ok(())

@@ -1,0 +1,603 @@
+//! DESIGN.md "Evidence attribution": which evidence belongs to which intent when intents share
+//! an order, a key or a downstream. Each case is one history a real executor or downstream
+//! produces; `check` also replays it reversed and re-sent.
+
+use super::support::*;
+use reckon::escalation::EscalationBook;
+use reckon::model::*;
+
+const R: &str = "issue_refund";
+
+fn refund(intent: &str, start: f64, key: &str, amount: &str) -> Attempt {
+    attempt(intent, R, start, 0.4)
+        .key(key)
+        .args(refund_args(amount))
+}
+
+fn timed_out(intent: &str, start: f64, key: &str, amount: &str) -> Attempt {
+    attempt(intent, R, start, 30.0)
+        .key(key)
+        .args(refund_args(amount))
+        .timeout()
+}
+
+/// Stripe's record of a refund in major units on order 1042.
+fn refund_record(intent: Option<&str>, object: &str, status: &str, at: f64, minor: i128) -> Event {
+    ev(stripe_refund(intent, object, status, at, minor, "usd"))
+}
+
+fn object_ids(v: &Verdict) -> Vec<&str> {
+    v.objects.iter().map(|o| o.object_id.as_str()).collect()
+}
+
+#[test]
+fn a_read_back_of_the_order_lists_another_intents_refund() {
+    // Two intended refunds of 22.50 on order 1042. B succeeded; A timed out and never
+    // committed; A's read-back "refunds for order 1042" lists B's refund.
+    let events = [
+        ev(timed_out("A", 0.0, "kA", "22.50")),
+        ev(refund("B", 5.0, "kB", "22.50")
+            .http(200)
+            .object("re_B", "succeeded")),
+        refund_record(Some("B"), "re_B", "succeeded", 5.5, 2250),
+        ev(readback("A", "list_refunds", 90.0, &["re_B"])),
+    ];
+    let a = check(
+        "A's read lists B's refund",
+        &events,
+        "A",
+        at(2.0 * MIN),
+        "unknown / retry_same_key / -",
+    );
+    assert!(object_ids(&a).is_empty(), "re_B is B's, never A's: {a:#?}");
+    let b = check("B", &events, "B", at(2.0 * MIN), "completed / none / -");
+    assert_eq!(object_ids(&b), ["re_B"]);
+}
+
+#[test]
+fn a_read_back_listing_both_refunds_is_no_duplicate() {
+    let events = [
+        ev(timed_out("A", 0.0, "kA", "22.50")),
+        refund_record(Some("A"), "re_A", "succeeded", 10.0, 2250),
+        ev(refund("B", 5.0, "kB", "22.50")
+            .http(200)
+            .object("re_B", "succeeded")),
+        refund_record(Some("B"), "re_B", "succeeded", 5.5, 2250),
+        ev(readback("A", "list_refunds", 90.0, &["re_A", "re_B"])),
+        ev(readback("B", "list_refunds", 95.0, &["re_A", "re_B"])),
+    ];
+    let a = check("A", &events, "A", at(5.0 * MIN), "completed / none / -");
+    assert_eq!(object_ids(&a), ["re_A"]);
+    let b = check("B", &events, "B", at(5.0 * MIN), "completed / none / -");
+    assert_eq!(object_ids(&b), ["re_B"]);
+}
+
+#[test]
+fn a_response_returning_an_object_names_its_owner_when_no_record_does() {
+    // B's record has no intent id and no key yet, but B's own response returned it: B owns it,
+    // and A's read of the order says nothing about A.
+    let events = [
+        ev(timed_out("A", 0.0, "kA", "22.50")),
+        ev(refund("B", 5.0, "kB", "22.50")
+            .http(200)
+            .object("re_B", "succeeded")),
+        refund_record(None, "re_B", "succeeded", 5.5, 2250),
+        ev(readback("A", "list_refunds", 90.0, &["re_B"])),
+    ];
+    check(
+        "A",
+        &events,
+        "A",
+        at(2.0 * MIN),
+        "unknown / retry_same_key / -",
+    );
+    check("B", &events, "B", at(2.0 * MIN), "completed / none / -");
+}
+
+#[test]
+fn an_unowned_listed_object_links_provisionally_and_moves_to_its_owner() {
+    let before = [
+        ev(timed_out("A", 0.0, "kA", "22.50")),
+        ev(readback("A", "list_refunds", 90.0, &["re_X"])),
+        refund_record(None, "re_X", "succeeded", 60.0, 2250),
+    ];
+    // Nobody owns re_X yet: it is A's for now (a read that finds what A asked for).
+    let a = check(
+        "provisional",
+        &before,
+        "A",
+        at(2.0 * MIN),
+        "completed / none / -",
+    );
+    assert_eq!(object_ids(&a), ["re_X"]);
+
+    // Its owner shows up: a record naming B.
+    let mut after = before.to_vec();
+    after.push(refund_record(Some("B"), "re_X", "succeeded", 61.0, 2250));
+    let a = check(
+        "moved",
+        &after,
+        "A",
+        at(2.0 * MIN),
+        "unknown / retry_same_key / -",
+    );
+    assert!(object_ids(&a).is_empty());
+    check("owner", &after, "B", at(2.0 * MIN), "completed / none / -");
+}
+
+#[test]
+fn a_provisional_object_never_raises_an_effect_finding() {
+    // A owns re_A; the read of the order also lists re_Y, whose owner is not known yet. That is
+    // not a duplicate refund (nor a mismatched one) until something attributes it to A.
+    let events = [
+        ev(refund("A", 0.0, "kA", "22.50")
+            .http(200)
+            .object("re_A", "succeeded")),
+        refund_record(Some("A"), "re_A", "succeeded", 0.5, 2250),
+        refund_record(None, "re_Y", "succeeded", 20.0, 999),
+        ev(readback("A", "list_refunds", 90.0, &["re_A", "re_Y"])),
+    ];
+    check("A", &events, "A", at(5.0 * MIN), "completed / none / -");
+}
+
+#[test]
+fn one_key_two_intents_under_replay() {
+    // A careless executor sends A and B under one key; the downstream replays A's saved
+    // response to B. One refund exists; the customer is owed two.
+    let events = [
+        ev(refund("A", 0.0, "k-shared", "45.00")
+            .http(200)
+            .object("re_1", "succeeded")),
+        ev(refund("B", 10.0, "k-shared", "45.00")
+            .http(200)
+            .object("re_1", "succeeded")),
+        ev(with_key(
+            stripe_refund(None, "re_1", "succeeded", 0.5, 4500, "usd"),
+            "k-shared",
+        )),
+    ];
+    let a = check(
+        "first sender",
+        &events,
+        "A",
+        at(2.0 * MIN),
+        "completed / escalate / key_shared_across_intents",
+    );
+    assert_eq!(object_ids(&a), ["re_1"]);
+    let b = check(
+        "second sender",
+        &events,
+        "B",
+        at(2.0 * MIN),
+        "unknown / escalate / key_shared_across_intents",
+    );
+    assert!(
+        object_ids(&b).is_empty(),
+        "the replayed response is A's refund: {b:#?}"
+    );
+    let f = &b.findings[0];
+    assert_eq!((f.subject.as_str(), f.at), ("k-shared", at(10.0)));
+    assert!(f.detail.contains("first sent by intent A"), "{}", f.detail);
+}
+
+#[test]
+fn one_key_two_intents_without_records() {
+    let events = [
+        ev(refund("A", 0.0, "k-shared", "45.00")
+            .http(200)
+            .object("re_1", "succeeded")),
+        ev(refund("B", 10.0, "k-shared", "45.00")
+            .http(200)
+            .object("re_1", "succeeded")),
+    ];
+    check(
+        "A",
+        &events,
+        "A",
+        at(2.0 * MIN),
+        "completed / escalate / key_shared_across_intents",
+    );
+    check(
+        "B",
+        &events,
+        "B",
+        at(2.0 * MIN),
+        "unknown / escalate / key_shared_across_intents",
+    );
+}
+
+#[test]
+fn a_record_naming_an_intent_outranks_the_key_it_carries() {
+    // The record says B made re_1, with A's key (the executor reused it). It is B's effect.
+    let events = [
+        ev(timed_out("A", 0.0, "kA", "45.00")),
+        ev(with_key(
+            stripe_refund(Some("B"), "re_1", "succeeded", 5.0, 4500, "usd"),
+            "kA",
+        )),
+    ];
+    let a = check(
+        "A",
+        &events,
+        "A",
+        at(2.0 * MIN),
+        "unknown / retry_same_key / -",
+    );
+    assert!(object_ids(&a).is_empty());
+}
+
+#[test]
+fn a_keyless_timeout_is_never_retried_with_the_same_key() {
+    let events = [ev(attempt("A", R, 0.0, 30.0)
+        .args(refund_args("45.00"))
+        .timeout())];
+    let v = check(
+        "keyless",
+        &events,
+        "A",
+        at(2.0 * MIN),
+        "unknown / reconcile / -",
+    );
+    assert!(v.idempotency_keys.is_empty());
+}
+
+#[test]
+fn a_keyless_resend_after_a_keyed_timeout_is_a_new_key() {
+    let events = [
+        ev(timed_out("A", 0.0, "k1", "45.00")),
+        ev(attempt("A", R, 40.0, 30.0)
+            .args(refund_args("45.00"))
+            .timeout()),
+    ];
+    let v = check(
+        "keyed then keyless",
+        &events,
+        "A",
+        at(3.0 * MIN),
+        "unknown / escalate / new_key_retry",
+    );
+    assert!(
+        v.findings[0].detail.contains("(no key)"),
+        "{}",
+        v.findings[0].detail
+    );
+}
+
+#[test]
+fn two_keyless_sends_are_unprotected_and_never_retry_same_key() {
+    let events = [
+        ev(attempt("A", R, 0.0, 30.0)
+            .args(refund_args("45.00"))
+            .timeout()),
+        ev(attempt("A", R, 40.0, 30.0)
+            .args(refund_args("45.00"))
+            .timeout()),
+    ];
+    check(
+        "keyless twice",
+        &events,
+        "A",
+        at(3.0 * MIN),
+        "unknown / reconcile / -",
+    );
+}
+
+#[test]
+fn fixed_input_under_the_same_key_is_row_one_done_right() {
+    let events = [
+        ev(attempt("A", R, 0.0, 0.2)
+            .key("k1")
+            .args(refund_args("-5"))
+            .http(422)),
+        ev(refund("A", 60.0, "k1", "45.00")
+            .http(200)
+            .object("re_1", "succeeded")),
+        refund_record(Some("A"), "re_1", "succeeded", 61.0, 4500),
+    ];
+    let v = check(
+        "fixed input",
+        &events,
+        "A",
+        at(5.0 * MIN),
+        "completed / none / -",
+    );
+    // The key window starts at the send that executed, not at the rejected one.
+    assert_eq!(
+        v.safe_retry_until,
+        Some(at(60.0 + 23.0 * HOUR)),
+        "{:?}",
+        v.safe_retry_until
+    );
+}
+
+#[test]
+fn a_resend_after_a_rejection_counts_the_window_from_the_executed_send() {
+    // Rejected at 0, executed at 23h30m (timed out), retried at 23h33m: past the window a
+    // rejected first send would open (23h), inside the one of the send that executed.
+    let events = [
+        ev(attempt("A", R, 0.0, 0.2)
+            .key("k1")
+            .args(refund_args("-5"))
+            .http(422)),
+        ev(timed_out("A", 23.5 * HOUR, "k1", "45.00")),
+        ev(timed_out("A", 23.55 * HOUR, "k1", "45.00")),
+    ];
+    check(
+        "window from the executed send",
+        &events,
+        "A",
+        at(23.6 * HOUR),
+        "unknown / retry_same_key / -",
+    );
+}
+
+#[test]
+fn amounts_compare_by_value_under_one_key() {
+    let events = [
+        ev(attempt("A", R, 0.0, 30.0)
+            .key("k1")
+            .args(r#"{"order_id":"1042","amount":45,"currency":"usd"}"#.into())
+            .timeout()),
+        ev(attempt("A", R, 40.0, 0.3)
+            .key("k1")
+            .args(r#"{"order_id":1042,"amount":"45.00","currency":"usd"}"#.into())
+            .http(200)
+            .object("re_1", "succeeded")),
+    ];
+    check(
+        "45 = 45.00",
+        &events,
+        "A",
+        at(2.0 * MIN),
+        "completed / none / -",
+    );
+}
+
+#[test]
+fn a_changed_non_parameter_argument_under_one_key_is_still_a_mismatch() {
+    let events = [
+        ev(attempt("A", R, 0.0, 30.0)
+            .key("k1")
+            .args(r#"{"order_id":"1042","amount":45,"currency":"usd","reason":"duplicate"}"#.into())
+            .timeout()),
+        ev(attempt("A", R, 40.0, 30.0)
+            .key("k1")
+            .args(
+                r#"{"order_id":"1042","amount":45,"currency":"usd","reason":"fraudulent"}"#.into(),
+            )
+            .timeout()),
+    ];
+    check(
+        "reason changed",
+        &events,
+        "A",
+        at(2.0 * MIN),
+        "unknown / escalate / key_reuse_mismatch",
+    );
+}
+
+#[test]
+fn server_errors_reported_only_as_error_type_are_replayed() {
+    let send = |start: f64| {
+        ev(attempt("A", R, start, 0.3)
+            .key("k1")
+            .args(refund_args("45.00"))
+            .error("500"))
+    };
+    let events = [send(0.0), send(70.0), send(140.0)];
+    check(
+        "error.type 500, three times",
+        &events,
+        "A",
+        at(4.0 * MIN),
+        "unknown / escalate / replayed_server_error",
+    );
+}
+
+#[test]
+fn a_wrapper_span_of_another_tool_is_not_a_send() {
+    // A rejected refund plus the executor's `agent.step` span that carries the same intent id.
+    let events = [
+        ev(attempt("A", "agent.step", -1.0, 5.0)),
+        ev(attempt("A", R, 0.0, 0.2)
+            .key("k1")
+            .args(refund_args("-5"))
+            .http(422)),
+    ];
+    let v = check(
+        "wrapper and a rejection",
+        &events,
+        "A",
+        at(MIN),
+        "failed_before_execution / fix_input / -",
+    );
+    assert_eq!((v.tool.as_deref(), v.attempts.len()), (Some(R), 1));
+}
+
+#[test]
+fn two_downstreams_numbering_from_1001_keep_their_objects_apart() {
+    // Refund 1001 belongs to A; invoice draft 1001 to D. Neither sees the other's.
+    let events = [
+        ev(refund("A", 0.0, "kA", "45.00")
+            .http(200)
+            .object("1001", "succeeded")),
+        ev(attempt("D", "create_bill_draft", 1.0, 0.3)
+            .key("kD")
+            .args(draft_args("ACME", "120.00"))
+            .http(201)
+            .object("1001", "created")),
+        ev(major(
+            RecordObservation {
+                kind: Some("draft".into()),
+                ..record(None, "1001", "created", 1.5)
+            },
+            "120.00",
+            "EUR",
+            "ACME",
+        )),
+        ev(stripe_refund(None, "1001", "succeeded", 0.5, 4500, "usd")),
+    ];
+    let a = check("refund 1001", &events, "A", at(MIN), "completed / none / -");
+    assert_eq!(a.objects[0].amount, Decimal::parse("45"));
+    let d = check("draft 1001", &events, "D", at(MIN), "completed / none / -");
+    assert_eq!(d.objects[0].amount, Decimal::parse("120"));
+}
+
+#[test]
+fn a_refund_can_fail_after_succeeding_but_never_go_back_to_pending() {
+    let events = [
+        ev(refund("A", 0.0, "k1", "45.00")
+            .http(200)
+            .object("re_1", "pending")),
+        refund_record(Some("A"), "re_1", "succeeded", 10.0, 4500),
+        refund_record(Some("A"), "re_1", "pending", 11.0, 4500),
+    ];
+    check("no way back", &events, "A", at(MIN), "completed / none / -");
+    let mut failed = events.to_vec();
+    failed.push(refund_record(Some("A"), "re_1", "failed", 12.0, 4500));
+    check(
+        "failed later",
+        &failed,
+        "A",
+        at(MIN),
+        "failed_after_execution / new_intent / -",
+    );
+}
+
+#[test]
+fn records_outrank_responses_for_an_objects_status() {
+    // The response said succeeded; the downstream's records say it failed.
+    let events = [
+        ev(refund("A", 0.0, "k1", "45.00")
+            .http(200)
+            .object("re_1", "succeeded")),
+        refund_record(Some("A"), "re_1", "failed", 0.2, 4500),
+    ];
+    check(
+        "record over response",
+        &events,
+        "A",
+        at(MIN),
+        "failed_after_execution / new_intent / -",
+    );
+}
+
+// The escalation rules after resolution.
+
+fn resolve(book: &mut EscalationBook, v: &Verdict, now: Timestamp) {
+    let id = book
+        .open_for(&v.intent_id)
+        .expect("an open escalation")
+        .id
+        .clone();
+    book.resolve(&id, "ana", "checked", None, now, Some(v))
+        .expect("resolves");
+}
+
+/// Audit `intent` over `events` at `now` through `book`, as the engine does.
+fn step(book: &mut EscalationBook, events: &[Event], intent: &str, now: Timestamp) -> Verdict {
+    let contracts = std::sync::Arc::new(contracts());
+    let mut ledger = reckon::audit::Ledger::with_contracts(contracts.clone());
+    for e in events {
+        ledger.add(e.clone());
+    }
+    let h = ledger.history(intent).expect("intent");
+    let mut v = reckon::audit::audit(&h, reckon::audit::Ledger::contract_for(&h, &contracts), now);
+    book.observe(&v);
+    book.apply(&mut v);
+    v
+}
+
+#[test]
+fn an_email_timing_out_again_after_a_resolution_escalates_again() {
+    let mut book = EscalationBook::new();
+    let mut events = vec![ev(attempt("E", "send_email", 0.0, 30.0).timeout())];
+    let v = step(&mut book, &events, "E", at(MIN));
+    assert_eq!(v.decision, Decision::Escalate);
+    resolve(&mut book, &v, at(2.0 * MIN));
+    let v = step(&mut book, &events, "E", at(3.0 * MIN));
+    assert_eq!(v.decision, Decision::None, "settled by a person");
+    assert!(book.open_for("E").is_none());
+
+    events.push(ev(attempt("E", "send_email", 4.0 * MIN, 30.0).timeout()));
+    let v = step(&mut book, &events, "E", at(5.0 * MIN));
+    let second = book
+        .open_for("E")
+        .expect("the new send needs a person again");
+    assert!(second.id.ends_with("_2"), "{}", second.id);
+    assert_eq!(v.decision, Decision::Escalate);
+    assert!(second
+        .findings
+        .iter()
+        .any(|f| f.kind == FindingKind::NoIdempotencyContract));
+}
+
+#[test]
+fn a_resolved_partial_refund_is_never_retried() {
+    let mut book = EscalationBook::new();
+    let mut events = vec![
+        ev(timed_out("A", 0.0, "k1", "45.00")),
+        refund_record(Some("A"), "re_1", "succeeded", 10.0, 2000),
+    ];
+    let v = step(&mut book, &events, "A", at(2.0 * MIN));
+    assert_eq!(
+        (v.state, v.decision),
+        (IntentState::Unknown, Decision::Escalate)
+    );
+    resolve(&mut book, &v, at(3.0 * MIN));
+    let v = step(&mut book, &events, "A", at(4.0 * MIN));
+    assert_eq!(
+        v.decision,
+        Decision::None,
+        "not retry_same_key: that would refund 45 again"
+    );
+
+    // Without the book, the audit itself says only a person decides.
+    let (bare, _) = verdict_of(&events, "A", at(4.0 * MIN));
+    assert!(bare
+        .findings
+        .iter()
+        .any(|f| f.kind == FindingKind::EffectMismatch));
+
+    // The refund then fails: new evidence, and the decision follows it again.
+    events.push(refund_record(Some("A"), "re_1", "failed", 5.0 * MIN, 2000));
+    let v = step(&mut book, &events, "A", at(6.0 * MIN));
+    assert_eq!(
+        (v.state, v.decision),
+        (IntentState::FailedAfterExecution, Decision::NewIntent)
+    );
+}
+
+#[test]
+fn an_escalation_keeps_the_findings_that_opened_it() {
+    // A second refund recorded pending raises duplicate_effect; it fails right after, which
+    // removes the finding from the verdict, not from the escalation.
+    let mut book = EscalationBook::new();
+    let mut events = vec![
+        ev(refund("A", 0.0, "k1", "45.00")
+            .http(200)
+            .object("re_1", "succeeded")),
+        refund_record(Some("A"), "re_1", "succeeded", 0.5, 4500),
+        refund_record(Some("A"), "re_2", "pending", 20.0, 4500),
+    ];
+    let v = step(&mut book, &events, "A", at(MIN));
+    assert!(v
+        .findings
+        .iter()
+        .any(|f| f.kind == FindingKind::DuplicateEffect));
+    events.push(refund_record(Some("A"), "re_2", "failed", 21.0, 4500));
+    let v = step(&mut book, &events, "A", at(2.0 * MIN));
+    assert!(v.findings.is_empty(), "{:?}", v.findings);
+    let e = book.open_for("A").expect("still open");
+    assert_eq!(v.decision, Decision::Escalate);
+    let f = &e.findings[0];
+    assert_eq!(
+        (f.kind, f.subject.as_str()),
+        (FindingKind::DuplicateEffect, "re_2")
+    );
+    assert!(
+        f.detail.contains("re_2"),
+        "the person sees why: {}",
+        f.detail
+    );
+}
