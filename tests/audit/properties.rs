@@ -140,8 +140,8 @@ fn one_content_per_identity(events: Vec<Event>) -> Vec<Event> {
 }
 
 fn verdicts(events: &[Event], now: Timestamp) -> Vec<Verdict> {
-    let contracts = contracts();
-    let mut ledger = Ledger::new();
+    let contracts = std::sync::Arc::new(contracts());
+    let mut ledger = Ledger::with_contracts(contracts.clone());
     for e in events {
         ledger.add(e.clone());
     }
@@ -153,8 +153,121 @@ fn verdicts(events: &[Event], now: Timestamp) -> Vec<Verdict> {
     out
 }
 
+/// Histories of two intents, `s-intent` and `t-intent`, that share everything a messy world
+/// shares: the order (every refund is on order 1042), the key pool, the object ids, read-backs
+/// that list whatever the order holds, and records naming either intent or none.
+fn arb_shared_events() -> impl Strategy<Value = Vec<Event>> {
+    (arb_events("s"), prop::collection::vec(0u8..3, 14)).prop_map(|(events, owners)| {
+        events
+            .into_iter()
+            .zip(owners.into_iter().cycle())
+            .map(|(e, o)| {
+                let who = if o == 1 { "t-intent" } else { "s-intent" };
+                match e {
+                    Event::Attempt(mut a) => {
+                        a.intent_id = who.into();
+                        Event::Attempt(a)
+                    }
+                    Event::Readback(mut r) => {
+                        r.intent_id = who.into();
+                        Event::Readback(r)
+                    }
+                    Event::Record(mut r) => {
+                        r.intent_id = match o {
+                            0 => r.intent_id,
+                            1 => Some("t-intent".into()),
+                            _ => None,
+                        };
+                        Event::Record(r)
+                    }
+                }
+            })
+            .collect()
+    })
+}
+
+/// A's namespace untouched, plus intent B's own events and read-backs of the shared order that
+/// list A's objects too.
+fn arb_unrelated() -> impl Strategy<Value = (Vec<Event>, Vec<Event>)> {
+    (
+        arb_events("a"),
+        arb_events("b"),
+        prop::collection::vec((0u32..3000, prop::collection::vec(0usize..3, 0..3)), 0..3),
+    )
+        .prop_map(|(a, b, reads)| {
+            let mut b: Vec<Event> = b
+                .into_iter()
+                .map(|e| match e {
+                    // B's records say they are B's: an unrelated intent's effects are attributed.
+                    Event::Record(mut r) => {
+                        r.intent_id = Some("b-intent".into());
+                        Event::Record(r)
+                    }
+                    other => other,
+                })
+                .collect();
+            for (i, (t, found)) in reads.into_iter().enumerate() {
+                b.push(Event::Readback(Readback {
+                    span: span(u64::MAX - i as u64),
+                    intent_id: "b-intent".into(),
+                    tool: "list_refunds".into(),
+                    at: at(t as f64),
+                    end: at(t as f64 + 0.2),
+                    object_ids: found.into_iter().map(|o| format!("a-re{o}")).collect(),
+                    reported_outcome: None,
+                }));
+            }
+            (a, b)
+        })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: CASES, ..ProptestConfig::default() })]
+
+    #[test]
+    fn an_owned_object_never_appears_in_another_intents_verdict(events in arb_shared_events(), now in 0u32..200_000) {
+        let now = at(now as f64);
+        for v in verdicts(&events, now) {
+            for o in &v.objects {
+                // Rule 1: the earliest record that names an intent names the owner.
+                let named = events
+                    .iter()
+                    .filter_map(|e| match e {
+                        Event::Record(r) if r.object_id == o.object_id && r.intent_id.is_some() => Some(r),
+                        _ => None,
+                    })
+                    .min_by(|a, b| audit::record_order(a).cmp(&audit::record_order(b)));
+                if let Some(r) = named {
+                    prop_assert_eq!(
+                        r.intent_id.as_deref(), Some(v.intent_id.as_str()),
+                        "object {} is {:?}'s, yet in {}'s verdict", o.object_id, r.intent_id, v.intent_id
+                    );
+                }
+            }
+        }
+        // And the shared histories stay order-independent.
+        let mut reversed = events.clone();
+        reversed.reverse();
+        prop_assert_eq!(verdicts(&events, now), verdicts(&reversed, now));
+    }
+
+    #[test]
+    fn an_unrelated_intent_on_the_same_order_never_changes_a_verdict((a, b) in arb_unrelated(), now in 0u32..200_000) {
+        let now = at(now as f64);
+        // Real intents only: an unowned record (`orphan:...`) legitimately links to whoever
+        // reads it next, the unrelated intent included (DESIGN.md attribution rule 3).
+        let real = |vs: Vec<Verdict>| -> Vec<Verdict> {
+            vs.into_iter().filter(|v| !v.intent_id.starts_with(audit::ORPHAN_PREFIX)).collect()
+        };
+        let alone = real(verdicts(&a, now));
+        let mut both = a.clone();
+        both.extend(b);
+        let together: Vec<Verdict> = real(verdicts(&both, now))
+            .into_iter()
+            .filter(|v| alone.iter().any(|x| x.intent_id == v.intent_id))
+            .collect();
+        prop_assert_eq!(alone, together);
+    }
 
     #[test]
     fn order_and_resending_do_not_change_verdicts(

@@ -427,8 +427,31 @@ fn pydantic_ai_v2_running_tool_span() {
     );
 }
 
-/// Any span with `reckon.intent.id` is audited, contract or not; with no tool attribute its
-/// name is the tool.
+/// Baggage processors copy `reckon.intent.id` onto every span of a trace. Such a span (an agent
+/// step, an HTTP client span) with nothing else of the executor's is context, not an attempt.
+#[test]
+fn reckon_intent_id_from_baggage_alone_is_context() {
+    let span = |name: &str, extra: &str| {
+        format!(
+            r#"{{"traceId":"{TRACE}","spanId":"{SPAN}","name":"{name}",
+            "startTimeUnixNano":"{START}","endTimeUnixNano":"{END}",
+            "attributes":[
+              {{"key":"reckon.intent.id","value":{{"stringValue":"int_1"}}}}{extra},
+              {{"key":"http.response.status_code","value":{{"intValue":"422"}}}}]}}"#
+        )
+    };
+    for name in ["agent.step", "POST /v1/refunds", "issue_refund"] {
+        let d = decode(&traces_doc("agent", &span(name, "")));
+        assert_eq!((d.events.len(), d.rejected), (0, 0), "{name}: {d:?}");
+    }
+    // With the executor's key it is a send again.
+    let keyed = r#",{"key":"reckon.idempotency_key","value":{"stringValue":"k1"}}"#;
+    let a = one_attempt(&traces_doc("agent", &span("issue_refund", keyed)));
+    assert_eq!(a.idempotency_key.as_deref(), Some("k1"));
+}
+
+/// A span with `reckon.intent.id` and the executor's `reckon.action` or key is audited,
+/// contract or not; with no tool attribute its name is the tool.
 #[test]
 fn reckon_intent_id_alone_makes_an_audited_span() {
     let doc = traces_doc(
