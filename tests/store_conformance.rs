@@ -175,6 +175,10 @@ macro_rules! conformance {
             async fn concurrent_appends_all_durable() {
                 run(|h| async move { super::concurrent_appends_all_durable(&*h).await }).await
             }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn unholdable_times_are_refused_alone() {
+                run(|h| async move { super::unholdable_times_are_refused_alone(&*h).await }).await
+            }
         }
     };
 }
@@ -902,6 +906,75 @@ where
         t.await.expect("task");
     }
     assert_eq!(store.load_events().await.unwrap().len(), 80);
+}
+
+/// A time a store cannot hold (ClickHouse: before 1970, or past 2106 in a `DateTime`) refuses
+/// its event alone, identically on every backend: the rest of the batch is stored, so a client
+/// retrying the batch is not blocked forever by one poison item.
+async fn unholdable_times_are_refused_alone<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let with = |e: Event, f: &dyn Fn(&mut Event)| {
+        let mut e = e;
+        f(&mut e);
+        e
+    };
+    let good_attempt = A::new(1, "intent-ok", 0).event();
+    let good_record = record("re_ok", Some("intent-ok"), None, "succeeded", 5);
+    let pre_1970 = with(record("re_old", None, None, "succeeded", 6), &|e| {
+        if let Event::Record(r) = e {
+            r.observed_at = Timestamp(-1_000_000_000);
+        }
+    });
+    let created_pre_1970 = with(record("re_created", None, None, "succeeded", 7), &|e| {
+        if let Event::Record(r) = e {
+            r.created_at = Some(Timestamp(-86_400_000_000_000));
+        }
+    });
+    let after_2106 = with(A::new(2, "intent-late", 0).event(), &|e| {
+        if let Event::Attempt(a) = e {
+            a.start = reckon::store::LATEST_HOLDABLE + Dur(1);
+            a.end = a.start;
+        }
+    });
+    let batch = vec![
+        good_attempt.clone(),
+        pre_1970,
+        created_pre_1970,
+        after_2106,
+        good_record.clone(),
+    ];
+    let flags = store
+        .append(batch.clone())
+        .await
+        .expect("the batch is not failed");
+    assert_eq!(flags, [true, false, false, false, true]);
+    assert_eq!(
+        sorted_events(store.load_events().await.unwrap()),
+        sorted_events(vec![good_attempt.clone(), good_record.clone()])
+    );
+    // Re-sent: the bad ones still refused, nothing fails. (Whether the good ones are reported
+    // new again is each store's business: ClickHouse cannot cheaply tell.)
+    let flags = store.append(batch).await.expect("re-send");
+    assert_eq!(flags[1..4], [false; 3]);
+    // A batch of only unholdable events is refused item by item too.
+    let only_bad = with(record("re_bad", None, None, "failed", 8), &|e| {
+        if let Event::Record(r) = e {
+            r.observed_at = Timestamp(i64::MIN);
+        }
+    });
+    assert_eq!(store.append(vec![only_bad]).await.unwrap(), [false]);
+    // The edges themselves are holdable.
+    let edges = with(record("re_edge", None, None, "succeeded", 9), &|e| {
+        if let Event::Record(r) = e {
+            r.observed_at = reckon::store::LATEST_HOLDABLE;
+            r.created_at = Some(reckon::store::EARLIEST_HOLDABLE);
+        }
+    });
+    assert_eq!(store.append(vec![edges.clone()]).await.unwrap(), [true]);
+    assert_eq!(
+        sorted_events(store.load_events().await.unwrap()),
+        sorted_events(vec![good_attempt, good_record, edges])
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

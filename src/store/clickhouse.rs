@@ -405,6 +405,9 @@ impl Store for ClickHouseStore {
         if events.is_empty() {
             return Ok(Vec::new());
         }
+        // Per item, before any row is built: a time a `UInt64`/`DateTime` column cannot hold
+        // must not fail the INSERT of the whole batch.
+        let (events, mask) = super::keep_holdable(events);
         let mut seen = HashSet::with_capacity(events.len());
         let mut flags = Vec::with_capacity(events.len());
         let mut rows = Rows::default();
@@ -423,7 +426,7 @@ impl Store for ClickHouseStore {
             }
         }
         self.write(rows).await?;
-        Ok(flags)
+        Ok(super::spread_flags(&mask, flags))
     }
 
     async fn load_events(&self) -> Result<Vec<Event>, StoreError> {

@@ -733,7 +733,12 @@ impl Store for SqliteStore {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        self.write(|reply| Request::Append(events, reply)).await
+        let (events, mask) = super::keep_holdable(events);
+        if events.is_empty() {
+            return Ok(vec![false; mask.len()]);
+        }
+        let flags = self.write(|reply| Request::Append(events, reply)).await?;
+        Ok(super::spread_flags(&mask, flags))
     }
 
     async fn load_events(&self) -> Result<Vec<Event>, StoreError> {
