@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::bounds::{TimeBounds, TimeWindow};
 use super::error::IngestError;
 use super::otlp::Decoded;
 use super::{records, stripe};
@@ -62,6 +63,8 @@ pub struct IngestService {
     permits: Arc<Semaphore>,
     stripe_secret: Option<String>,
     stripe_tolerance: Dur,
+    /// Which times from other clocks are accepted (`ingest::bounds`).
+    time_bounds: TimeBounds,
 }
 
 impl IngestService {
@@ -80,7 +83,14 @@ impl IngestService {
             permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
             stripe_secret,
             stripe_tolerance,
+            time_bounds: TimeBounds::DEFAULT,
         }
+    }
+
+    /// The accepted window of times for an item received now: the one clock read of ingest,
+    /// handed to the pure decoders.
+    pub fn time_window(&self) -> TimeWindow {
+        self.time_bounds.around(wall_now())
     }
 
     pub fn contracts(&self) -> &Contracts {
@@ -126,9 +136,10 @@ impl IngestService {
         &self,
         admitted: Admission,
         transport: Transport,
-        decoded: Decoded,
+        mut decoded: Decoded,
         received: Instant,
     ) -> Result<PartialSuccess, IngestError> {
+        let bad_time = decoded.check_times(&self.time_window());
         self.metrics
             .spans_received(transport.as_str(), decoded.seen);
         if decoded.dropped > 0 {
@@ -137,8 +148,12 @@ impl IngestService {
             self.metrics
                 .spans_dropped("no_intent_id", decoded.dropped_no_intent);
         }
-        if decoded.rejected > 0 {
-            self.metrics.rejection("malformed_span", decoded.rejected);
+        if decoded.rejected > bad_time {
+            self.metrics
+                .rejection("malformed_span", decoded.rejected - bad_time);
+        }
+        if bad_time > 0 {
+            self.metrics.rejection("bad_time", bad_time);
         }
         let reply = PartialSuccess {
             rejected: decoded.rejected,
@@ -152,14 +167,18 @@ impl IngestService {
         &self,
         admitted: Admission,
         transport: Transport,
-        decoded: Decoded,
+        mut decoded: Decoded,
         received: Instant,
     ) -> Result<PartialSuccess, IngestError> {
+        let bad_time = decoded.check_times(&self.time_window());
         self.metrics
             .log_records_received(transport.as_str(), decoded.seen);
-        if decoded.rejected > 0 {
+        if decoded.rejected > bad_time {
             self.metrics
-                .rejection("malformed_log_record", decoded.rejected);
+                .rejection("malformed_log_record", decoded.rejected - bad_time);
+        }
+        if bad_time > 0 {
+            self.metrics.rejection("bad_time", bad_time);
         }
         for e in &decoded.events {
             if let Event::Record(r) = e {
@@ -181,7 +200,7 @@ impl IngestService {
         body: &[u8],
     ) -> Result<RecordsReply, IngestError> {
         let received = Instant::now();
-        let batch = records::parse_records(body, wall_now()).map_err(|e| {
+        let batch = records::parse_records(body, &self.time_window()).map_err(|e| {
             self.metrics.rejection("bad_record", 1);
             IngestError::BadRequest(e.to_string())
         })?;
@@ -213,12 +232,13 @@ impl IngestService {
         body: &[u8],
     ) -> Result<StripeReply, IngestError> {
         let received = Instant::now();
+        let window = self.time_window();
         if let Some(secret) = &self.stripe_secret {
             stripe::verify_signature(
                 signature.unwrap_or(""),
                 body,
                 secret,
-                wall_now(),
+                window.now,
                 self.stripe_tolerance,
             )
             .map_err(|e| {
@@ -226,7 +246,7 @@ impl IngestService {
                 IngestError::BadSignature(e.to_string())
             })?;
         }
-        match stripe::parse_event(body).map_err(|e| {
+        match stripe::parse_event(body, &window).map_err(|e| {
             self.metrics.rejection("bad_webhook", 1);
             IngestError::BadRequest(e.to_string())
         })? {
