@@ -19,7 +19,8 @@ use reckon::engine::core::{EngineCore, Outcome};
 use reckon::model::*;
 use reckon::store::clickhouse::{migrate_to, schema, ErrorClass, RetryPolicy};
 use reckon::store::{
-    ClickHouseConfig, ClickHouseStore, Report, SqliteStore, Store, StoreError, VerdictFilter,
+    ClickHouseConfig, ClickHouseStore, RecordKey, Report, SqliteStore, Store, StoreError,
+    VerdictFilter,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -178,6 +179,11 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn unholdable_times_are_refused_alone() {
                 run(|h| async move { super::unholdable_times_are_refused_alone(&*h).await }).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn known_observations_come_from_the_store() {
+                run(|h| async move { super::known_observations_come_from_the_store(&*h).await })
+                    .await
             }
         }
     };
@@ -975,6 +981,68 @@ async fn unholdable_times_are_refused_alone<H: Harness>(h: &H) {
         sorted_events(store.load_events().await.unwrap()),
         sorted_events(vec![good_attempt, good_record, edges])
     );
+}
+
+/// `known_observations` answers "has this (source, object_id, status) ever been observed?" from
+/// the store, so it holds across a restart.
+async fn known_observations_come_from_the_store<H: Harness>(h: &H) {
+    let key = |source: &str, object: &str, status: &str| RecordKey {
+        source: source.into(),
+        object_id: object.into(),
+        status: status.into(),
+    };
+    {
+        let store = h.open().await;
+        assert!(store
+            .known_observations(vec![key("stripe", "re_1", "pending")])
+            .await
+            .unwrap()
+            .is_empty());
+        assert!(store
+            .known_observations(Vec::new())
+            .await
+            .unwrap()
+            .is_empty());
+        store
+            .append(vec![
+                record("re_1", Some("intent-1"), None, "pending", 1),
+                record("re_1", Some("intent-1"), None, "succeeded", 2),
+                // Two observations of one state: one key.
+                record("re_2", None, None, "failed", 3),
+                record("re_2", None, None, "failed", 4),
+            ])
+            .await
+            .unwrap();
+    }
+    let store = h.open().await;
+    let asked = vec![
+        key("stripe", "re_1", "pending"),
+        key("stripe", "re_1", "succeeded"),
+        key("stripe", "re_1", "failed"),
+        key("api", "re_1", "succeeded"),
+        key("stripe", "re_2", "failed"),
+        key("stripe", "re_3", "failed"),
+        // Quotes and backslashes travel as data, not SQL.
+        key("stripe", "re_'1\\", "succeeded"),
+    ];
+    let known = store.known_observations(asked).await.unwrap();
+    let mut known: Vec<RecordKey> = known.into_iter().collect();
+    known.sort();
+    assert_eq!(
+        known,
+        vec![
+            key("stripe", "re_1", "pending"),
+            key("stripe", "re_1", "succeeded"),
+            key("stripe", "re_2", "failed"),
+        ]
+    );
+    // Many keys at once (more than one query's worth on ClickHouse).
+    let many: Vec<RecordKey> = (0..1200)
+        .map(|i| key("stripe", &format!("re_{i}"), "failed"))
+        .collect();
+    let known = store.known_observations(many).await.unwrap();
+    assert_eq!(known.len(), 1);
+    assert!(known.contains(&key("stripe", "re_2", "failed")));
 }
 
 // ---------------------------------------------------------------------------------------------

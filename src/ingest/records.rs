@@ -14,9 +14,11 @@
 //! skew ahead of reckon's clock rejects its item alone, naming the field.
 //!
 //! `observed_at` defaults to the receive time the caller passes in. An observation's identity is
-//! (source, object_id, status, observed_at), so a client that re-sends a record without
-//! `observed_at` creates a second observation of the same state; send `observed_at` to make
-//! re-sends exactly idempotent.
+//! (source, object_id, status, observed_at), so a record re-sent without `observed_at` would be a
+//! second observation of the same state, stamped later: such items are listed in
+//! [`RecordsBatch::untimed`], and the ingest service drops those whose (source, object_id,
+//! status) the store already knows as re-deliveries. Send `observed_at` to have every
+//! observation kept exactly.
 
 use super::bounds::TimeWindow;
 use crate::codec::parse_rfc3339;
@@ -27,6 +29,9 @@ use serde::de::IgnoredAny;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecordsBatch {
     pub accepted: Vec<RecordObservation>,
+    /// Positions in `accepted` (ascending) of the records that carried no `observed_at` of
+    /// their own: their time is the receive time, not the downstream's.
+    pub untimed: Vec<usize>,
     pub rejected: Vec<RecordRejection>,
 }
 
@@ -89,8 +94,13 @@ pub fn parse_records(body: &[u8], window: &TimeWindow) -> Result<RecordsBatch, R
     }
 
     let mut batch = RecordsBatch::default();
-    let mut push = |index: usize, item: Result<RecordObservation, String>| match item {
-        Ok(r) => batch.accepted.push(r),
+    let mut push = |index: usize, item: Result<Item, String>| match item {
+        Ok(Item { record, timed }) => {
+            if !timed {
+                batch.untimed.push(batch.accepted.len());
+            }
+            batch.accepted.push(record);
+        }
         Err(error) => batch.rejected.push(RecordRejection { index, error }),
     };
 
@@ -139,8 +149,14 @@ pub fn parse_records(body: &[u8], window: &TimeWindow) -> Result<RecordsBatch, R
     Ok(batch)
 }
 
+/// One accepted item: the record, and whether its `observed_at` was its own.
+struct Item {
+    record: RecordObservation,
+    timed: bool,
+}
+
 /// One record from the raw text of a JSON value already known to be valid.
-fn parse_item(raw_item: &str, window: &TimeWindow) -> Result<RecordObservation, String> {
+fn parse_item(raw_item: &str, window: &TimeWindow) -> Result<Item, String> {
     let members = raw::members(raw_item)
         .ok_or_else(|| format!("expected a record object, got {}", describe(raw_item)))?;
     let mut r = RecordObservation {
@@ -188,6 +204,7 @@ fn parse_item(raw_item: &str, window: &TimeWindow) -> Result<RecordObservation, 
     }
     r.object_id = object_id.ok_or("object_id: required (the downstream's id of the object)")?;
     r.status = status.ok_or("status: required (the object's status in the downstream)")?;
+    let timed = observed_at.is_some();
     if let Some(t) = observed_at {
         r.observed_at = t;
     }
@@ -202,7 +219,7 @@ fn parse_item(raw_item: &str, window: &TimeWindow) -> Result<RecordObservation, 
     if let Some(s) = source {
         r.source = s;
     }
-    Ok(r)
+    Ok(Item { record: r, timed })
 }
 
 /// A short rendering of a raw JSON value for error messages.
@@ -481,6 +498,11 @@ mod tests {
         assert_eq!(r.source, "api");
         assert_eq!(r.observed_at, NOW);
         assert_eq!(
+            b.untimed,
+            vec![0],
+            "its time is the receive time, not its own"
+        );
+        assert_eq!(
             (r.kind.as_ref(), r.intent_id.as_ref(), r.amount),
             (None, None, None)
         );
@@ -641,6 +663,23 @@ mod tests {
             assert_eq!(*index, want_index, "{error}");
             assert!(error.starts_with(want_error), "{error}");
         }
+    }
+
+    #[test]
+    fn untimed_items_are_listed_by_position_in_accepted() {
+        let b = ok(r#"[
+            {"object_id":"a","status":"s"},
+            {"object_id":"b","status":"s","observed_at":"2025-10-29T11:00:00Z"},
+            {"object_id":"bad"},
+            {"object_id":"c","status":"s","observed_at":null}
+        ]"#);
+        let ids: Vec<_> = b.accepted.iter().map(|r| r.object_id.as_str()).collect();
+        assert_eq!(ids, ["a", "b", "c"]);
+        assert_eq!(b.untimed, vec![0, 2]);
+        assert_eq!(
+            b.accepted[1].observed_at,
+            Timestamp(NOW.0 - 3_600_000_000_000)
+        );
     }
 
     #[test]

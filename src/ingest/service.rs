@@ -14,7 +14,8 @@ use super::{records, stripe};
 use crate::contract::Contracts;
 use crate::engine::{wall_now, Engine};
 use crate::metrics::Metrics;
-use crate::model::{Dur, Event};
+use crate::model::{Dur, Event, RecordObservation};
+use crate::store::{AnyStore, RecordKey, Store};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Transport {
@@ -58,6 +59,8 @@ pub struct Admission(#[allow(dead_code)] OwnedSemaphorePermit);
 
 pub struct IngestService {
     engine: Arc<Engine>,
+    /// Read only, to tell a re-delivered record from news (the engine owns every write).
+    store: Arc<AnyStore>,
     contracts: Arc<Contracts>,
     metrics: Arc<Metrics>,
     permits: Arc<Semaphore>,
@@ -70,6 +73,7 @@ pub struct IngestService {
 impl IngestService {
     pub fn new(
         engine: Arc<Engine>,
+        store: Arc<AnyStore>,
         contracts: Arc<Contracts>,
         metrics: Arc<Metrics>,
         max_concurrent: usize,
@@ -78,6 +82,7 @@ impl IngestService {
     ) -> Self {
         IngestService {
             engine,
+            store,
             contracts,
             metrics,
             permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
@@ -212,9 +217,12 @@ impl IngestService {
             self.metrics.records_received(&r.source, 1);
         }
         let accepted = batch.accepted.len();
+        let news = self
+            .without_redeliveries(batch.accepted, &batch.untimed)
+            .await?;
         self.durable(
             admitted,
-            batch.accepted.into_iter().map(Event::Record).collect(),
+            news.into_iter().map(Event::Record).collect(),
             received,
         )
         .await?;
@@ -222,6 +230,70 @@ impl IngestService {
             accepted,
             rejected: batch.rejected,
         })
+    }
+
+    /// Drops the re-deliveries among `accepted`: a record with no `observed_at` of its own
+    /// (listed in `untimed`) whose (source, object_id, status) is already known, from the store
+    /// or from a record of this batch that carries its own time. Stamped with the receive
+    /// time it would be a new observation of old news: it would move the object's `last_seen`,
+    /// pull an old intent into recent report windows, and a stale `succeeded` re-posted after
+    /// `failed` would flip a failed refund back to completed. "Known" comes from the store, so
+    /// it holds across restarts and instances. A re-delivery is still acknowledged (counted in
+    /// `accepted`), as any re-sent item is.
+    async fn without_redeliveries(
+        &self,
+        accepted: Vec<RecordObservation>,
+        untimed: &[usize],
+    ) -> Result<Vec<RecordObservation>, IngestError> {
+        if untimed.is_empty() {
+            return Ok(accepted);
+        }
+        let key = |r: &RecordObservation| RecordKey {
+            source: r.source.clone(),
+            object_id: r.object_id.clone(),
+            status: r.status.clone(),
+        };
+        let mut is_untimed = vec![false; accepted.len()];
+        for &i in untimed {
+            if let Some(u) = is_untimed.get_mut(i) {
+                *u = true;
+            }
+        }
+        let mut asked: Vec<RecordKey> = accepted
+            .iter()
+            .zip(&is_untimed)
+            .filter(|(_, u)| **u)
+            .map(|(r, _)| key(r))
+            .collect();
+        asked.sort();
+        asked.dedup();
+        let mut known = self.store.known_observations(asked).await.map_err(|e| {
+            tracing::error!(error = %e, "store could not say which records it knows; the post is not acknowledged");
+            self.metrics.rejection("unavailable", 1);
+            IngestError::Unavailable(e.to_string())
+        })?;
+        // A record of this batch with its own time makes its state known too, wherever it is.
+        known.extend(
+            accepted
+                .iter()
+                .zip(&is_untimed)
+                .filter(|(_, u)| !**u)
+                .map(|(r, _)| key(r)),
+        );
+        let before = accepted.len();
+        let news: Vec<RecordObservation> = accepted
+            .into_iter()
+            .zip(is_untimed)
+            .filter(|(r, untimed)| !untimed || !known.contains(&key(r)))
+            .map(|(r, _)| r)
+            .collect();
+        if news.len() < before {
+            tracing::debug!(
+                redelivered = before - news.len(),
+                "records without observed_at already known: taken as re-deliveries"
+            );
+        }
+        Ok(news)
     }
 
     /// `POST /api/v1/webhooks/stripe`.

@@ -680,6 +680,38 @@ impl Store for ClickHouseStore {
         }
         Ok(rep)
     }
+
+    async fn known_observations(
+        &self,
+        keys: Vec<super::RecordKey>,
+    ) -> Result<HashSet<super::RecordKey>, StoreError> {
+        // A prefix of the records' sorting key; no FINAL: any version of a row will do.
+        const CHUNK: usize = 500;
+        let mut known = HashSet::new();
+        for chunk in keys.chunks(CHUNK) {
+            let tuples = vec!["(?, ?, ?)"; chunk.len()].join(", ");
+            let mut q = self.client.query(&format!(
+                "SELECT DISTINCT source, object_id, status FROM reckon_records
+                 WHERE (source, object_id, status) IN ({tuples})"
+            ));
+            for k in chunk {
+                q = q
+                    .bind(k.source.as_str())
+                    .bind(k.object_id.as_str())
+                    .bind(k.status.as_str());
+            }
+            let rows: Vec<(String, String, String)> = self.fetch("known records", q).await?;
+            known.extend(
+                rows.into_iter()
+                    .map(|(source, object_id, status)| super::RecordKey {
+                        source,
+                        object_id,
+                        status,
+                    }),
+            );
+        }
+        Ok(known)
+    }
 }
 
 #[cfg(test)]

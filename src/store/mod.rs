@@ -13,7 +13,7 @@ pub mod any;
 pub mod clickhouse;
 pub mod sqlite;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::path::PathBuf;
 
@@ -185,6 +185,15 @@ pub(crate) fn spread_flags(mask: &[bool], flags: Vec<bool>) -> Vec<bool> {
     mask.iter()
         .map(|kept| *kept && flags.next().unwrap_or(false))
         .collect()
+}
+
+/// A record observation's identity without its time: (source, object_id, status). Asked of
+/// [`Store::known_observations`] to tell a re-delivered record from news.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RecordKey {
+    pub source: String,
+    pub object_id: String,
+    pub status: String,
 }
 
 /// Filter and page request for [`Store::list_verdicts`].
@@ -410,6 +419,13 @@ pub trait Store: Send + Sync {
         since: Option<Timestamp>,
         now: Timestamp,
     ) -> impl Future<Output = Result<Report, StoreError>> + Send;
+
+    /// Which of `keys` have at least one stored record observation, whatever its time. A
+    /// record posted with no time of its own whose key is known is a re-delivery, not news.
+    fn known_observations(
+        &self,
+        keys: Vec<RecordKey>,
+    ) -> impl Future<Output = Result<HashSet<RecordKey>, StoreError>> + Send;
 }
 
 /// The page size rule shared by escalation listings.
