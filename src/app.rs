@@ -75,6 +75,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         .context("rebuilding state from the store")?;
     let ingest = Arc::new(IngestService::new(
         engine.clone(),
+        store.clone(),
         contracts,
         metrics.clone(),
         config.max_concurrent_exports,

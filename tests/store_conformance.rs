@@ -19,7 +19,8 @@ use reckon::engine::core::{EngineCore, Outcome};
 use reckon::model::*;
 use reckon::store::clickhouse::{migrate_to, schema, ErrorClass, RetryPolicy};
 use reckon::store::{
-    ClickHouseConfig, ClickHouseStore, Report, SqliteStore, Store, StoreError, VerdictFilter,
+    ClickHouseConfig, ClickHouseStore, RecordKey, Report, SqliteStore, Store, StoreError,
+    VerdictFilter,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -174,6 +175,15 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn concurrent_appends_all_durable() {
                 run(|h| async move { super::concurrent_appends_all_durable(&*h).await }).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn unholdable_times_are_refused_alone() {
+                run(|h| async move { super::unholdable_times_are_refused_alone(&*h).await }).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn known_observations_come_from_the_store() {
+                run(|h| async move { super::known_observations_come_from_the_store(&*h).await })
+                    .await
             }
         }
     };
@@ -917,6 +927,137 @@ where
         t.await.expect("task");
     }
     assert_eq!(store.load_events().await.unwrap().len(), 80);
+}
+
+/// A time a store cannot hold (ClickHouse: before 1970, or past 2106 in a `DateTime`) refuses
+/// its event alone, identically on every backend: the rest of the batch is stored, so a client
+/// retrying the batch is not blocked forever by one poison item.
+async fn unholdable_times_are_refused_alone<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let with = |e: Event, f: &dyn Fn(&mut Event)| {
+        let mut e = e;
+        f(&mut e);
+        e
+    };
+    let good_attempt = A::new(1, "intent-ok", 0).event();
+    let good_record = record("re_ok", Some("intent-ok"), None, "succeeded", 5);
+    let pre_1970 = with(record("re_old", None, None, "succeeded", 6), &|e| {
+        if let Event::Record(r) = e {
+            r.observed_at = Timestamp(-1_000_000_000);
+        }
+    });
+    let created_pre_1970 = with(record("re_created", None, None, "succeeded", 7), &|e| {
+        if let Event::Record(r) = e {
+            r.created_at = Some(Timestamp(-86_400_000_000_000));
+        }
+    });
+    let after_2106 = with(A::new(2, "intent-late", 0).event(), &|e| {
+        if let Event::Attempt(a) = e {
+            a.start = reckon::store::LATEST_HOLDABLE + Dur(1);
+            a.end = a.start;
+        }
+    });
+    let batch = vec![
+        good_attempt.clone(),
+        pre_1970,
+        created_pre_1970,
+        after_2106,
+        good_record.clone(),
+    ];
+    let flags = store
+        .append(batch.clone())
+        .await
+        .expect("the batch is not failed");
+    assert_eq!(flags, [true, false, false, false, true]);
+    assert_eq!(
+        sorted_events(store.load_events().await.unwrap()),
+        sorted_events(vec![good_attempt.clone(), good_record.clone()])
+    );
+    // Re-sent: the bad ones still refused, nothing fails. (Whether the good ones are reported
+    // new again is each store's business: ClickHouse cannot cheaply tell.)
+    let flags = store.append(batch).await.expect("re-send");
+    assert_eq!(flags[1..4], [false; 3]);
+    // A batch of only unholdable events is refused item by item too.
+    let only_bad = with(record("re_bad", None, None, "failed", 8), &|e| {
+        if let Event::Record(r) = e {
+            r.observed_at = Timestamp(i64::MIN);
+        }
+    });
+    assert_eq!(store.append(vec![only_bad]).await.unwrap(), [false]);
+    // The edges themselves are holdable.
+    let edges = with(record("re_edge", None, None, "succeeded", 9), &|e| {
+        if let Event::Record(r) = e {
+            r.observed_at = reckon::store::LATEST_HOLDABLE;
+            r.created_at = Some(reckon::store::EARLIEST_HOLDABLE);
+        }
+    });
+    assert_eq!(store.append(vec![edges.clone()]).await.unwrap(), [true]);
+    assert_eq!(
+        sorted_events(store.load_events().await.unwrap()),
+        sorted_events(vec![good_attempt, good_record, edges])
+    );
+}
+
+/// `known_observations` answers "has this (source, object_id, status) ever been observed?" from
+/// the store, so it holds across a restart.
+async fn known_observations_come_from_the_store<H: Harness>(h: &H) {
+    let key = |source: &str, object: &str, status: &str| RecordKey {
+        source: source.into(),
+        object_id: object.into(),
+        status: status.into(),
+    };
+    {
+        let store = h.open().await;
+        assert!(store
+            .known_observations(vec![key("stripe", "re_1", "pending")])
+            .await
+            .unwrap()
+            .is_empty());
+        assert!(store
+            .known_observations(Vec::new())
+            .await
+            .unwrap()
+            .is_empty());
+        store
+            .append(vec![
+                record("re_1", Some("intent-1"), None, "pending", 1),
+                record("re_1", Some("intent-1"), None, "succeeded", 2),
+                // Two observations of one state: one key.
+                record("re_2", None, None, "failed", 3),
+                record("re_2", None, None, "failed", 4),
+            ])
+            .await
+            .unwrap();
+    }
+    let store = h.open().await;
+    let asked = vec![
+        key("stripe", "re_1", "pending"),
+        key("stripe", "re_1", "succeeded"),
+        key("stripe", "re_1", "failed"),
+        key("api", "re_1", "succeeded"),
+        key("stripe", "re_2", "failed"),
+        key("stripe", "re_3", "failed"),
+        // Quotes and backslashes travel as data, not SQL.
+        key("stripe", "re_'1\\", "succeeded"),
+    ];
+    let known = store.known_observations(asked).await.unwrap();
+    let mut known: Vec<RecordKey> = known.into_iter().collect();
+    known.sort();
+    assert_eq!(
+        known,
+        vec![
+            key("stripe", "re_1", "pending"),
+            key("stripe", "re_1", "succeeded"),
+            key("stripe", "re_2", "failed"),
+        ]
+    );
+    // Many keys at once (more than one query's worth on ClickHouse).
+    let many: Vec<RecordKey> = (0..1200)
+        .map(|i| key("stripe", &format!("re_{i}"), "failed"))
+        .collect();
+    let known = store.known_observations(many).await.unwrap();
+    assert_eq!(known.len(), 1);
+    assert!(known.contains(&key("stripe", "re_2", "failed")));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2,9 +2,11 @@
 //! transport feeds.
 //!
 //! `otlp`, `records` and `stripe` are pure decoders (no I/O, no clock: `now` is passed in).
-//! `service` makes decoded events durable and hands them to the engine; `grpc` and `http` are
+//! `bounds` is the one policy on times from other clocks, applied by every decoder against the
+//! receive time. `service` makes decoded events durable and hands them to the engine; `grpc` and `http` are
 //! thin adapters that only decode and map errors through `error`'s one table.
 
+pub mod bounds;
 pub mod otlp;
 pub mod records;
 pub mod stripe;

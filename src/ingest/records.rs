@@ -9,11 +9,18 @@
 //! an `f64`, which cannot hold every decimal, so each item's members are sliced from the
 //! already-validated text and the amount's own digits are given to `Decimal::parse`.
 //!
-//! `observed_at` defaults to the `now` the caller passes in. An observation's identity is
-//! (source, object_id, status, observed_at), so a client that re-sends a record without
-//! `observed_at` creates a second observation of the same state; send `observed_at` to make
-//! re-sends exactly idempotent.
+//! Times are checked against the receive time under the one time policy
+//! ([`super::bounds`]): an `observed_at` or `created_at` before 2000 or more than the tolerated
+//! skew ahead of reckon's clock rejects its item alone, naming the field.
+//!
+//! `observed_at` defaults to the receive time the caller passes in. An observation's identity is
+//! (source, object_id, status, observed_at), so a record re-sent without `observed_at` would be a
+//! second observation of the same state, stamped later: such items are listed in
+//! [`RecordsBatch::untimed`], and the ingest service drops those whose (source, object_id,
+//! status) the store already knows as re-deliveries. Send `observed_at` to have every
+//! observation kept exactly.
 
+use super::bounds::TimeWindow;
 use crate::codec::parse_rfc3339;
 use crate::model::{Amount, Decimal, RecordObservation, Timestamp};
 use serde::de::IgnoredAny;
@@ -22,6 +29,9 @@ use serde::de::IgnoredAny;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecordsBatch {
     pub accepted: Vec<RecordObservation>,
+    /// Positions in `accepted` (ascending) of the records that carried no `observed_at` of
+    /// their own: their time is the receive time, not the downstream's.
+    pub untimed: Vec<usize>,
     pub rejected: Vec<RecordRejection>,
 }
 
@@ -71,8 +81,9 @@ pub const DEFAULT_SOURCE: &str = "api";
 /// silently corrupt every window computed from it.
 const MIN_PLAUSIBLE_NANOS: i64 = 1_000_000_000_000_000;
 
-/// Parses a records body. `now` is the default `observed_at`.
-pub fn parse_records(body: &[u8], now: Timestamp) -> Result<RecordsBatch, RecordsError> {
+/// Parses a records body received at `window.now` (the default `observed_at`); every time must
+/// lie in `window`.
+pub fn parse_records(body: &[u8], window: &TimeWindow) -> Result<RecordsBatch, RecordsError> {
     let text = std::str::from_utf8(body).map_err(|e| RecordsError::NotUtf8 {
         valid_up_to: e.valid_up_to(),
     })?;
@@ -83,20 +94,25 @@ pub fn parse_records(body: &[u8], now: Timestamp) -> Result<RecordsBatch, Record
     }
 
     let mut batch = RecordsBatch::default();
-    let mut push = |index: usize, item: Result<RecordObservation, String>| match item {
-        Ok(r) => batch.accepted.push(r),
+    let mut push = |index: usize, item: Result<Item, String>| match item {
+        Ok(Item { record, timed }) => {
+            if !timed {
+                batch.untimed.push(batch.accepted.len());
+            }
+            batch.accepted.push(record);
+        }
         Err(error) => batch.rejected.push(RecordRejection { index, error }),
     };
 
     match serde_json::from_str::<IgnoredAny>(trimmed) {
         // One JSON document: an object or an array of them.
         Ok(_) => match trimmed.as_bytes()[0] {
-            b'{' => push(0, parse_item(trimmed, now)),
+            b'{' => push(0, parse_item(trimmed, window)),
             b'[' => {
                 let items = raw::elements(trimmed)
                     .ok_or_else(|| RecordsError::Malformed("unreadable array".into()))?;
                 for (i, item) in items.into_iter().enumerate() {
-                    push(i, parse_item(item, now));
+                    push(i, parse_item(item, window));
                 }
             }
             b'"' => return Err(RecordsError::NotRecords("string")),
@@ -123,7 +139,7 @@ pub fn parse_records(body: &[u8], now: Timestamp) -> Result<RecordsBatch, Record
             }
             for (i, line) in lines.into_iter().enumerate() {
                 let item = match serde_json::from_str::<IgnoredAny>(line) {
-                    Ok(_) => parse_item(line, now),
+                    Ok(_) => parse_item(line, window),
                     Err(e) => Err(format!("invalid JSON: {e}")),
                 };
                 push(i, item);
@@ -133,8 +149,14 @@ pub fn parse_records(body: &[u8], now: Timestamp) -> Result<RecordsBatch, Record
     Ok(batch)
 }
 
+/// One accepted item: the record, and whether its `observed_at` was its own.
+struct Item {
+    record: RecordObservation,
+    timed: bool,
+}
+
 /// One record from the raw text of a JSON value already known to be valid.
-fn parse_item(raw_item: &str, now: Timestamp) -> Result<RecordObservation, String> {
+fn parse_item(raw_item: &str, window: &TimeWindow) -> Result<Item, String> {
     let members = raw::members(raw_item)
         .ok_or_else(|| format!("expected a record object, got {}", describe(raw_item)))?;
     let mut r = RecordObservation {
@@ -148,7 +170,7 @@ fn parse_item(raw_item: &str, now: Timestamp) -> Result<RecordObservation, Strin
         currency: None,
         target: None,
         created_at: None,
-        observed_at: now,
+        observed_at: window.now,
     };
     let (mut object_id, mut status, mut observed_at, mut source) = (None, None, None, None);
     let mut seen: Vec<String> = Vec::with_capacity(members.len());
@@ -182,13 +204,22 @@ fn parse_item(raw_item: &str, now: Timestamp) -> Result<RecordObservation, Strin
     }
     r.object_id = object_id.ok_or("object_id: required (the downstream's id of the object)")?;
     r.status = status.ok_or("status: required (the object's status in the downstream)")?;
+    let timed = observed_at.is_some();
     if let Some(t) = observed_at {
         r.observed_at = t;
+    }
+    for (field, at) in [
+        ("observed_at", Some(r.observed_at)),
+        ("created_at", r.created_at),
+    ] {
+        if let Some(at) = at {
+            window.check(at).map_err(|e| format!("{field}: {e}"))?;
+        }
     }
     if let Some(s) = source {
         r.source = s;
     }
-    Ok(r)
+    Ok(Item { record: r, timed })
 }
 
 /// A short rendering of a raw JSON value for error messages.
@@ -415,8 +446,12 @@ mod tests {
 
     const NOW: Timestamp = Timestamp(1_761_739_200_000_000_000);
 
+    fn w() -> TimeWindow {
+        TimeWindow::default_at(NOW)
+    }
+
     fn ok(body: &str) -> RecordsBatch {
-        parse_records(body.as_bytes(), NOW).unwrap()
+        parse_records(body.as_bytes(), &w()).unwrap()
     }
 
     fn major(s: &str) -> Option<Amount> {
@@ -462,6 +497,11 @@ mod tests {
         let r = &b.accepted[0];
         assert_eq!(r.source, "api");
         assert_eq!(r.observed_at, NOW);
+        assert_eq!(
+            b.untimed,
+            vec![0],
+            "its time is the receive time, not its own"
+        );
         assert_eq!(
             (r.kind.as_ref(), r.intent_id.as_ref(), r.amount),
             (None, None, None)
@@ -592,6 +632,57 @@ mod tests {
     }
 
     #[test]
+    fn times_outside_the_bounds_reject_their_item_alone() {
+        // NOW is 2025-10-29T12:00:00Z; the skew tolerated ahead of it is 1h.
+        let b = ok(r#"[
+            {"object_id":"a","status":"s","observed_at":"1969-12-31T23:59:59Z"},
+            {"object_id":"b","status":"s","created_at":"1969-07-20T20:17:40Z"},
+            {"object_id":"c","status":"s","observed_at":"2200-01-01T00:00:00Z"},
+            {"object_id":"d","status":"s","observed_at":"1999-12-31T23:59:59.999Z"},
+            {"object_id":"e","status":"s","observed_at":"2025-10-29T12:59:59Z","created_at":"2000-01-01T00:00:00Z"},
+            {"object_id":"f","status":"s","created_at":"2025-10-29T13:00:01Z"},
+            {"object_id":"g","status":"s","observed_at":9223372036854775807}
+        ]"#);
+        let ids: Vec<_> = b.accepted.iter().map(|r| r.object_id.as_str()).collect();
+        assert_eq!(ids, ["e"]);
+        let rej: Vec<_> = b
+            .rejected
+            .iter()
+            .map(|r| (r.index, r.error.as_str()))
+            .collect();
+        let want = [
+            (0, "observed_at: 1969-12-31T23:59:59.000000000Z is before 2000-01-01T00:00:00.000000000Z, the earliest time reckon accepts"),
+            (1, "created_at: 1969-07-20T20:17:40.000000000Z is before 2000-01-01"),
+            (2, "observed_at: 2200-01-01T00:00:00.000000000Z is after 2025-10-29T13:00:00.000000000Z, the latest time reckon accepts"),
+            (3, "observed_at: 1999-12-31T23:59:59.999000000Z is before"),
+            (5, "created_at: 2025-10-29T13:00:01.000000000Z is after"),
+            (6, "observed_at: 2262-04-11T23:47:16.854775807Z is after"),
+        ];
+        assert_eq!(rej.len(), want.len(), "{rej:#?}");
+        for ((index, error), (want_index, want_error)) in rej.iter().zip(want) {
+            assert_eq!(*index, want_index, "{error}");
+            assert!(error.starts_with(want_error), "{error}");
+        }
+    }
+
+    #[test]
+    fn untimed_items_are_listed_by_position_in_accepted() {
+        let b = ok(r#"[
+            {"object_id":"a","status":"s"},
+            {"object_id":"b","status":"s","observed_at":"2025-10-29T11:00:00Z"},
+            {"object_id":"bad"},
+            {"object_id":"c","status":"s","observed_at":null}
+        ]"#);
+        let ids: Vec<_> = b.accepted.iter().map(|r| r.object_id.as_str()).collect();
+        assert_eq!(ids, ["a", "b", "c"]);
+        assert_eq!(b.untimed, vec![0, 2]);
+        assert_eq!(
+            b.accepted[1].observed_at,
+            Timestamp(NOW.0 - 3_600_000_000_000)
+        );
+    }
+
+    #[test]
     fn integer_target_and_escaped_strings() {
         let b = ok(r#"{"object_id":"a\"b\u00e9","status":"s","target":1042,"kind":"dra{ft]"}"#);
         let r = &b.accepted[0];
@@ -620,7 +711,7 @@ mod tests {
     fn single_line_object_and_bom() {
         let b = parse_records(
             "\u{feff}{\"object_id\":\"a\",\"status\":\"s\"}\n".as_bytes(),
-            NOW,
+            &w(),
         )
         .unwrap();
         assert_eq!(b.accepted.len(), 1);
@@ -629,31 +720,31 @@ mod tests {
     #[test]
     fn whole_body_errors() {
         assert_eq!(
-            parse_records(b"\xff\xfe{", NOW),
+            parse_records(b"\xff\xfe{", &w()),
             Err(RecordsError::NotUtf8 { valid_up_to: 0 })
         );
-        assert_eq!(parse_records(b"  \n ", NOW), Err(RecordsError::Empty));
+        assert_eq!(parse_records(b"  \n ", &w()), Err(RecordsError::Empty));
         assert!(matches!(
-            parse_records(br#"{"object_id":"a","sta"#, NOW),
+            parse_records(br#"{"object_id":"a","sta"#, &w()),
             Err(RecordsError::Malformed(_))
         ));
         // A pretty-printed object cut short is one broken document, not NDJSON.
         assert!(matches!(
-            parse_records(b"{\n  \"object_id\": \"a\",\n  \"status\": \"s\"\n", NOW),
+            parse_records(b"{\n  \"object_id\": \"a\",\n  \"status\": \"s\"\n", &w()),
             Err(RecordsError::Malformed(_))
         ));
         assert!(matches!(
             parse_records(
                 b"[\n{\"object_id\":\"a\",\"status\":\"s\"},\n{\"object_id\":\"b\"\n",
-                NOW
+                &w()
             ),
             Err(RecordsError::Malformed(_))
         ));
         assert_eq!(
-            parse_records(b"42", NOW),
+            parse_records(b"42", &w()),
             Err(RecordsError::NotRecords("number"))
         );
-        assert_eq!(parse_records(b"[]", NOW), Ok(RecordsBatch::default()));
+        assert_eq!(parse_records(b"[]", &w()), Ok(RecordsBatch::default()));
     }
 
     #[test]
@@ -670,7 +761,7 @@ mod tests {
             "{\"é\":1}\n{\"ü\"}".as_bytes(),
         ];
         for s in samples {
-            let _ = parse_records(s, NOW);
+            let _ = parse_records(s, &w());
         }
     }
 }

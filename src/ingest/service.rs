@@ -7,13 +7,15 @@ use std::time::Instant;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::bounds::{TimeBounds, TimeWindow};
 use super::error::IngestError;
 use super::otlp::Decoded;
 use super::{records, stripe};
 use crate::contract::Contracts;
 use crate::engine::{wall_now, Engine};
 use crate::metrics::Metrics;
-use crate::model::{Dur, Event};
+use crate::model::{Dur, Event, RecordObservation};
+use crate::store::{AnyStore, RecordKey, Store};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Transport {
@@ -57,16 +59,21 @@ pub struct Admission(#[allow(dead_code)] OwnedSemaphorePermit);
 
 pub struct IngestService {
     engine: Arc<Engine>,
+    /// Read only, to tell a re-delivered record from news (the engine owns every write).
+    store: Arc<AnyStore>,
     contracts: Arc<Contracts>,
     metrics: Arc<Metrics>,
     permits: Arc<Semaphore>,
     stripe_secret: Option<String>,
     stripe_tolerance: Dur,
+    /// Which times from other clocks are accepted (`ingest::bounds`).
+    time_bounds: TimeBounds,
 }
 
 impl IngestService {
     pub fn new(
         engine: Arc<Engine>,
+        store: Arc<AnyStore>,
         contracts: Arc<Contracts>,
         metrics: Arc<Metrics>,
         max_concurrent: usize,
@@ -75,12 +82,20 @@ impl IngestService {
     ) -> Self {
         IngestService {
             engine,
+            store,
             contracts,
             metrics,
             permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
             stripe_secret,
             stripe_tolerance,
+            time_bounds: TimeBounds::DEFAULT,
         }
+    }
+
+    /// The accepted window of times for an item received now: the one clock read of ingest,
+    /// handed to the pure decoders.
+    pub fn time_window(&self) -> TimeWindow {
+        self.time_bounds.around(wall_now())
     }
 
     pub fn contracts(&self) -> &Contracts {
@@ -126,9 +141,10 @@ impl IngestService {
         &self,
         admitted: Admission,
         transport: Transport,
-        decoded: Decoded,
+        mut decoded: Decoded,
         received: Instant,
     ) -> Result<PartialSuccess, IngestError> {
+        let bad_time = decoded.check_times(&self.time_window());
         self.metrics
             .spans_received(transport.as_str(), decoded.seen);
         if decoded.dropped > 0 {
@@ -137,8 +153,12 @@ impl IngestService {
             self.metrics
                 .spans_dropped("no_intent_id", decoded.dropped_no_intent);
         }
-        if decoded.rejected > 0 {
-            self.metrics.rejection("malformed_span", decoded.rejected);
+        if decoded.rejected > bad_time {
+            self.metrics
+                .rejection("malformed_span", decoded.rejected - bad_time);
+        }
+        if bad_time > 0 {
+            self.metrics.rejection("bad_time", bad_time);
         }
         let reply = PartialSuccess {
             rejected: decoded.rejected,
@@ -152,14 +172,18 @@ impl IngestService {
         &self,
         admitted: Admission,
         transport: Transport,
-        decoded: Decoded,
+        mut decoded: Decoded,
         received: Instant,
     ) -> Result<PartialSuccess, IngestError> {
+        let bad_time = decoded.check_times(&self.time_window());
         self.metrics
             .log_records_received(transport.as_str(), decoded.seen);
-        if decoded.rejected > 0 {
+        if decoded.rejected > bad_time {
             self.metrics
-                .rejection("malformed_log_record", decoded.rejected);
+                .rejection("malformed_log_record", decoded.rejected - bad_time);
+        }
+        if bad_time > 0 {
+            self.metrics.rejection("bad_time", bad_time);
         }
         for e in &decoded.events {
             if let Event::Record(r) = e {
@@ -181,7 +205,7 @@ impl IngestService {
         body: &[u8],
     ) -> Result<RecordsReply, IngestError> {
         let received = Instant::now();
-        let batch = records::parse_records(body, wall_now()).map_err(|e| {
+        let batch = records::parse_records(body, &self.time_window()).map_err(|e| {
             self.metrics.rejection("bad_record", 1);
             IngestError::BadRequest(e.to_string())
         })?;
@@ -193,9 +217,12 @@ impl IngestService {
             self.metrics.records_received(&r.source, 1);
         }
         let accepted = batch.accepted.len();
+        let news = self
+            .without_redeliveries(batch.accepted, &batch.untimed)
+            .await?;
         self.durable(
             admitted,
-            batch.accepted.into_iter().map(Event::Record).collect(),
+            news.into_iter().map(Event::Record).collect(),
             received,
         )
         .await?;
@@ -203,6 +230,70 @@ impl IngestService {
             accepted,
             rejected: batch.rejected,
         })
+    }
+
+    /// Drops the re-deliveries among `accepted`: a record with no `observed_at` of its own
+    /// (listed in `untimed`) whose (source, object_id, status) is already known, from the store
+    /// or from a record of this batch that carries its own time. Stamped with the receive
+    /// time it would be a new observation of old news: it would move the object's `last_seen`,
+    /// pull an old intent into recent report windows, and a stale `succeeded` re-posted after
+    /// `failed` would flip a failed refund back to completed. "Known" comes from the store, so
+    /// it holds across restarts and instances. A re-delivery is still acknowledged (counted in
+    /// `accepted`), as any re-sent item is.
+    async fn without_redeliveries(
+        &self,
+        accepted: Vec<RecordObservation>,
+        untimed: &[usize],
+    ) -> Result<Vec<RecordObservation>, IngestError> {
+        if untimed.is_empty() {
+            return Ok(accepted);
+        }
+        let key = |r: &RecordObservation| RecordKey {
+            source: r.source.clone(),
+            object_id: r.object_id.clone(),
+            status: r.status.clone(),
+        };
+        let mut is_untimed = vec![false; accepted.len()];
+        for &i in untimed {
+            if let Some(u) = is_untimed.get_mut(i) {
+                *u = true;
+            }
+        }
+        let mut asked: Vec<RecordKey> = accepted
+            .iter()
+            .zip(&is_untimed)
+            .filter(|(_, u)| **u)
+            .map(|(r, _)| key(r))
+            .collect();
+        asked.sort();
+        asked.dedup();
+        let mut known = self.store.known_observations(asked).await.map_err(|e| {
+            tracing::error!(error = %e, "store could not say which records it knows; the post is not acknowledged");
+            self.metrics.rejection("unavailable", 1);
+            IngestError::Unavailable(e.to_string())
+        })?;
+        // A record of this batch with its own time makes its state known too, wherever it is.
+        known.extend(
+            accepted
+                .iter()
+                .zip(&is_untimed)
+                .filter(|(_, u)| !**u)
+                .map(|(r, _)| key(r)),
+        );
+        let before = accepted.len();
+        let news: Vec<RecordObservation> = accepted
+            .into_iter()
+            .zip(is_untimed)
+            .filter(|(r, untimed)| !untimed || !known.contains(&key(r)))
+            .map(|(r, _)| r)
+            .collect();
+        if news.len() < before {
+            tracing::debug!(
+                redelivered = before - news.len(),
+                "records without observed_at already known: taken as re-deliveries"
+            );
+        }
+        Ok(news)
     }
 
     /// `POST /api/v1/webhooks/stripe`.
@@ -213,12 +304,13 @@ impl IngestService {
         body: &[u8],
     ) -> Result<StripeReply, IngestError> {
         let received = Instant::now();
+        let window = self.time_window();
         if let Some(secret) = &self.stripe_secret {
             stripe::verify_signature(
                 signature.unwrap_or(""),
                 body,
                 secret,
-                wall_now(),
+                window.now,
                 self.stripe_tolerance,
             )
             .map_err(|e| {
@@ -226,7 +318,7 @@ impl IngestService {
                 IngestError::BadSignature(e.to_string())
             })?;
         }
-        match stripe::parse_event(body).map_err(|e| {
+        match stripe::parse_event(body, &window).map_err(|e| {
             self.metrics.rejection("bad_webhook", 1);
             IngestError::BadRequest(e.to_string())
         })? {

@@ -7,6 +7,7 @@
 //! `Ignored`: Stripe sends whatever the endpoint subscribes to, and answering them with an error
 //! would only make Stripe retry them for days.
 
+use super::bounds::{TimeError, TimeWindow};
 use crate::model::{Amount, Dur, RecordObservation, Timestamp};
 use hmac::{Hmac, Mac};
 use serde_json::Value;
@@ -53,6 +54,12 @@ pub enum StripeError {
         path: String,
         expected: &'static str,
         got: String,
+    },
+    /// A time outside the bounds every ingested time must meet (`ingest::bounds`).
+    #[error("event field `{path}`: {error}")]
+    Time {
+        path: &'static str,
+        error: TimeError,
     },
 }
 
@@ -168,8 +175,9 @@ pub fn verify_signature(
 /// `.status`, `.amount` (minor units, as Stripe sends them: none for zero-decimal currencies) and
 /// `.currency`. The link to the intent is `data.object.metadata.intent_id`; the key is
 /// `request.idempotency_key` (`request` is null for Dashboard or automatic changes, and a bare
-/// request-id string before API version 2017-05-25: no key in either case).
-pub fn parse_event(body: &[u8]) -> Result<StripeOutcome, StripeError> {
+/// request-id string before API version 2017-05-25: no key in either case). `created` (the
+/// observation time) and `data.object.created` must lie in `window` (the receive time's bounds).
+pub fn parse_event(body: &[u8], window: &TimeWindow) -> Result<StripeOutcome, StripeError> {
     let event: Value =
         serde_json::from_slice(body).map_err(|e| StripeError::InvalidJson(e.to_string()))?;
     if !event.is_object() {
@@ -218,6 +226,16 @@ pub fn parse_event(body: &[u8]) -> Result<StripeOutcome, StripeError> {
         Some(Value::Object(_)) => opt_str(&event, &["request", "idempotency_key"])?,
         _ => None,
     };
+    for (path, at) in [
+        ("created", Some(observed_at)),
+        ("data.object.created", created_at),
+    ] {
+        if let Some(at) = at {
+            window
+                .check(at)
+                .map_err(|error| StripeError::Time { path, error })?;
+        }
+    }
 
     Ok(StripeOutcome::Record {
         event_id,
@@ -301,6 +319,10 @@ mod tests {
     const T: i64 = 1_761_739_200;
     const NOW: Timestamp = Timestamp::from_secs(T + 30);
 
+    fn w() -> TimeWindow {
+        TimeWindow::default_at(NOW)
+    }
+
     /// A `refund.updated` as Stripe sends it (API version 2024-10-28.acacia), trimmed of nothing
     /// that matters: unknown fields must be tolerated.
     fn event(event_type: &str, status: &str, amount: i64, currency: &str, request: &str) -> String {
@@ -349,7 +371,7 @@ mod tests {
     }
 
     fn record(body: &str) -> RecordObservation {
-        match parse_event(body.as_bytes()).unwrap() {
+        match parse_event(body.as_bytes(), &w()).unwrap() {
             StripeOutcome::Record { record, .. } => record,
             other => panic!("{other:?}"),
         }
@@ -477,7 +499,7 @@ mod tests {
             ("charge.refund.updated", "canceled"),
         ] {
             let body = refund(ty, status);
-            let out = parse_event(body.as_bytes()).unwrap();
+            let out = parse_event(body.as_bytes(), &w()).unwrap();
             let StripeOutcome::Record {
                 event_id,
                 event_type,
@@ -581,9 +603,57 @@ mod tests {
                 r#"{{"id": "evt_1", "type": "{ty}", "data": {{"object": {{"id": "x"}}}}}}"#
             );
             assert_eq!(
-                parse_event(body.as_bytes()),
+                parse_event(body.as_bytes(), &w()),
                 Ok(StripeOutcome::Ignored(ty.to_string()))
             );
+        }
+    }
+
+    #[test]
+    fn times_outside_the_bounds_are_refused_naming_the_field() {
+        let base = refund("refund.updated", "succeeded");
+        let cases = [
+            (
+                r#""created": 1761739260,"#,
+                r#""created": 0,"#,
+                "created",
+                "1970-01-01T00:00:00.000000000Z is before 2000-01-01",
+            ),
+            (
+                r#""created": 1761739260,"#,
+                r#""created": 7258118400,"#,
+                "created",
+                "2200-01-01T00:00:00.000000000Z is after 2025-10-29T13:00:30.000000000Z",
+            ),
+            (
+                r#""created": 1761739200,"#,
+                r#""created": -86400,"#,
+                "data.object.created",
+                "1969-12-31T00:00:00.000000000Z is before",
+            ),
+        ];
+        for (from, to, field, want) in cases {
+            let body = base.replacen(from, to, 1);
+            assert_ne!(body, base);
+            let e = parse_event(body.as_bytes(), &w()).unwrap_err();
+            assert!(
+                matches!(&e, StripeError::Time { path, .. } if *path == field),
+                "{e}"
+            );
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("event field `{field}`: {want}")),
+                "{e}"
+            );
+        }
+        // An event an hour old (a retried delivery) is fine; one from a clock an hour ahead too.
+        for secs in [T - 3600, T + 30 + 3600] {
+            let body = base.replacen(
+                r#""created": 1761739260,"#,
+                &format!(r#""created": {secs},"#),
+                1,
+            );
+            assert!(parse_event(body.as_bytes(), &w()).is_ok());
         }
     }
 
@@ -617,11 +687,12 @@ mod tests {
             ),
         ];
         for (body, want) in cases {
-            assert_eq!(parse_event(body.as_bytes()), Err(want));
+            assert_eq!(parse_event(body.as_bytes(), &w()), Err(want));
         }
         let e = parse_event(
             base.replace(r#""amount": 4500"#, r#""amount": "45.00""#)
                 .as_bytes(),
+            &w(),
         )
         .unwrap_err();
         assert!(
@@ -635,6 +706,7 @@ mod tests {
         let e = parse_event(
             base.replace(r#""object": "refund""#, r#""object": "charge""#)
                 .as_bytes(),
+            &w(),
         )
         .unwrap_err();
         assert!(
@@ -642,11 +714,11 @@ mod tests {
             "{e}"
         );
         assert!(matches!(
-            parse_event(b"{\"type\": "),
+            parse_event(b"{\"type\": ", &w()),
             Err(StripeError::InvalidJson(_))
         ));
         assert!(matches!(
-            parse_event(b"[1]"),
+            parse_event(b"[1]", &w()),
             Err(StripeError::WrongType { .. })
         ));
     }

@@ -57,4 +57,10 @@ impl Store for AnyStore {
     async fn report(&self, since: Option<Timestamp>, now: Timestamp) -> Result<Report, StoreError> {
         dispatch!(self, s => s.report(since, now))
     }
+    async fn known_observations(
+        &self,
+        keys: Vec<RecordKey>,
+    ) -> Result<std::collections::HashSet<RecordKey>, StoreError> {
+        dispatch!(self, s => s.known_observations(keys))
+    }
 }

@@ -405,6 +405,9 @@ impl Store for ClickHouseStore {
         if events.is_empty() {
             return Ok(Vec::new());
         }
+        // Per item, before any row is built: a time a `UInt64`/`DateTime` column cannot hold
+        // must not fail the INSERT of the whole batch.
+        let (events, mask) = super::keep_holdable(events);
         let mut seen = HashSet::with_capacity(events.len());
         let mut flags = Vec::with_capacity(events.len());
         let mut rows = Rows::default();
@@ -423,7 +426,7 @@ impl Store for ClickHouseStore {
             }
         }
         self.write(rows).await?;
-        Ok(flags)
+        Ok(super::spread_flags(&mask, flags))
     }
 
     async fn load_events(&self) -> Result<Vec<Event>, StoreError> {
@@ -676,6 +679,38 @@ impl Store for ClickHouseStore {
             *rep.escalations.entry(status.as_str().into()).or_default() += n;
         }
         Ok(rep)
+    }
+
+    async fn known_observations(
+        &self,
+        keys: Vec<super::RecordKey>,
+    ) -> Result<HashSet<super::RecordKey>, StoreError> {
+        // A prefix of the records' sorting key; no FINAL: any version of a row will do.
+        const CHUNK: usize = 500;
+        let mut known = HashSet::new();
+        for chunk in keys.chunks(CHUNK) {
+            let tuples = vec!["(?, ?, ?)"; chunk.len()].join(", ");
+            let mut q = self.client.query(&format!(
+                "SELECT DISTINCT source, object_id, status FROM reckon_records
+                 WHERE (source, object_id, status) IN ({tuples})"
+            ));
+            for k in chunk {
+                q = q
+                    .bind(k.source.as_str())
+                    .bind(k.object_id.as_str())
+                    .bind(k.status.as_str());
+            }
+            let rows: Vec<(String, String, String)> = self.fetch("known records", q).await?;
+            known.extend(
+                rows.into_iter()
+                    .map(|(source, object_id, status)| super::RecordKey {
+                        source,
+                        object_id,
+                        status,
+                    }),
+            );
+        }
+        Ok(known)
     }
 }
 

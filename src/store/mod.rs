@@ -13,7 +13,7 @@ pub mod any;
 pub mod clickhouse;
 pub mod sqlite;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::path::PathBuf;
 
@@ -100,6 +100,100 @@ impl StoreError {
             detail: detail.into(),
         }
     }
+}
+
+/// The earliest instant every store can hold: ClickHouse keeps event times as `UInt64` unix
+/// nanoseconds, which have no value before 1970.
+pub const EARLIEST_HOLDABLE: Timestamp = Timestamp(0);
+/// The latest instant every store can hold: ClickHouse's `DateTime` beside each `_ns` column is
+/// `UInt32` seconds, which end at 2106-02-07T06:28:15Z.
+pub const LATEST_HOLDABLE: Timestamp = Timestamp(u32::MAX as i64 * 1_000_000_000);
+
+/// A time in an event that no store can hold.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{field} {} is outside the times every store can hold ({} to {})",
+    rfc3339(*at),
+    rfc3339(EARLIEST_HOLDABLE),
+    rfc3339(LATEST_HOLDABLE)
+)]
+pub struct Unholdable {
+    pub field: &'static str,
+    pub at: Timestamp,
+}
+
+/// The instants an event carries, named as in the model (`start`, `end`, `at`, `observed_at`,
+/// `created_at`).
+pub fn event_times(e: &Event) -> [(&'static str, Option<Timestamp>); 2] {
+    match e {
+        Event::Attempt(a) => [("start", Some(a.start)), ("end", Some(a.end))],
+        Event::Readback(r) => [("at", Some(r.at)), ("end", Some(r.end))],
+        Event::Record(r) => [
+            ("observed_at", Some(r.observed_at)),
+            ("created_at", r.created_at),
+        ],
+    }
+}
+
+/// Whether every store can hold `e`: the one definition both stores apply in
+/// [`Store::append`], so an event is refused (or kept) identically whatever the backend. The
+/// ingest service refuses narrower bounds per item before anything reaches a store
+/// (`ingest::bounds`), so this only catches a caller that bypassed it.
+pub fn holdable(e: &Event) -> Result<(), Unholdable> {
+    for (field, at) in event_times(e) {
+        if let Some(at) = at {
+            if !(EARLIEST_HOLDABLE..=LATEST_HOLDABLE).contains(&at) {
+                return Err(Unholdable { field, at });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Leaves out of `events` those no store can hold ([`holdable`]), each logged: refused alone,
+/// before the write, so one bad event never fails (and blocks the retries of) a whole batch.
+/// Returns the events to write and, per original position, whether it was kept.
+pub(crate) fn keep_holdable(events: Vec<Event>) -> (Vec<Event>, Vec<bool>) {
+    if events.iter().all(|e| holdable(e).is_ok()) {
+        let n = events.len();
+        return (events, vec![true; n]);
+    }
+    let mut kept = Vec::with_capacity(events.len());
+    let mut mask = Vec::with_capacity(events.len());
+    for e in events {
+        match holdable(&e) {
+            Ok(()) => {
+                kept.push(e);
+                mask.push(true);
+            }
+            Err(why) => {
+                tracing::error!(error = %why, "store refused an event it cannot hold");
+                mask.push(false);
+            }
+        }
+    }
+    (kept, mask)
+}
+
+/// The per-event "new" flags of an append for the original positions: an event left out by
+/// [`keep_holdable`] is not new (it was not stored).
+pub(crate) fn spread_flags(mask: &[bool], flags: Vec<bool>) -> Vec<bool> {
+    if mask.iter().all(|k| *k) {
+        return flags;
+    }
+    let mut flags = flags.into_iter();
+    mask.iter()
+        .map(|kept| *kept && flags.next().unwrap_or(false))
+        .collect()
+}
+
+/// A record observation's identity without its time: (source, object_id, status). Asked of
+/// [`Store::known_observations`] to tell a re-delivered record from news.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RecordKey {
+    pub source: String,
+    pub object_id: String,
+    pub status: String,
 }
 
 /// Filter and page request for [`Store::list_verdicts`].
@@ -263,7 +357,8 @@ pub trait Store: Send + Sync {
     /// (the OTLP receiver acknowledges an export only then). Idempotent by identity: an
     /// attempt or read-back by (trace_id, span_id), a record observation by
     /// (source, object_id, status, observed_at). Returns, per event, whether it was new (a
-    /// duplicate later in the same batch is not new).
+    /// duplicate later in the same batch is not new). An event no store can hold ([`holdable`])
+    /// is refused alone: not written, reported not new, and the rest of the batch is written.
     fn append(
         &self,
         events: Vec<Event>,
@@ -324,6 +419,13 @@ pub trait Store: Send + Sync {
         since: Option<Timestamp>,
         now: Timestamp,
     ) -> impl Future<Output = Result<Report, StoreError>> + Send;
+
+    /// Which of `keys` have at least one stored record observation, whatever its time. A
+    /// record posted with no time of its own whose key is known is a re-delivery, not news.
+    fn known_observations(
+        &self,
+        keys: Vec<RecordKey>,
+    ) -> impl Future<Output = Result<HashSet<RecordKey>, StoreError>> + Send;
 }
 
 /// The page size rule shared by escalation listings.

@@ -741,7 +741,12 @@ impl Store for SqliteStore {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        self.write(|reply| Request::Append(events, reply)).await
+        let (events, mask) = super::keep_holdable(events);
+        if events.is_empty() {
+            return Ok(vec![false; mask.len()]);
+        }
+        let flags = self.write(|reply| Request::Append(events, reply)).await?;
+        Ok(super::spread_flags(&mask, flags))
     }
 
     async fn load_events(&self) -> Result<Vec<Event>, StoreError> {
@@ -846,5 +851,28 @@ impl Store for SqliteStore {
 
     async fn report(&self, since: Option<Timestamp>, now: Timestamp) -> Result<Report, StoreError> {
         self.read(move |conn| report(conn, since, now)).await
+    }
+
+    async fn known_observations(
+        &self,
+        keys: Vec<super::RecordKey>,
+    ) -> Result<std::collections::HashSet<super::RecordKey>, StoreError> {
+        if keys.is_empty() {
+            return Ok(Default::default());
+        }
+        self.read(move |conn| {
+            // A prefix of the records' UNIQUE (source, object_id, status, observed_at) index.
+            let mut stmt = conn.prepare_cached(
+                "SELECT 1 FROM reckon_records WHERE source = ?1 AND object_id = ?2 AND status = ?3 LIMIT 1",
+            )?;
+            let mut known = std::collections::HashSet::new();
+            for k in keys {
+                if stmt.exists([&k.source, &k.object_id, &k.status])? {
+                    known.insert(k);
+                }
+            }
+            Ok(known)
+        })
+        .await
     }
 }

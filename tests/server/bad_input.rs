@@ -7,6 +7,7 @@ use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use prost::Message;
 use reckon::ingest::http::RpcStatus;
 use serde_json::{json, Value};
+use std::time::SystemTime;
 
 use super::support::*;
 
@@ -574,5 +575,241 @@ async fn wrong_method_is_a_json_405() {
         body["error"]["code"].is_string(),
         "405 without the JSON error body: {text:?}"
     );
+    server.stop().await;
+}
+
+/// Store truth, item 1: a record whose time a store cannot hold (before 1970) used to fail the
+/// whole batch on ClickHouse with a retryable 503, so the client re-sent it forever and the good
+/// record beside it (here: proof of a duplicate refund) never landed. Every time outside the
+/// bounds (before 2000, or more than the tolerated skew ahead) is now refused alone, by index,
+/// identically on both stores, and the rest is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_with_impossible_times_are_rejected_alone_and_the_rest_lands() {
+    let server = Server::start().await;
+    let good = bystander(&server).await;
+    let (i, k, re1, re2) = (unique("int"), unique("k"), unique("re"), unique("re"));
+    let t0 = ago(10.0 * MIN);
+    export_grpc(
+        &server,
+        &[&ToolSpan::new("issue_refund", t0, 0.3)
+            .intent(&i)
+            .key(&k)
+            .args(refund_args("45.00"))
+            .http(200)
+            .object(&re1, "succeeded")],
+    )
+    .await;
+    assert_verdict(&server.verdict(&i).await, "completed / none / -");
+    let refund = |object: &str| {
+        json!({"kind": "refund", "object_id": object, "intent_id": i, "status": "succeeded",
+               "amount": "45.00", "currency": "usd", "target": "1042"})
+    };
+    let with = |mut v: Value, k: &str, t: &str| {
+        v[k] = json!(t);
+        v
+    };
+    let body = json!([
+        // A second refund for the same intent: the evidence of a duplicate.
+        with(refund(&re2), "observed_at", &rfc3339(after(t0, 60.0))),
+        with(refund(&unique("re")), "observed_at", "1969-12-31T23:59:59Z"),
+        with(
+            with(
+                refund(&unique("re")),
+                "observed_at",
+                &rfc3339(after(t0, 61.0))
+            ),
+            "created_at",
+            "1969-07-20T20:17:40Z"
+        ),
+        with(refund(&unique("re")), "observed_at", "2200-01-01T00:00:00Z"),
+        with(refund(&unique("re")), "observed_at", "1999-12-31T23:59:59Z"),
+        with(
+            refund(&unique("re")),
+            "created_at",
+            &rfc3339(after(SystemTime::now(), 2.0 * HOUR))
+        ),
+    ]);
+    for attempt in 0..2 {
+        let (code, reply) = server.post_json("/api/v1/records", &body).await;
+        assert_eq!(code, 200, "attempt {attempt}: {reply}");
+        assert_eq!(reply["accepted"], 1, "{reply}");
+        let rejected: Vec<(u64, &str)> = reply["rejected"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["index"].as_u64().unwrap(), r["error"].as_str().unwrap()))
+            .collect();
+        let want = [
+            (1, "observed_at: 1969-12-31T23:59:59.000000000Z is before 2000-01-01T00:00:00.000000000Z, the earliest time reckon accepts"),
+            (2, "created_at: 1969-07-20T20:17:40.000000000Z is before 2000-01-01"),
+            (3, "observed_at: 2200-01-01T00:00:00.000000000Z is after "),
+            (4, "observed_at: 1999-12-31T23:59:59.000000000Z is before 2000-01-01"),
+            (5, "created_at: "),
+        ];
+        assert_eq!(rejected.len(), want.len(), "{reply}");
+        for ((index, error), (want_index, want_error)) in rejected.iter().zip(want) {
+            assert_eq!(*index, want_index, "{reply}");
+            assert!(error.starts_with(want_error), "{error}");
+        }
+        assert!(
+            rejected[2].1.contains("the latest time reckon accepts")
+                && rejected[4].1.contains("the latest time reckon accepts"),
+            "{reply}"
+        );
+    }
+    let v = server.verdict(&i).await;
+    assert!(
+        summary(&v).contains("duplicate_effect"),
+        "the good record landed: {v:#}"
+    );
+    let mut objects: Vec<&str> = v["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["object_id"].as_str().unwrap())
+        .collect();
+    objects.sort();
+    let mut want = vec![re1.as_str(), re2.as_str()];
+    want.sort();
+    assert_eq!(objects, want, "{v:#}");
+
+    // The same over OTLP logs: one good log record, two a store cannot hold.
+    let (j, re3) = (unique("int"), unique("re"));
+    export_grpc(
+        &server,
+        &[&ToolSpan::new("issue_refund", ago(MIN), 30.0)
+            .intent(&j)
+            .key(&unique("k"))
+            .args(refund_args("45.00"))
+            .timeout()],
+    )
+    .await;
+    let log = |object: &str, time: String, created: &str| {
+        json!({"timeUnixNano": time, "attributes": [
+            {"key": "reckon.record.object_id", "value": {"stringValue": object}},
+            {"key": "reckon.record.status", "value": {"stringValue": "succeeded"}},
+            {"key": "reckon.record.kind", "value": {"stringValue": "refund"}},
+            {"key": "reckon.intent.id", "value": {"stringValue": j}},
+            {"key": "reckon.record.created_at", "value": {"stringValue": created}}]})
+    };
+    let now_ns = unix_nanos(ago(5.0)).to_string();
+    let doc = json!({"resourceLogs": [{"scopeLogs": [{"logRecords": [
+        log(&re3, now_ns.clone(), &rfc3339(ago(6.0))),
+        log(&unique("re"), now_ns, "1969-07-20T20:17:40Z"),
+        log(&unique("re"), u64::MAX.to_string(), &rfc3339(ago(6.0))),
+    ]}]}]});
+    let resp = server
+        .post_otlp(
+            "/v1/logs",
+            "application/json",
+            false,
+            doc.to_string().into(),
+        )
+        .await;
+    assert_eq!(resp.status(), 200);
+    let reply: Value = resp.json().await.unwrap();
+    assert_eq!(
+        reply["partialSuccess"]["rejectedLogRecords"], "2",
+        "{reply}"
+    );
+    let msg = reply["partialSuccess"]["errorMessage"].as_str().unwrap();
+    assert!(
+        msg.starts_with("rejected 2 of 3: log record for object"),
+        "{msg}"
+    );
+    assert!(msg.contains("reckon.record.created_at 1969-07-20"), "{msg}");
+    assert!(msg.contains("time 2262-04-11"), "{msg}");
+    let v = server.verdict(&j).await;
+    assert_verdict(&v, "completed / none / -");
+    assert_eq!(v["objects"][0]["object_id"], json!(re3), "{v:#}");
+    unchanged(&server, &good).await;
+    server.stop().await;
+}
+
+/// Store truth, item 7: times from clocks that are wrong. A span at time 0 (which would escalate
+/// at once: every key long expired), one at `u64::MAX` (which would sort first in every listing
+/// and fall into every `since` window), one ending before it starts, one two hours ahead of
+/// reckon's clock: each is rejected alone through OTLP partial success with its reason, on
+/// every transport, and the span beside them is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_from_broken_clocks_are_rejected_alone() {
+    let server = Server::start().await;
+    let good = bystander(&server).await;
+    let t0 = unix_nanos(ago(2.0 * MIN));
+    let span = |intent: &str, start: String, end: String| {
+        json!({"traceId": format!("{:032x}", rand_u128()), "spanId": format!("{:016x}", rand_u128() as u64 | 1),
+               "name": "execute_tool issue_refund", "kind": 3,
+               "startTimeUnixNano": start, "endTimeUnixNano": end,
+               "attributes": [{"key": "reckon.intent.id", "value": {"stringValue": intent}},
+                              {"key": "reckon.idempotency_key", "value": {"stringValue": unique("k")}},
+                              {"key": "error.type", "value": {"stringValue": "timeout"}}],
+               "status": {"code": 2}})
+    };
+    let ids: Vec<String> = (0..5).map(|_| unique("int")).collect();
+    let ahead = unix_nanos(after(SystemTime::now(), 2.0 * HOUR));
+    let doc = json!({"resourceSpans": [{"scopeSpans": [{"spans": [
+        span(&ids[0], t0.to_string(), (t0 + 30_000_000_000).to_string()),
+        span(&ids[1], "0".into(), "0".into()),
+        span(&ids[2], u64::MAX.to_string(), u64::MAX.to_string()),
+        span(&ids[3], t0.to_string(), (t0 - 1_000_000_000).to_string()),
+        span(&ids[4], ahead.to_string(), (ahead + 1_000_000_000).to_string()),
+    ]}]}]});
+    let resp = server
+        .post_otlp(
+            "/v1/traces",
+            "application/json",
+            false,
+            doc.to_string().into(),
+        )
+        .await;
+    assert_eq!(resp.status(), 200);
+    let reply: Value = resp.json().await.unwrap();
+    assert_eq!(reply["partialSuccess"]["rejectedSpans"], "4", "{reply}");
+    let msg = reply["partialSuccess"]["errorMessage"].as_str().unwrap();
+    assert!(msg.starts_with("rejected 4 of 5: span "), "{msg}");
+    for want in [
+        "start time 1970-01-01T00:00:00.000000000Z is before 2000-01-01T00:00:00.000000000Z, the earliest time reckon accepts",
+        "start time 2262-04-11T23:47:16.854775807Z is after ",
+        "precedes the start time",
+        "plus 1h of skew",
+    ] {
+        assert!(msg.contains(want), "{want:?} not in {msg}");
+    }
+    assert_verdict(
+        &server.verdict(&ids[0]).await,
+        "unknown / retry_same_key / -",
+    );
+    for i in &ids[1..] {
+        assert_eq!(
+            server.get(&format!("/api/v1/intents/{i}")).await.0,
+            404,
+            "{i}"
+        );
+    }
+    // The newest verdict is not one from a clock in the future.
+    let (code, page) = server.get("/api/v1/intents?limit=1").await;
+    assert_eq!(code, 200, "{page}");
+    assert_ne!(page["items"][0]["intent_id"], json!(ids[2]), "{page}");
+
+    // gRPC, with the real exporter: a span at the epoch beside a good one.
+    let (epoch, fine) = (unique("int"), unique("int"));
+    let spans = [
+        ToolSpan::new("issue_refund", SystemTime::UNIX_EPOCH, 30.0)
+            .intent(&epoch)
+            .key(&unique("k"))
+            .args(refund_args("45.00"))
+            .timeout(),
+        ToolSpan::new("issue_refund", ago(MIN), 30.0)
+            .intent(&fine)
+            .key(&unique("k"))
+            .args(refund_args("45.00"))
+            .timeout(),
+    ];
+    try_export_grpc(&server, &spans.iter().collect::<Vec<_>>())
+        .await
+        .expect("a partial success is a success");
+    assert_verdict(&server.verdict(&fine).await, "unknown / retry_same_key / -");
+    assert_eq!(server.get(&format!("/api/v1/intents/{epoch}")).await.0, 404);
+    unchanged(&server, &good).await;
     server.stop().await;
 }

@@ -135,6 +135,80 @@ async fn graceful_restart_keeps_verdicts_and_escalations() {
     s.stop().await;
 }
 
+/// Store truth, item 6: a record posted without `observed_at` takes the receive time, so a
+/// re-post of one (a reconciler's retry, a sync re-sending its snapshot) would be a new
+/// observation of old news: it moved the object's `last_seen`, and a stale `succeeded`
+/// re-posted after `failed` flipped a failed refund back to completed. A timeless observation
+/// whose (source, object, status) the store already knows is a re-delivery: acknowledged, not
+/// stored again. The store, not the process, knows it, so it holds across a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_reposted_without_observed_at_is_a_redelivery_even_after_a_restart() {
+    let s = Server::start().await;
+    let (i, k, re) = (unique("int"), unique("k"), unique("re"));
+    export_grpc(
+        &s,
+        &[&ToolSpan::new("issue_refund", ago(10.0 * MIN), 30.0)
+            .intent(&i)
+            .key(&k)
+            .args(refund_args("45.00"))
+            .timeout()
+            .told("unknown")],
+    )
+    .await;
+    let record = |status: &str| {
+        json!({"kind": "refund", "object_id": re, "intent_id": i, "status": status,
+               "amount": "45.00", "currency": "usd", "target": "1042", "source": "reconciler"})
+    };
+    let object = |v: &Value| v["objects"][0].clone();
+    // News: the refund succeeded (no time of its own: stamped on receipt).
+    s.records(&record("succeeded")).await;
+    let v = s.verdict(&i).await;
+    assert_verdict(&v, "completed / none / -");
+    let seen = object(&v);
+    // Re-posted as is: acknowledged, and nothing moves.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    s.records(&record("succeeded")).await;
+    let v = s.verdict(&i).await;
+    assert_eq!(object(&v), seen, "a re-delivery is not a new observation");
+    // The refund then failed, as the downstream reports with its own time.
+    let mut failed = record("failed");
+    failed["observed_at"] = json!(rfc3339(std::time::SystemTime::now()));
+    s.records(&failed).await;
+    let v = s.verdict(&i).await;
+    assert_verdict(&v, "failed_after_execution / new_intent / -");
+    let failed_seen = object(&v);
+    assert_eq!(failed_seen["status"], "failed");
+    // A stale `succeeded` re-delivered without a time does not flip it back ...
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    s.records(&record("succeeded")).await;
+    let v = s.verdict(&i).await;
+    assert_verdict(&v, "failed_after_execution / new_intent / -");
+    assert_eq!(object(&v), failed_seen);
+    // ... nor after a restart, when only the store remembers what was seen.
+    let dir = s.stop().await;
+    let s = Server::start_in(dir).await;
+    s.records(&json!([record("succeeded"), record("succeeded")]))
+        .await;
+    let v = s.verdict(&i).await;
+    assert_verdict(&v, "failed_after_execution / new_intent / -");
+    assert_eq!(object(&v), failed_seen);
+    // A status not seen before is news even without a time, and a time of its own always is.
+    let mut late = record("succeeded");
+    late["observed_at"] = json!(rfc3339(std::time::SystemTime::now()));
+    s.records(&late).await;
+    assert_verdict(&s.verdict(&i).await, "completed / none / -");
+    // In one batch, a timeless copy of an observation that carries its own time adds nothing.
+    let at = std::time::SystemTime::now();
+    let mut canceled = record("canceled");
+    canceled["observed_at"] = json!(rfc3339(at));
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    s.records(&json!([record("canceled"), canceled])).await;
+    let v = s.verdict(&i).await;
+    assert_verdict(&v, "failed_after_execution / new_intent / -");
+    assert_eq!(object(&v)["last_seen"], json!(rfc3339(at)), "{v:#}");
+    s.stop().await;
+}
+
 // ------------------------------------------------------------------ the real binary
 
 fn free_addr() -> SocketAddr {

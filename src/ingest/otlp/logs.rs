@@ -23,7 +23,9 @@
 //! Attributes are read from the log record; `reckon.record.kind` and `reckon.record.source` fall
 //! back to the resource's attributes, so a downstream service can declare them once.
 //! A record with an object id but no status, no timestamp, or an amount or creation time that
-//! does not parse is rejected alone (OTLP partial success) with the reason.
+//! does not parse is rejected alone (OTLP partial success) with the reason; so is one whose time
+//! or creation time lies outside the bounds of `ingest::bounds` (checked by
+//! [`super::Decoded::check_times`] against the receive time).
 //!
 //! An observation is identified by (source, object_id, status, observed_at): a re-sent export
 //! adds nothing.

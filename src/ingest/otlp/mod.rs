@@ -21,6 +21,7 @@ use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
 
+use super::bounds::TimeWindow;
 use crate::contract::Contracts;
 use crate::model::Event;
 
@@ -176,6 +177,63 @@ pub fn logs_from_json(body: &[u8]) -> Result<Decoded, DecodeError> {
 }
 
 impl Decoded {
+    /// Refuses, each alone, the events with a time outside `window` (the receive time's bounds,
+    /// `ingest::bounds`): a span starting before 2000 or more than the tolerated skew ahead, a
+    /// span whose end precedes its start, a log record stamped likewise. They count in
+    /// `rejected` with a reason naming the span or object and the field. Returns how many.
+    pub fn check_times(&mut self, window: &TimeWindow) -> u64 {
+        if self.events.iter().all(|e| window.check_event(e).is_ok()) {
+            return 0;
+        }
+        let mut refused = 0;
+        for e in std::mem::take(&mut self.events) {
+            match window.check_event(&e) {
+                Ok(()) => self.events.push(e),
+                Err(err) => {
+                    refused += 1;
+                    let (what, field) = match &e {
+                        Event::Attempt(a) => (
+                            format!(
+                                "span {}/{} '{}'",
+                                a.span.trace_hex(),
+                                a.span.span_hex(),
+                                recognize::clip(&a.tool)
+                            ),
+                            if err.field == "start" {
+                                "start time"
+                            } else {
+                                "end time"
+                            },
+                        ),
+                        Event::Readback(r) => (
+                            format!(
+                                "read span {}/{} '{}'",
+                                r.span.trace_hex(),
+                                r.span.span_hex(),
+                                recognize::clip(&r.tool)
+                            ),
+                            if err.field == "at" {
+                                "start time"
+                            } else {
+                                "end time"
+                            },
+                        ),
+                        Event::Record(r) => (
+                            format!("log record for object '{}'", recognize::clip(&r.object_id)),
+                            if err.field == "observed_at" {
+                                "time"
+                            } else {
+                                logs::CREATED_AT
+                            },
+                        ),
+                    };
+                    self.reject(format!("{what}: {field} {}", err.error));
+                }
+            }
+        }
+        refused
+    }
+
     fn absorb(&mut self, other: Decoded) {
         self.events.extend(other.events);
         self.seen += other.seen;

@@ -947,7 +947,116 @@ fn all_zero_ids_are_rejected() {
     assert!(d.reasons[0].contains("all-zero"), "{:?}", d.reasons);
 }
 
+#[test]
+fn spans_with_times_from_broken_clocks_are_rejected_alone() {
+    use crate::ingest::bounds::TimeWindow;
+    // Received a minute after the spans started.
+    let window = TimeWindow::default_at(Timestamp(START + 60_000_000_000));
+    let span = |id: &str, start: u64, end: u64| {
+        let mut s = proto_span(
+            id,
+            "execute_tool issue_refund",
+            vec![kv("reckon.intent.id", sv("i"))],
+        );
+        s.start_time_unix_nano = start;
+        s.end_time_unix_nano = end;
+        s
+    };
+    let (start, end) = (START as u64, END as u64);
+    let mut read = span("00000000000000a6", start, start - 1);
+    read.attributes.extend([
+        kv("reckon.action", sv("read")),
+        kv(
+            "reckon.readback.object_ids",
+            any_value::Value::ArrayValue(Default::default()),
+        ),
+    ]);
+    let req = proto_request(vec![
+        span("00000000000000a1", start, end),
+        span("00000000000000a2", 0, 0),
+        span("00000000000000a3", u64::MAX, u64::MAX),
+        span("00000000000000a4", start, start - 1),
+        span("00000000000000a5", start, 0),
+        read,
+        // An hour ahead of the receive time is still a plausible clock.
+        span(
+            "00000000000000a7",
+            start + 3_600_000_000_000,
+            start + 3_660_000_000_000,
+        ),
+    ]);
+    let mut d = traces_from_proto(&req, &contracts());
+    assert_eq!((d.seen, d.rejected, d.events.len()), (7, 0, 7));
+    assert_eq!(d.check_times(&window), 5);
+    assert_eq!((d.seen, d.rejected, d.events.len()), (7, 5, 2));
+    let ids: Vec<String> = d
+        .events
+        .iter()
+        .map(|e| match e {
+            Event::Attempt(a) => a.span.span_hex(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(ids, ["00000000000000a1", "00000000000000a7"]);
+    let want = [
+        "span 5b8efff798038103d269b633813fc60c/00000000000000a2 'issue_refund': start time 1970-01-01T00:00:00.000000000Z is before 2000-01-01T00:00:00.000000000Z, the earliest time reckon accepts",
+        "span 5b8efff798038103d269b633813fc60c/00000000000000a3 'issue_refund': start time 2262-04-11T23:47:16.854775807Z is after 2023-11-14T23:14:20.000000000Z, the latest time reckon accepts",
+        "span 5b8efff798038103d269b633813fc60c/00000000000000a4 'issue_refund': end time 2023-11-14T22:13:19.999999999Z precedes the start time 2023-11-14T22:13:20.000000000Z",
+        "span 5b8efff798038103d269b633813fc60c/00000000000000a5 'issue_refund': end time 1970-01-01T00:00:00.000000000Z is before",
+        "read span 5b8efff798038103d269b633813fc60c/00000000000000a6 'issue_refund': end time 2023-11-14T22:13:19.999999999Z precedes",
+    ];
+    for (got, want) in d.reasons.iter().zip(want) {
+        assert!(got.starts_with(want), "{got}\nwant {want}");
+    }
+    assert!(
+        d.error_message().starts_with("rejected 5 of 7: span "),
+        "{}",
+        d.error_message()
+    );
+}
+
 // ---------------------------------------------------------------- logs
+
+#[test]
+fn log_records_with_times_from_broken_clocks_are_rejected_alone() {
+    use crate::ingest::bounds::TimeWindow;
+    let window = TimeWindow::default_at(Timestamp(START + 60_000_000_000));
+    let doc = |time: &str, created: &str| {
+        format!(
+            r#"{{"timeUnixNano":"{time}","attributes":[
+             {{"key":"reckon.record.object_id","value":{{"stringValue":"re_{time}"}}}},
+             {{"key":"reckon.record.status","value":{{"stringValue":"succeeded"}}}},
+             {{"key":"reckon.record.created_at","value":{{"stringValue":"{created}"}}}}]}}"#
+        )
+    };
+    let body = format!(
+        r#"{{"resourceLogs":[{{"scopeLogs":[{{"logRecords":[{}, {}, {}, {}]}}]}}]}}"#,
+        doc("1700000000000000000", "2023-11-14T22:13:19Z"),
+        doc("1700000000000000001", "1969-07-20T20:17:40Z"),
+        doc("18446744073709551615", "2023-11-14T22:13:19Z"),
+        doc("946684799999999999", "2023-11-14T22:13:19Z"),
+    );
+    let mut d = logs_from_json(body.as_bytes()).unwrap();
+    assert_eq!(d.events.len(), 4);
+    assert_eq!(d.check_times(&window), 3);
+    assert_eq!((d.seen, d.rejected, d.events.len()), (4, 3, 1));
+    assert!(
+        d.reasons[0].starts_with("log record for object 're_1700000000000000001': reckon.record.created_at 1969-07-20T20:17:40.000000000Z is before"),
+        "{:?}",
+        d.reasons
+    );
+    assert!(
+        d.reasons[1]
+            .starts_with("log record for object 're_18446744073709551615': time 2262-04-11"),
+        "{:?}",
+        d.reasons
+    );
+    assert!(
+        d.reasons[2].starts_with("log record for object 're_946684799999999999': time 1999-12-31T23:59:59.999999999Z is before"),
+        "{:?}",
+        d.reasons
+    );
+}
 
 #[test]
 fn log_records_become_record_observations() {
