@@ -160,6 +160,8 @@ pub struct SendOpts {
     pub args: Option<Value>,
     /// Tell the model this instead of the classified outcome (a careless report).
     pub told: Option<ReportedOutcome>,
+    /// Send the request body as built for another intent (a careless executor's cached request).
+    pub body_of: Option<Intent>,
 }
 
 impl Default for SendOpts {
@@ -171,6 +173,7 @@ impl Default for SendOpts {
             key: None,
             args: None,
             told: None,
+            body_of: None,
         }
     }
 }
@@ -328,7 +331,7 @@ impl Executor {
             .post(format!("{}{}", self.base, intent.tool.path()))
             .timeout(opts.timeout)
             .header(FAULT_HEADER, opts.fault.header_value())
-            .json(&Self::body(intent, &args));
+            .json(&Self::body(opts.body_of.as_ref().unwrap_or(intent), &args));
         if let Some(k) = &key {
             req = req.header("idempotency-key", k);
         }
@@ -442,14 +445,34 @@ impl Executor {
     /// Reads the downstream's objects for the intent, traced as a read-back. `told` is what the
     /// executor concluded from it, if it said anything (a careless `failed`).
     pub async fn read_back(&self, intent: &Intent, told: Option<ReportedOutcome>) -> Vec<String> {
-        let start = SystemTime::now();
         // Intent ids are the demo's own ([a-z0-9-]): nothing to escape.
-        let url = format!(
-            "{}{}?intent_id={}",
-            self.base,
-            intent.tool.path(),
-            intent.id
-        );
+        self.read(intent, told, ("intent_id", intent.id.clone()))
+            .await
+    }
+
+    /// A read of everything on the intent's order ("refunds for order 1042"), as a careless
+    /// executor runs it: it lists other intents' refunds too.
+    pub async fn read_back_order(
+        &self,
+        intent: &Intent,
+        told: Option<ReportedOutcome>,
+    ) -> Vec<String> {
+        let order = intent
+            .args
+            .pointer("/order_id")
+            .map(text)
+            .unwrap_or_default();
+        self.read(intent, told, ("order_id", order)).await
+    }
+
+    async fn read(
+        &self,
+        intent: &Intent,
+        told: Option<ReportedOutcome>,
+        (field, value): (&str, String),
+    ) -> Vec<String> {
+        let start = SystemTime::now();
+        let url = format!("{}{}?{field}={value}", self.base, intent.tool.path());
         let found: Vec<String> = match self.http.get(url).timeout(SEND_TIMEOUT).send().await {
             Ok(resp) => resp
                 .json::<Value>()
@@ -472,7 +495,7 @@ impl Executor {
                 KeyValue::new("gen_ai.tool.name", tool),
                 KeyValue::new(
                     "gen_ai.tool.call.arguments",
-                    json!({"intent_id": intent.id}).to_string(),
+                    json!({ field: value }).to_string(),
                 ),
                 KeyValue::new("reckon.intent.id", intent.id.clone()),
                 KeyValue::new("reckon.action", "read"),
@@ -515,6 +538,7 @@ impl Executor {
             key: None,
             args: None,
             told: None,
+            body_of: None,
             ..opts
         };
         let a = self.send(intent, opts).await;
@@ -618,6 +642,28 @@ impl Careless<'_> {
     /// terminal state, past the key's retention.
     pub async fn resend(&self, intent: &mut Intent, opts: SendOpts) -> Attempted {
         let a = self.0.send(intent, opts).await;
+        intent.record(&a);
+        a
+    }
+
+    /// A second intent sent under another intent's key (a key minted per order, or cached
+    /// across calls).
+    pub async fn send_with_key_of(
+        &self,
+        intent: &mut Intent,
+        key: String,
+        opts: SendOpts,
+    ) -> Attempted {
+        let a = self
+            .0
+            .send(
+                intent,
+                SendOpts {
+                    key: Some(key),
+                    ..opts
+                },
+            )
+            .await;
         intent.record(&a);
         a
     }

@@ -24,7 +24,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use executor::{Careless, Executor, Intent, SendOpts, Telemetry};
 use scenarios::{Scenario, Step};
@@ -310,7 +310,14 @@ async fn run_scenario(h: &Harness, n: usize, sc: Scenario) -> Row {
         secs: 0.0,
     };
     let careless = Careless(&h.exec);
-    for step in sc.steps {
+    // The last expectation of each intent is its final verdict, which must hold.
+    let mut last_expect: HashMap<usize, usize> = HashMap::new();
+    for (n, step) in sc.steps.iter().enumerate() {
+        if let Step::Expect(i, ..) = step {
+            last_expect.insert(*i, n);
+        }
+    }
+    for (n, step) in sc.steps.into_iter().enumerate() {
         match step {
             Step::Issue(i, opts) => {
                 h.exec.issue(&mut intents[i], opts).await;
@@ -333,6 +340,24 @@ async fn run_scenario(h: &Harness, n: usize, sc: Scenario) -> Row {
             Step::ReadBack(i, told) => {
                 h.exec.read_back(&intents[i], told).await;
                 sent.entry(i).or_default().reads += 1;
+            }
+            Step::ReadOrder(i) => {
+                h.exec.read_back_order(&intents[i], None).await;
+                sent.entry(i).or_default().reads += 1;
+            }
+            Step::SharedKeyCachedRequest(i, of) => {
+                let opts = SendOpts {
+                    body_of: Some(intents[of].clone()),
+                    ..SendOpts::default()
+                };
+                let key = intents[of].key.clone();
+                careless.send_with_key_of(&mut intents[i], key, opts).await;
+                sent.entry(i).or_default().attempts += 1;
+            }
+            Step::SharedKey(i, of, opts) => {
+                let key = intents[of].key.clone();
+                careless.send_with_key_of(&mut intents[i], key, opts).await;
+                sent.entry(i).or_default().attempts += 1;
             }
             Step::NewKey(i, opts) => {
                 careless.retry_with_new_key(&mut intents[i], opts).await;
@@ -367,6 +392,7 @@ async fn run_scenario(h: &Harness, n: usize, sc: Scenario) -> Row {
                         expected,
                         sent.get(&i).copied().unwrap_or_default(),
                         within,
+                        last_expect.get(&i) == Some(&n),
                     )
                     .await;
                 if let Some(p) = check.1 {
@@ -464,16 +490,21 @@ impl ApiClient {
     }
 
     /// Polls until the verdict reads `expected` (once reckon has seen every span sent for the
-    /// intent) or `within` passes. Returns the check and, when it failed, a hint.
+    /// intent) or `within` passes. A `final_check` must also keep reading so, with no new
+    /// evidence, for [`STABLE_FOR`]: the first poll that happens to match is not the verdict an
+    /// operator is left with. Returns the check and, when it failed, a hint.
     async fn await_verdict(
         &self,
         intent_id: &str,
         expected: &str,
         sent: Sent,
         within: Duration,
+        final_check: bool,
     ) -> (Check, Option<String>) {
         let want = scenarios::normalize(expected);
-        let deadline = Instant::now() + within;
+        let mut deadline = Instant::now() + within;
+        // When the match was first seen, and the evidence it was seen on.
+        let mut matched: Option<(Instant, Value)> = None;
         let mut concluded = "no verdict (404)".to_string();
         let mut hint = None;
         loop {
@@ -499,7 +530,22 @@ impl ApiClient {
                         ),
                         _ => None,
                     };
-                    if seen_all && concluded == want {
+                    let evidence = json!([v.get("attempts"), v.get("readbacks"), v.get("objects")]);
+                    let stable = match &matched {
+                        _ if !(seen_all && concluded == want) => {
+                            matched = None;
+                            false
+                        }
+                        _ if !final_check => true,
+                        Some((since, seen)) if *seen == evidence => since.elapsed() >= STABLE_FOR,
+                        _ => {
+                            let now = Instant::now();
+                            matched = Some((now, evidence));
+                            deadline = deadline.max(now + STABLE_FOR + Duration::from_millis(200));
+                            false
+                        }
+                    };
+                    if stable {
                         return (
                             Check {
                                 intent: 0,
@@ -530,6 +576,9 @@ impl ApiClient {
         )
     }
 }
+
+/// How long a scenario's final verdict must hold, with no new evidence, to count.
+pub const STABLE_FOR: Duration = Duration::from_millis(1500);
 
 /// `state / decision / findings` of a verdict document.
 pub fn verdict_summary(v: &Value) -> String {

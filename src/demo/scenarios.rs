@@ -37,6 +37,12 @@ pub enum Step {
     Reconcile(usize, SendOpts),
     /// A read-back, optionally followed by telling the model something.
     ReadBack(usize, Option<ReportedOutcome>),
+    /// Careless: a read-back of everything on the intent's order, other intents' refunds too.
+    ReadOrder(usize),
+    /// Careless: send intent `.0` under the key of intent `.1`.
+    SharedKey(usize, usize, SendOpts),
+    /// Careless: send intent `.0` as intent `.1`'s cached request, key and body alike.
+    SharedKeyCachedRequest(usize, usize),
     /// Careless: the model calls again under a fresh key.
     NewKey(usize, SendOpts),
     /// Careless (or deliberate): the same call again, whatever is known.
@@ -47,7 +53,9 @@ pub enum Step {
     Workers(usize, Vec<(Duration, SendOpts)>),
     /// Sleep until this long after the scenario started.
     At(Duration),
-    /// Poll reckon until the intent's verdict reads so, for at most `within`.
+    /// Poll reckon until the intent's verdict reads so, for at most `within`. The last
+    /// expectation of each intent in a scenario is its final one: it must also hold, unchanged,
+    /// for a while after it first matches (see `demo::STABLE_FOR`).
     Expect(usize, &'static str, Duration),
     /// The stub holds this many objects for the intent.
     Objects(usize, usize),
@@ -293,6 +301,58 @@ pub fn all() -> Vec<Scenario> {
                 expect(1, "completed / none / -"),
                 Objects(0, 1),
                 Objects(1, 1),
+            ],
+        },
+        Scenario {
+            name: "two refunds on one order; one never arrives, a read of the order lists the other",
+            source: "careless",
+            notes: "a read-back answers a query, not \"my refund\": the other intent's refund is not this one's",
+            // An order of their own: every other scenario refunds order 1042, and a read of it
+            // would (rightly) find refunds nobody owns yet.
+            intents: vec![
+                (Tool::Refund, json!({"order_id": "2042", "amount": "22.50", "currency": "usd"})),
+                (Tool::Refund, json!({"order_id": "2042", "amount": "22.50", "currency": "usd"})),
+            ],
+            steps: vec![
+                Issue(1, opts()),
+                Issue(0, fault(Fault::Blackhole)),
+                ReadOrder(0),
+                expect(1, "completed / none / -"),
+                At(ms(7_500)),
+                expect(0, "unknown / escalate / unresolved_unknown"),
+                Objects(0, 0),
+                Objects(1, 1),
+            ],
+        },
+        Scenario {
+            name: "two refunds sent under one key, the second with its own metadata",
+            source: "careless",
+            notes: "the downstream refuses a reused key with other parameters: the second refund never happened",
+            intents: vec![r("45.00"), r("45.00")],
+            steps: vec![
+                Issue(0, opts()),
+                SharedKey(1, 0, opts()),
+                expect(0, "completed / escalate / key_shared_across_intents"),
+                expect(
+                    1,
+                    "failed_before_execution / escalate / key_reuse_mismatch, key_shared_across_intents",
+                ),
+                Objects(0, 1),
+                Objects(1, 0),
+            ],
+        },
+        Scenario {
+            name: "two refunds sent under one key with the same request",
+            source: "careless",
+            notes: "the downstream replays the first refund's saved response: the second intent has no refund of its own",
+            intents: vec![r("45.00"), r("45.00")],
+            steps: vec![
+                Issue(0, opts()),
+                SharedKeyCachedRequest(1, 0),
+                expect(0, "completed / escalate / key_shared_across_intents"),
+                expect(1, "unknown / escalate / key_shared_across_intents"),
+                Objects(0, 1),
+                Objects(1, 0),
             ],
         },
         Scenario {

@@ -783,6 +783,7 @@ fn deliver(
 #[derive(Deserialize)]
 struct ByIntent {
     intent_id: Option<String>,
+    order_id: Option<String>,
 }
 
 async fn list_refunds(State(shared): State<Arc<Shared>>, Query(q): Query<ByIntent>) -> Response {
@@ -791,8 +792,9 @@ async fn list_refunds(State(shared): State<Arc<Shared>>, Query(q): Query<ByInten
         .refunds
         .values()
         .filter(|r| {
-            q.intent_id.is_none()
-                || r.metadata.get("intent_id").and_then(Value::as_str) == q.intent_id.as_deref()
+            let field = |k: &str| r.metadata.get(k).and_then(Value::as_str);
+            (q.intent_id.is_none() || field("intent_id") == q.intent_id.as_deref())
+                && (q.order_id.is_none() || field("order_id") == q.order_id.as_deref())
         })
         .map(Refund::json)
         .collect();
