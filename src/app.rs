@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
+use axum::serve::ListenerExt as _;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -114,8 +115,12 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
                 .concurrency_limit_per_connection(grpc_per_connection)
                 .load_shed(true)
                 .add_routes(grpc_routes)
+                // No Nagle: an export answer is one small frame, and holding it back for the
+                // client's delayed ACK cost ~25 ms per 1000-span export (gRPC ran at a tenth of
+                // HTTP's rate on the same batches).
                 .serve_with_incoming_shutdown(
-                    tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
+                    tonic::transport::server::TcpIncoming::from(grpc_listener)
+                        .with_nodelay(Some(true)),
                     until_stopped(rx),
                 )
                 .await
@@ -126,7 +131,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let http_server = tokio::spawn({
         let rx = stopped.clone();
         async move {
-            axum::serve(http_listener, http_router)
+            axum::serve(http_listener.tap_io(no_delay), http_router)
                 .with_graceful_shutdown(until_stopped(rx))
                 .await
                 .context("OTLP HTTP server")
@@ -142,7 +147,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let api_server = tokio::spawn({
         let rx = stopped.clone();
         async move {
-            axum::serve(api_listener, api_router)
+            axum::serve(api_listener.tap_io(no_delay), api_router)
                 .with_graceful_shutdown(until_stopped(rx))
                 .await
                 .context("API server")
@@ -159,6 +164,13 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         tasks,
         grace: config.shutdown_grace,
     })
+}
+
+/// Answers go out at once (see the gRPC server above); a failure here only costs latency.
+fn no_delay(tcp: &mut tokio::net::TcpStream) {
+    if let Err(e) = tcp.set_nodelay(true) {
+        tracing::debug!("TCP_NODELAY: {e}");
+    }
 }
 
 impl Running {

@@ -29,6 +29,7 @@ pub enum Command {
     Report(ReportArgs),
     Escalations(EscalationsCmd),
     Demo(DemoArgs),
+    Loadgen(crate::loadgen::LoadgenArgs),
     /// Validate the contracts in `dir` and list them.
     CheckContracts {
         dir: PathBuf,
@@ -180,6 +181,7 @@ where
         Sub::Report(a) => Command::Report(a.resolve(&env)?),
         Sub::Escalations(a) => Command::Escalations(a.resolve(&env)?),
         Sub::Demo(a) => Command::Demo(a.resolve(&env)?),
+        Sub::Loadgen(a) => Command::Loadgen(a.resolve()),
         Sub::CheckContracts(a) => Command::CheckContracts {
             dir: a.resolve(&env)?,
         },
@@ -299,6 +301,9 @@ enum Sub {
     Escalations(EscalationsCli),
     /// Run the demo scenarios against a reckon.
     Demo(DemoCli),
+    /// Drive a running reckon with OTLP load and report throughput, refusals, verdict latency
+    /// and its memory.
+    Loadgen(LoadgenCli),
     /// Validate the contract files and list them.
     CheckContracts(CheckContractsCli),
 }
@@ -599,6 +604,88 @@ impl DemoCli {
             )?,
             only: env.or(self.only, ENV_DEMO_ONLY, |s| Ok(s.to_string()))?,
         })
+    }
+}
+
+#[derive(Args, Debug)]
+struct LoadgenCli {
+    /// reckon's API base URL (records, verdicts, /metrics)
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:8080", value_parser = value::parse_http_url)]
+    api: String,
+    /// OTLP/HTTP base URL
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:4318", value_parser = value::parse_http_url)]
+    otlp_http: String,
+    /// OTLP/gRPC endpoint
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:4317", value_parser = value::parse_http_url)]
+    otlp_grpc: String,
+    /// Transport for spans (without --compare)
+    #[arg(long, value_enum, default_value_t = TransportArg::Grpc)]
+    transport: TransportArg,
+    /// Shares of each kind: noise (non-tool spans), completed, open (timed-out refunds), records
+    /// (that settle open refunds)
+    #[arg(long, value_name = "KIND=WEIGHT,...", default_value = "noise=50,completed=20,open=20,records=10", value_parser = crate::loadgen::Mix::parse)]
+    mix: crate::loadgen::Mix,
+    /// Run four phases (non-tool spans over HTTP, then over gRPC, then the mix over each) and
+    /// report every rate as a ratio against the first
+    #[arg(long)]
+    compare: bool,
+    /// How long each phase runs
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = value::parse_positive_duration)]
+    duration: std::time::Duration,
+    /// Spans per export
+    #[arg(long, value_name = "N", default_value = "1000", value_parser = value::parse_count)]
+    batch: usize,
+    /// Exports in flight at once
+    #[arg(long, value_name = "N", default_value = "8", value_parser = value::parse_count)]
+    concurrency: usize,
+    /// Follow one tool intent in N to its verdict for the latency figures
+    #[arg(long, value_name = "N", default_value = "64", value_parser = value::parse_count)]
+    sample_every: usize,
+    /// Print JSON instead of a table
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum TransportArg {
+    Http,
+    Grpc,
+}
+
+impl LoadgenCli {
+    fn resolve(self) -> crate::loadgen::LoadgenArgs {
+        use crate::loadgen::{Kind, Mix, Phase, Transport};
+        let transport = match self.transport {
+            TransportArg::Http => Transport::Http,
+            TransportArg::Grpc => Transport::Grpc,
+        };
+        let phase = |name: &str, transport, mix: &Mix| Phase {
+            name: name.to_string(),
+            transport,
+            mix: mix.clone(),
+        };
+        let phases = if self.compare {
+            let drop = Mix::only(Kind::Noise);
+            vec![
+                phase("drop", Transport::Http, &drop),
+                phase("drop", Transport::Grpc, &drop),
+                phase("mix", Transport::Http, &self.mix),
+                phase("mix", Transport::Grpc, &self.mix),
+            ]
+        } else {
+            vec![phase("mix", transport, &self.mix)]
+        };
+        crate::loadgen::LoadgenArgs {
+            api: self.api,
+            otlp_http: self.otlp_http,
+            otlp_grpc: self.otlp_grpc,
+            phases,
+            batch: self.batch,
+            concurrency: self.concurrency,
+            duration: self.duration,
+            sample_every: self.sample_every as u64,
+            json: self.json,
+        }
     }
 }
 

@@ -12,6 +12,7 @@ pub mod demo;
 pub mod engine;
 pub mod escalation;
 pub mod ingest;
+pub mod loadgen;
 pub mod logging;
 pub mod metrics;
 pub mod model;

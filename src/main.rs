@@ -81,6 +81,17 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             reckon::logging::init_logging(LogFormat::Text, "error")?;
             runtime()?.block_on(reckon::demo::run(args))
         }
+        Command::Loadgen(args) => {
+            reckon::logging::init_logging(LogFormat::Text, "error")?;
+            let json = args.json;
+            let report = runtime()?.block_on(reckon::loadgen::run(args))?;
+            if json {
+                println!("{:#}", report.json());
+            } else {
+                print!("{}", report.table());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::CheckContracts { dir } => {
             let contracts = reckon::contract::load_dir(&dir)?;
             for c in &contracts {

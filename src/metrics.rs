@@ -370,8 +370,31 @@ impl Metrics {
         out.push_str("reckon_build_info");
         push_labels(&mut out, [("version", self.version)]);
         out.push_str(" 1\n");
+        if let Some(rss) = resident_memory_bytes() {
+            header(
+                &mut out,
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes.",
+                "gauge",
+            );
+            let _ = writeln!(out, "process_resident_memory_bytes {rss}");
+        }
         out
     }
+}
+
+/// The process's resident set, as the kernel reports it (Linux; elsewhere the series is absent).
+fn resident_memory_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
 }
 
 fn header(out: &mut String, name: &str, help: &str, kind: &str) {
