@@ -112,6 +112,12 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
             // tonic reads and decodes a message before the handler can refuse it, so each
             // connection is also capped, and shed (UNAVAILABLE, retryable) when at its cap.
             tonic::transport::Server::builder()
+                // An export is often hundreds of KiB; with HTTP/2's default 64 KiB windows the
+                // client stalls for a window update several times per export.
+                .initial_stream_window_size(Some(GRPC_STREAM_WINDOW))
+                .initial_connection_window_size(Some(GRPC_CONNECTION_WINDOW))
+                // Fewer, larger DATA frames per export: less framing work on both ends.
+                .max_frame_size(Some(GRPC_MAX_FRAME))
                 .concurrency_limit_per_connection(grpc_per_connection)
                 .load_shed(true)
                 .add_routes(grpc_routes)
@@ -165,6 +171,11 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         grace: config.shutdown_grace,
     })
 }
+
+/// HTTP/2 flow-control windows for OTLP/gRPC: one whole export per stream, several per connection.
+const GRPC_STREAM_WINDOW: u32 = 4 << 20;
+const GRPC_CONNECTION_WINDOW: u32 = 16 << 20;
+const GRPC_MAX_FRAME: u32 = 1 << 20;
 
 /// Answers go out at once (see the gRPC server above); a failure here only costs latency.
 fn no_delay(tcp: &mut tokio::net::TcpStream) {
