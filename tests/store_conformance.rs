@@ -16,10 +16,13 @@ use std::time::Duration;
 use reckon::codec::VerdictDoc;
 use reckon::contract::{Contract, Contracts, Idempotency, ParamPointers};
 use reckon::engine::core::{EngineCore, Outcome};
+use reckon::engine::{Engine, EngineTasks};
+use reckon::metrics::Metrics;
 use reckon::model::*;
 use reckon::store::clickhouse::{migrate_to, schema, ErrorClass, RetryPolicy};
 use reckon::store::{
-    ClickHouseConfig, ClickHouseStore, Report, SqliteStore, Store, StoreError, VerdictFilter,
+    AnyStore, Appended, ClickHouseConfig, ClickHouseStore, Report, SqliteStore, Store, StoreError,
+    VerdictFilter,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -29,6 +32,8 @@ use reckon::store::{
 trait Harness: Sized {
     type S: Store;
     fn open(&self) -> impl Future<Output = Self::S>;
+    /// The same store as the app runs it (what [`Engine`] takes).
+    fn open_any(&self) -> impl Future<Output = AnyStore>;
     fn finish(self) -> impl Future<Output = ()>;
 }
 
@@ -48,6 +53,9 @@ impl Harness for Sqlite {
     type S = SqliteStore;
     async fn open(&self) -> SqliteStore {
         SqliteStore::open(self.dir.path()).expect("open SQLite store")
+    }
+    async fn open_any(&self) -> AnyStore {
+        AnyStore::Sqlite(self.open().await)
     }
     async fn finish(self) {}
 }
@@ -114,6 +122,9 @@ impl Harness for ClickHouse {
             .await
             .expect("open ClickHouse store")
     }
+    async fn open_any(&self) -> AnyStore {
+        AnyStore::ClickHouse(self.open().await)
+    }
     async fn finish(self) {
         let sql = format!("DROP DATABASE IF EXISTS `{}`", self.config.database);
         self.client()
@@ -174,6 +185,14 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn concurrent_appends_all_durable() {
                 run(|h| async move { super::concurrent_appends_all_durable(&*h).await }).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn first_copy_wins() {
+                run(|h| async move { super::first_copy_wins(&*h).await }).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn counters_count_what_happened() {
+                run(|h| async move { super::counters_count_what_happened(&*h).await }).await
             }
         }
     };
@@ -383,7 +402,7 @@ async fn feed<S: Store>(store: &S, fresh: bool) -> EngineCore {
     for (i, step) in scenario().into_iter().enumerate() {
         let flags = store.append(step.clone()).await.expect("append");
         if fresh {
-            assert!(flags.iter().all(|f| *f), "fresh events are new");
+            assert!(flags.iter().all(|f| f.is_new()), "fresh events are new");
         }
         let out = core.ingest(step, at(200 + i as i64));
         persist(store, out).await;
@@ -506,7 +525,12 @@ async fn redelivery_is_harmless<H: Harness>(h: &H) {
     let mut doubled = batch.clone();
     doubled.extend(batch.clone());
     let flags = store.append(doubled).await.expect("append");
-    assert!(flags[batch.len()..].iter().all(|f| !f), "{flags:?}");
+    assert!(
+        flags[batch.len()..]
+            .iter()
+            .all(|f| *f == Appended::Duplicate),
+        "{flags:?}"
+    );
     assert_eq!(
         sorted_events(store.load_events().await.expect("load_events")),
         all_events(),
@@ -902,6 +926,210 @@ where
         t.await.expect("task");
     }
     assert_eq!(store.load_events().await.unwrap().len(), 80);
+}
+
+/// `Store::append`'s statuses, in order.
+async fn appended<S: Store>(store: &S, events: Vec<Event>) -> Vec<Appended> {
+    store.append(events).await.expect("append")
+}
+
+fn with_amount(e: Event, amount: Amount) -> Event {
+    match e {
+        Event::Record(mut r) => {
+            r.amount = Some(amount);
+            Event::Record(r)
+        }
+        other => other,
+    }
+}
+
+/// Item 4 of "Store truth": the same identity re-sent with different content keeps its first
+/// copy on every store, live and after a restart, and the engine follows the store.
+async fn first_copy_wins<H: Harness>(h: &H) {
+    use Appended::{Conflict, Duplicate, New};
+    let store = h.open().await;
+    // A timeout, then the same span re-sent as a 200 that returned an object.
+    let timeout = A {
+        error: Some("timeout"),
+        key: Some("k-1"),
+        outcome: Some(ReportedOutcome::Unknown),
+        ..A::new(1, "intent-1", 0)
+    }
+    .event();
+    let answered = A {
+        http: Some(200),
+        key: Some("k-1"),
+        object: Some("re_1"),
+        status: Some("succeeded"),
+        outcome: Some(ReportedOutcome::Succeeded),
+        ..A::new(1, "intent-1", 0)
+    }
+    .event();
+    // A refund of 45.00 recorded as 4500 cents, then the same observation with another amount:
+    // kept, it would be an effect_mismatch escalation.
+    let paid = A {
+        http: Some(200),
+        key: Some("k-2"),
+        object: Some("re_2"),
+        status: Some("succeeded"),
+        ..A::new(2, "intent-2", 0)
+    }
+    .event();
+    let refund = record("re_2", Some("intent-2"), Some("k-2"), "succeeded", 5);
+    let wrong = with_amount(refund.clone(), Amount::Minor(9900));
+    // Major-unit amounts compare by value: 45.0 re-sent as 45.00 is the same observation.
+    let major = |s: &str| {
+        let mut r = record("re_3", None, Some("k-3"), "succeeded", 7);
+        if let Event::Record(x) = &mut r {
+            x.source = "api".into();
+        }
+        with_amount(r, Amount::Major(Decimal::parse(s).unwrap()))
+    };
+    let read = readback(3, "intent-1", 10, &["re_1"]);
+    let read_changed = readback(3, "intent-1", 10, &[]);
+
+    let first = vec![
+        timeout.clone(),
+        paid.clone(),
+        refund.clone(),
+        major("45.0"),
+        read.clone(),
+    ];
+    assert_eq!(appended(&store, first.clone()).await, vec![New; 5]);
+    assert_eq!(
+        appended(
+            &store,
+            vec![
+                answered.clone(),
+                wrong.clone(),
+                major("45.00"),
+                read_changed.clone(),
+                timeout.clone()
+            ]
+        )
+        .await,
+        vec![Conflict, Conflict, Duplicate, Conflict, Duplicate]
+    );
+    // Within one call, the earlier copy is the stored one.
+    let (fresh, fresh_changed) = (
+        readback(4, "intent-2", 20, &["re_2"]),
+        readback(4, "intent-2", 20, &[]),
+    );
+    assert_eq!(
+        appended(&store, vec![fresh.clone(), fresh_changed, fresh.clone()]).await,
+        vec![New, Conflict, Duplicate]
+    );
+    let mut kept = first.clone();
+    kept.push(fresh.clone());
+    assert_eq!(
+        sorted_events(store.load_events().await.expect("load_events")),
+        sorted_events(kept.clone()),
+        "only first copies are stored"
+    );
+
+    // The engine, fed what the store kept, and a restart from the store agree: no object for
+    // intent-1's timed-out attempt, no mismatch (so no escalation) for intent-2.
+    let now = at(100);
+    let mut live = EngineCore::new(contracts());
+    live.ingest(kept, now);
+    drop(store);
+    let store = h.open().await;
+    let (restored, _) = EngineCore::restore(
+        contracts(),
+        store.load_events().await.unwrap(),
+        store.load_escalations().await.unwrap(),
+        now,
+    );
+    for id in ["intent-1", "intent-2", "orphan:re_3"] {
+        assert_eq!(restored.verdict(id), live.verdict(id), "{id}");
+    }
+    let v = restored.verdict("intent-1").expect("intent-1");
+    assert_eq!(
+        v.attempts[0].class,
+        AttemptClass::Unknown,
+        "the first copy was a timeout"
+    );
+    let v = restored.verdict("intent-2").expect("intent-2");
+    assert!(v.findings.is_empty(), "{:?}", v.findings);
+    assert_eq!(restored.book().all().count(), 0, "no escalation");
+}
+
+/// Start the real engine on a store, as the app does.
+async fn engine_on(store: AnyStore) -> (Arc<Engine>, EngineTasks, Arc<Metrics>) {
+    let metrics = Arc::new(Metrics::new());
+    let (engine, tasks) = Engine::start(contracts(), Arc::new(store), metrics.clone())
+        .await
+        .expect("engine starts");
+    (engine, tasks, metrics)
+}
+
+/// Stop the engine in order: everything concluded is written out.
+async fn stop(engine: Arc<Engine>, tasks: EngineTasks) {
+    engine.close();
+    drop(engine);
+    tasks.finish().await;
+}
+
+/// The sum of every sample of `name` (all label sets) in the metrics text.
+fn metric(m: &Metrics, name: &str) -> u64 {
+    m.render()
+        .lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+async fn ingest(engine: &Arc<Engine>, events: Vec<Event>) -> usize {
+    engine
+        .ingest(events, std::time::Instant::now(), ())
+        .await
+        .expect("ingest")
+}
+
+/// Item 5 of "Store truth": counters count what happened, on both stores: three identical sends
+/// of nine attempts are nine attempts, a re-posted record is one record, and a re-send with other
+/// content is counted as a conflict.
+async fn counters_count_what_happened<H: Harness>(h: &H) {
+    let (engine, tasks, metrics) = engine_on(h.open_any().await).await;
+    let attempts: Vec<Event> = (0..9)
+        .map(|i| A::new(100 + i, "intent-9", i as i64).event())
+        .collect();
+    let records = vec![
+        record("re_9", Some("intent-9"), Some("k-default"), "pending", 20),
+        record("re_9", Some("intent-9"), Some("k-default"), "succeeded", 30),
+    ];
+    for round in 0..3 {
+        let new = ingest(&engine, attempts.clone()).await;
+        assert_eq!(new, if round == 0 { 9 } else { 0 });
+        ingest(&engine, records.clone()).await;
+    }
+    assert_eq!(metric(&metrics, "reckon_tool_attempts_total"), 9);
+    assert_eq!(metric(&metrics, "reckon_records_received_total"), 2);
+    assert_eq!(metric(&metrics, "reckon_conflicting_resends_total"), 0);
+    let changed = with_amount(records[1].clone(), Amount::Minor(1));
+    let timeout = A {
+        error: Some("timeout"),
+        ..A::new(100, "intent-9", 0)
+    }
+    .event();
+    assert_eq!(ingest(&engine, vec![changed, timeout]).await, 0);
+    assert_eq!(metric(&metrics, "reckon_tool_attempts_total"), 9);
+    assert_eq!(metric(&metrics, "reckon_records_received_total"), 2);
+    let text = metrics.render();
+    for line in [
+        "reckon_conflicting_resends_total{kind=\"attempt\"} 1",
+        "reckon_conflicting_resends_total{kind=\"record\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
+    // The engine kept the first copies, as the store did.
+    let v = engine.verdict("intent-9").expect("verdict");
+    assert_eq!(v.attempts.len(), 9);
+    assert!(v.attempts.iter().all(|a| a.error_type.is_none()));
+    stop(engine, tasks).await;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ use crate::contract::Contracts;
 use crate::escalation::EscalationError;
 use crate::metrics::Metrics;
 use crate::model::*;
-use crate::store::{AnyStore, Store, StoreError};
+use crate::store::{event_kind, AnyStore, Appended, Store, StoreError};
 
 /// The only place reckon reads the wall clock.
 pub fn wall_now() -> Timestamp {
@@ -140,25 +140,40 @@ impl Engine {
         received: Instant,
     ) -> Result<usize, StoreError> {
         let began = Instant::now();
-        let fresh = self.store.append(events.clone()).await?;
+        let stored = self.store.append(events.clone()).await?;
         self.metrics.store_append(began.elapsed());
-        let new = fresh.iter().filter(|n| **n).count();
+        let mut new = 0;
+        let mut kept = Vec::with_capacity(events.len());
         // Counted before taking the lock: classifying needs only the contracts.
-        for (e, is_new) in events.iter().zip(&fresh) {
-            if let (Event::Attempt(a), true) = (e, is_new) {
-                let contract = match self.contracts.for_tool(&a.tool) {
-                    Some(c) => c,
-                    None => audit::fallback_contract(),
-                };
-                self.metrics
-                    .tool_attempt(&a.tool, audit::classify(a, contract).as_str());
+        for (e, status) in events.into_iter().zip(stored) {
+            match status {
+                Appended::New => {
+                    new += 1;
+                    match &e {
+                        Event::Attempt(a) => {
+                            let contract = match self.contracts.for_tool(&a.tool) {
+                                Some(c) => c,
+                                None => audit::fallback_contract(),
+                            };
+                            self.metrics
+                                .tool_attempt(&a.tool, audit::classify(a, contract).as_str());
+                        }
+                        Event::Record(r) => self.metrics.records_received(&r.source, 1),
+                        Event::Readback(_) => {}
+                    }
+                    kept.push(e);
+                }
+                Appended::Duplicate => kept.push(e),
+                // The store kept the first copy; so does the engine, whichever of two
+                // concurrent exports reaches the core first.
+                Appended::Conflict => self.metrics.conflicting_resend(event_kind(&e)),
             }
         }
         let mut core = self.lock();
-        // Every event goes to the core, not only those the store called new: the ledger
-        // ignores what it already has, and an event the store has but the engine missed (a
-        // crash between the two) is taken in on its next re-send.
-        let out = core.ingest(events, wall_now());
+        // Exact re-sends go to the core too, not only what the store called new: the ledger
+        // ignores what it already has, and an event the store has but the engine missed is
+        // taken in on its next re-send. Conflicting copies do not: the store dropped them.
+        let out = core.ingest(kept, wall_now());
         self.publish(&core, out);
         drop(core);
         self.metrics.verdict_latency(received.elapsed());

@@ -161,11 +161,6 @@ impl IngestService {
             self.metrics
                 .rejection("malformed_log_record", decoded.rejected);
         }
-        for e in &decoded.events {
-            if let Event::Record(r) = e {
-                self.metrics.records_received(&r.source, 1);
-            }
-        }
         let reply = PartialSuccess {
             rejected: decoded.rejected,
             message: decoded.error_message(),
@@ -188,9 +183,6 @@ impl IngestService {
         if !batch.rejected.is_empty() {
             self.metrics
                 .rejection("bad_record", batch.rejected.len() as u64);
-        }
-        for r in &batch.accepted {
-            self.metrics.records_received(&r.source, 1);
         }
         let accepted = batch.accepted.len();
         self.durable(
@@ -238,7 +230,6 @@ impl IngestService {
             stripe::StripeOutcome::Record {
                 event_type, record, ..
             } => {
-                self.metrics.records_received(&record.source, 1);
                 self.durable(admitted, vec![Event::Record(record)], received)
                     .await?;
                 Ok(StripeReply {

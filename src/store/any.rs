@@ -20,7 +20,7 @@ macro_rules! dispatch {
 }
 
 impl Store for AnyStore {
-    async fn append(&self, events: Vec<Event>) -> Result<Vec<bool>, StoreError> {
+    async fn append(&self, events: Vec<Event>) -> Result<Vec<Appended>, StoreError> {
         dispatch!(self, s => s.append(events))
     }
     async fn load_events(&self) -> Result<Vec<Event>, StoreError> {

@@ -13,10 +13,13 @@
 //!   `X-ClickHouse-Exception-Code` header ([`error`]).
 //!
 //! Semantics against the [`Store`] contract:
-//! - `append` is idempotent by identity through `ReplacingMergeTree` sorting keys, and reads
-//!   use `FINAL`, so a re-delivered export never shows twice. It cannot cheaply tell whether an
-//!   event was already stored, so it reports every event as new except duplicates within the
-//!   same call; the engine's ledger drops events it already holds, so verdicts are unaffected.
+//! - `append` keeps the first copy of an identity, as SQLite does: the group-commit writer (one
+//!   task per process) looks the group's identities up before its INSERT and writes only those
+//!   not stored yet, so it also reports exactly what was new, duplicate or conflicting. The
+//!   event tables are `ReplacingMergeTree`, which would keep the *last* copy of a key, so the
+//!   writer never gives it a second copy; `load_events` reads without `FINAL` and keeps the
+//!   earliest `ingested_ns` of an identity stored twice anyway (by two processes at the same
+//!   instant, or by an older reckon).
 //! - verdict upserts are new rows with a higher `version`, deletes are tombstone rows; findings
 //!   carry the version of the verdict write they belong to (see `schema.rs`).
 //! - there are no multi-table snapshots: a report's counts come from separate queries.
@@ -41,7 +44,8 @@ pub use self::error::{ClickHouseError, ErrorClass, RetryPolicy};
 use self::rows::*;
 use self::writer::{Request, Rows};
 use super::{
-    escalation_limit, CursorKey, Page, Report, Store, StoreError, VerdictFilter, SEVERITIES,
+    escalation_limit, Appended, CursorKey, Page, Report, Store, StoreError, VerdictFilter,
+    SEVERITIES,
 };
 use crate::codec::VerdictDoc;
 use crate::model::*;
@@ -333,13 +337,14 @@ impl ClickHouseStore {
                 },
             )
             .await?;
+        let clock = Arc::new(Clock::new(floor));
         let (tx, rx) = mpsc::channel(writer::QUEUE_DEPTH);
-        tokio::spawn(writer::run(client.clone(), retry, rx));
+        tokio::spawn(writer::run(client.clone(), retry, clock.clone(), rx));
         Ok(ClickHouseStore {
             client: Box::new(client),
             database: config.database,
             retry,
-            clock: Arc::new(Clock::new(floor)),
+            clock,
             writer: tx,
         })
     }
@@ -354,7 +359,7 @@ impl ClickHouseStore {
         }
         let (reply, answer) = oneshot::channel();
         self.writer
-            .send(Request { rows, reply })
+            .send(Request::Write { rows, reply })
             .await
             .map_err(|_| StoreError::WriterGone)?;
         answer.await.map_err(|_| StoreError::WriterGone)?
@@ -383,71 +388,46 @@ impl ClickHouseStore {
     }
 }
 
-/// Identity of an event within one `append` call, for the "duplicate later in the same batch is
-/// not new" rule.
-#[derive(PartialEq, Eq, Hash)]
-enum Identity<'a> {
-    Attempt(SpanRef),
-    Readback(SpanRef),
-    Record(&'a str, &'a str, &'a str, Timestamp),
-}
-
-fn identity(e: &Event) -> Identity<'_> {
-    match e {
-        Event::Attempt(a) => Identity::Attempt(a.span),
-        Event::Readback(r) => Identity::Readback(r.span),
-        Event::Record(r) => Identity::Record(&r.source, &r.object_id, &r.status, r.observed_at),
-    }
-}
-
 impl Store for ClickHouseStore {
-    async fn append(&self, events: Vec<Event>) -> Result<Vec<bool>, StoreError> {
+    async fn append(&self, events: Vec<Event>) -> Result<Vec<Appended>, StoreError> {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        let mut seen = HashSet::with_capacity(events.len());
-        let mut flags = Vec::with_capacity(events.len());
-        let mut rows = Rows::default();
-        let first = self.clock.take(events.len() as u64);
-        for (i, e) in events.iter().enumerate() {
-            let new = seen.insert(identity(e));
-            flags.push(new);
-            if !new {
-                continue;
-            }
-            let at = first + i as u64;
-            match e {
-                Event::Attempt(a) => rows.attempts.push(attempt_row(a, at)?),
-                Event::Readback(r) => rows.readbacks.push(readback_row(r, at)?),
-                Event::Record(r) => rows.records.push(record_row(r, at)?),
-            }
-        }
-        self.write(rows).await?;
-        Ok(flags)
+        let events = events
+            .iter()
+            .map(EventRow::of)
+            .collect::<Result<Vec<_>, _>>()?;
+        let (reply, answer) = oneshot::channel();
+        self.writer
+            .send(Request::Append { events, reply })
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        answer.await.map_err(|_| StoreError::WriterGone)?
     }
 
     async fn load_events(&self) -> Result<Vec<Event>, StoreError> {
-        let q = |table: &str| {
-            self.client
-                .query(&format!("SELECT ?fields FROM {table} FINAL"))
-        };
+        // Not `FINAL`: that would keep the *last* copy of an identity stored twice (by two
+        // processes at once, or before the writer looked identities up). The first written is
+        // the one every store keeps.
+        let q = |table: &str| self.client.query(&format!("SELECT ?fields FROM {table}"));
         let attempts: Vec<AttemptRow> = self.fetch("load attempts", q(ATTEMPTS)).await?;
         let readbacks: Vec<ReadbackRow> = self.fetch("load read-backs", q(READBACKS)).await?;
         let records: Vec<RecordRow> = self.fetch("load records", q(RECORDS)).await?;
-        let mut all: Vec<(u64, Event)> =
+        let mut all: Vec<EventRow> =
             Vec::with_capacity(attempts.len() + readbacks.len() + records.len());
-        for r in attempts {
-            all.push((r.ingested_ns, attempt_event(r)?));
+        all.extend(attempts.into_iter().map(EventRow::Attempt));
+        all.extend(readbacks.into_iter().map(EventRow::Readback));
+        all.extend(records.into_iter().map(EventRow::Record));
+        // Ingest order: first copies first (and, as a courtesy, replay in arrival order).
+        all.sort_by_key(EventRow::ingested_ns);
+        let mut seen = HashSet::with_capacity(all.len());
+        let mut out = Vec::with_capacity(all.len());
+        for r in &all {
+            if seen.insert(r.identity()) {
+                out.push(r.event()?);
+            }
         }
-        for r in readbacks {
-            all.push((r.ingested_ns, readback_event(r)?));
-        }
-        for r in records {
-            all.push((r.ingested_ns, record_event(r)?));
-        }
-        // Ingest order, as a courtesy (the engine does not depend on it).
-        all.sort_by_key(|(at, _)| *at);
-        Ok(all.into_iter().map(|(_, e)| e).collect())
+        Ok(out)
     }
 
     async fn put_verdicts(&self, verdicts: Vec<Verdict>) -> Result<(), StoreError> {

@@ -257,20 +257,50 @@ impl Report {
     }
 }
 
+/// What [`Store::append`] did with one event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Appended {
+    /// Its identity was not stored yet: it is now.
+    New,
+    /// Its identity was stored with the same content (a re-sent export): nothing was written.
+    Duplicate,
+    /// Its identity was stored with different content (a re-send that changed, say a timeout
+    /// then a 200): the first copy stays, this one is dropped.
+    Conflict,
+}
+
+impl Appended {
+    pub fn is_new(self) -> bool {
+        self == Appended::New
+    }
+}
+
+/// The identity kind of an event, as metrics label it.
+pub fn event_kind(e: &Event) -> &'static str {
+    match e {
+        Event::Attempt(_) => "attempt",
+        Event::Readback(_) => "readback",
+        Event::Record(_) => "record",
+    }
+}
+
 /// The storage boundary. All methods may be called concurrently from many tasks.
 pub trait Store: Send + Sync {
     /// Make `events` durable. When this returns `Ok` the events survive a crash or power loss
     /// (the OTLP receiver acknowledges an export only then). Idempotent by identity: an
     /// attempt or read-back by (trace_id, span_id), a record observation by
-    /// (source, object_id, status, observed_at). Returns, per event, whether it was new (a
-    /// duplicate later in the same batch is not new).
+    /// (source, object_id, status, observed_at). **The first copy of an identity wins**, on
+    /// every store: a later copy is never written, whatever its content, and is reported as
+    /// [`Appended::Duplicate`] or [`Appended::Conflict`] (an earlier copy in the same call
+    /// counts as stored). Returns one status per event, in order.
     fn append(
         &self,
         events: Vec<Event>,
-    ) -> impl Future<Output = Result<Vec<bool>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<Appended>, StoreError>> + Send;
 
-    /// Every stored event, for rebuilding engine state at start-up. Returned in ingest order
-    /// where the store knows it; the engine must not depend on the order.
+    /// Every stored event, each identity once (its first copy), for rebuilding engine state at
+    /// start-up. Returned in ingest order where the store knows it; the engine must not depend
+    /// on the order.
     fn load_events(&self) -> impl Future<Output = Result<Vec<Event>, StoreError>> + Send;
 
     /// Upsert by intent id; each intent's findings rows are replaced by the verdict's findings.

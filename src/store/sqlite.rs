@@ -21,7 +21,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use self::writer::{EncodedVerdict, Request};
 use super::{
-    escalation_limit, parse_severity, CursorKey, Page, Report, Store, StoreError, VerdictFilter,
+    escalation_limit, parse_severity, Appended, CursorKey, Page, Report, Store, StoreError,
+    VerdictFilter,
 };
 use crate::codec::{EscalationFindingDoc, VerdictDoc};
 use crate::model::{
@@ -729,7 +730,7 @@ fn query_escalations(
 }
 
 impl Store for SqliteStore {
-    async fn append(&self, events: Vec<Event>) -> Result<Vec<bool>, StoreError> {
+    async fn append(&self, events: Vec<Event>) -> Result<Vec<Appended>, StoreError> {
         if events.is_empty() {
             return Ok(Vec::new());
         }

@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::schema::CLASS_COLUMNS;
 use crate::model::{AttemptClass, Escalation, Event, Verdict};
-use crate::store::StoreError;
+use crate::store::{Appended, StoreError};
 
 /// Upper bound on rows written per transaction, so one commit (and the latency of everyone
 /// waiting on it) stays bounded when a backlog has built up.
@@ -36,7 +36,7 @@ pub struct EncodedVerdict {
 }
 
 pub enum Request {
-    Append(Vec<Event>, Reply<Vec<bool>>),
+    Append(Vec<Event>, Reply<Vec<Appended>>),
     PutVerdicts(Vec<EncodedVerdict>, Reply<()>),
     DeleteVerdicts(Vec<String>, Reply<()>),
     PutEscalations(Vec<Escalation>, Reply<()>),
@@ -55,7 +55,7 @@ impl Request {
 
 /// A request's result, held until the batch has committed.
 enum Done {
-    Append(Result<Vec<bool>, StoreError>, Reply<Vec<bool>>),
+    Append(Result<Vec<Appended>, StoreError>, Reply<Vec<Appended>>),
     Unit(Result<(), StoreError>, Reply<()>),
 }
 
@@ -189,7 +189,56 @@ fn hex_into<'a>(bytes: &[u8], buf: &'a mut [u8]) -> &'a str {
     std::str::from_utf8(out).unwrap_or("")
 }
 
-fn append(conn: &Connection, events: &[Event], seq: &mut i64) -> Result<Vec<bool>, StoreError> {
+/// Stored copies by identity, for telling a re-send (same content) from a conflicting one.
+const STORED_ATTEMPT: &str = "WHERE trace_id = ?1 AND span_id = ?2";
+const STORED_READBACK: &str = "WHERE trace_id = ?1 AND span_id = ?2";
+const STORED_RECORD: &str =
+    "WHERE source = ?1 AND object_id = ?2 AND status = ?3 AND observed_at = ?4";
+
+/// The stored copy of `e`'s identity: it exists, since the insert found the identity taken.
+fn stored_copy(conn: &Connection, e: &Event) -> Result<Event, StoreError> {
+    let (mut tbuf, mut sbuf) = ([0u8; 32], [0u8; 16]);
+    let found = match e {
+        Event::Attempt(a) => {
+            let sql = format!(
+                "SELECT {} FROM reckon_attempts {STORED_ATTEMPT}",
+                super::ATTEMPT_COLS
+            );
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let mut rows = stmt.query(params![
+                hex_into(&a.span.trace_id, &mut tbuf),
+                hex_into(&a.span.span_id, &mut sbuf)
+            ])?;
+            rows.next()?.map(super::decode_attempt).transpose()?
+        }
+        Event::Readback(r) => {
+            let sql = format!(
+                "SELECT {} FROM reckon_readbacks {STORED_READBACK}",
+                super::READBACK_COLS
+            );
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let mut rows = stmt.query(params![
+                hex_into(&r.span.trace_id, &mut tbuf),
+                hex_into(&r.span.span_id, &mut sbuf)
+            ])?;
+            rows.next()?.map(super::decode_readback).transpose()?
+        }
+        Event::Record(r) => {
+            let sql = format!(
+                "SELECT {} FROM reckon_records {STORED_RECORD}",
+                super::RECORD_COLS
+            );
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let mut rows = stmt.query(params![r.source, r.object_id, r.status, r.observed_at.0])?;
+            rows.next()?.map(super::decode_record).transpose()?
+        }
+    };
+    found.map(|(_, e)| e).ok_or_else(|| {
+        StoreError::WriteFailed("an identity the insert found taken is not stored".into())
+    })
+}
+
+fn append(conn: &Connection, events: &[Event], seq: &mut i64) -> Result<Vec<Appended>, StoreError> {
     // Cached: prepared once per connection, then only re-bound per event.
     let mut attempt = conn.prepare_cached(INSERT_ATTEMPT)?;
     let mut readback = conn.prepare_cached(INSERT_READBACK)?;
@@ -254,10 +303,17 @@ fn append(conn: &Connection, events: &[Event], seq: &mut i64) -> Result<Vec<bool
                 ])?
             }
         };
-        if changed == 1 {
+        let status = if changed == 1 {
             *seq = next;
-        }
-        out.push(changed == 1);
+            Appended::New
+        } else if stored_copy(conn, e)? == *e {
+            // Compared as events, so by value: a record amount re-sent as 45.0 instead of
+            // 45.00 is the same observation.
+            Appended::Duplicate
+        } else {
+            Appended::Conflict
+        };
+        out.push(status);
     }
     Ok(out)
 }
