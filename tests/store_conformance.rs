@@ -21,8 +21,8 @@ use reckon::metrics::Metrics;
 use reckon::model::*;
 use reckon::store::clickhouse::{migrate_to, schema, ErrorClass, RetryPolicy};
 use reckon::store::{
-    AnyStore, Appended, ClickHouseConfig, ClickHouseStore, Report, SqliteStore, Store, StoreError,
-    VerdictFilter,
+    AnyStore, Appended, ClickHouseConfig, ClickHouseStore, Derived, Report, SqliteStore, Store,
+    StoreError, VerdictFilter,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -189,6 +189,10 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn first_copy_wins() {
                 run(|h| async move { super::first_copy_wins(&*h).await }).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn restart_reconciles_orphan_verdicts() {
+                run(|h| async move { super::restart_reconciles_orphan_verdicts(&*h).await }).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn counters_count_what_happened() {
@@ -382,17 +386,13 @@ fn scenario() -> Vec<Vec<Event>> {
 /// Store what one engine step concluded, the way the engine's persister does.
 async fn persist<S: Store>(store: &S, out: Outcome) {
     store
-        .put_verdicts(out.verdicts.iter().map(|v| Verdict::clone(v)).collect())
+        .put_derived(Derived {
+            escalations: out.escalations,
+            removed: out.removed,
+            verdicts: out.verdicts.iter().map(|v| Verdict::clone(v)).collect(),
+        })
         .await
-        .expect("put_verdicts");
-    store
-        .delete_verdicts(out.removed)
-        .await
-        .expect("delete_verdicts");
-    store
-        .put_escalations(out.escalations)
-        .await
-        .expect("put_escalations");
+        .expect("put_derived");
 }
 
 /// Run the scenario through the engine into `store`; returns the engine for comparisons.
@@ -1130,6 +1130,64 @@ async fn counters_count_what_happened<H: Harness>(h: &H) {
     assert_eq!(v.attempts.len(), 9);
     assert!(v.attempts.iter().all(|a| a.error_type.is_none()));
     stop(engine, tasks).await;
+}
+
+/// Item 2 of "Store truth": a crash after the span that claims an orphan record was acknowledged
+/// but before the persister removed the orphan's pseudo-intent verdict leaves a stale row (the
+/// report counts the refund twice, once under `(none)`). The next start removes it: the store's
+/// derived rows converge to what the engine computes from the events.
+async fn restart_reconciles_orphan_verdicts<H: Harness>(h: &H) {
+    let store = h.open().await;
+    // The first process stored two orphan records and their pseudo-intents' verdicts...
+    let claimed = record("re_x", None, Some("k-x"), "succeeded", 5);
+    let orphan = record("re_y", None, None, "succeeded", 6);
+    let mut core = EngineCore::new(contracts());
+    appended(&store, vec![claimed.clone(), orphan.clone()]).await;
+    persist(&store, core.ingest(vec![claimed, orphan], at(10))).await;
+    // ...then the span that sent re_x's key was made durable, and the process was killed before
+    // its persister wrote anything more.
+    let span = A {
+        http: Some(200),
+        key: Some("k-x"),
+        object: Some("re_x"),
+        status: Some("succeeded"),
+        ..A::new(1, "intent-x", 0)
+    }
+    .event();
+    appended(&store, vec![span]).await;
+    assert!(store.get_verdict("orphan:re_x").await.unwrap().is_some());
+    assert_eq!(
+        store.report(None, at(100)).await.unwrap().by_tool[Report::NO_TOOL].intents,
+        2
+    );
+    drop(store);
+
+    let (engine, tasks, _) = engine_on(h.open_any().await).await;
+    assert!(engine.verdict("orphan:re_x").is_none());
+    assert!(engine.verdict("intent-x").is_some());
+    stop(engine, tasks).await;
+
+    let store = h.open().await;
+    assert_eq!(store.get_verdict("orphan:re_x").await.unwrap(), None);
+    assert_eq!(
+        store.verdict_ids("orphan:").await.unwrap(),
+        vec!["orphan:re_y".to_string()],
+        "an orphan nobody claimed stays"
+    );
+    let rep = store.report(None, at(100)).await.unwrap();
+    assert_eq!(rep.intents, 2, "{rep:#?}");
+    assert_eq!(rep.by_tool[Report::NO_TOOL].intents, 1);
+    assert_eq!(rep.by_tool["issue_refund"].intents, 1);
+    let v = store
+        .get_verdict("intent-x")
+        .await
+        .unwrap()
+        .expect("intent-x");
+    assert_eq!(
+        v.objects.len(),
+        1,
+        "the object counts once, under its intent"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ use crate::contract::Contracts;
 use crate::escalation::EscalationError;
 use crate::metrics::Metrics;
 use crate::model::*;
-use crate::store::{event_kind, AnyStore, Appended, Store, StoreError};
+use crate::store::{event_kind, AnyStore, Appended, Derived, Store, StoreError};
 
 /// The only place reckon reads the wall clock.
 pub fn wall_now() -> Timestamp {
@@ -83,6 +83,7 @@ impl Engine {
             elapsed_ms = began.elapsed().as_millis() as u64,
             "engine state rebuilt from the store"
         );
+        reconcile(&store, &core).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         let wake = Arc::new(Notify::new());
         let engine = Arc::new(Engine {
@@ -324,6 +325,29 @@ impl Engine {
     }
 }
 
+/// Make the derived rows in the store converge to the rebuilt engine, whatever point a crash
+/// interrupted the persister at. Every verdict the engine holds is rewritten behind (the
+/// restore's outcome); what is left is stored verdicts of intents that no longer exist. Only
+/// pseudo-intents (orphan records) ever stop existing: a real intent's verdict outlives its
+/// events (raw events may expire, verdicts are kept), so only `orphan:` rows are checked.
+/// Done before the engine serves, so no reader sees them once it is ready.
+async fn reconcile(store: &AnyStore, core: &EngineCore) -> Result<(), StoreError> {
+    let stale: Vec<String> = store
+        .verdict_ids(audit::ORPHAN_PREFIX)
+        .await?
+        .into_iter()
+        .filter(|id| core.verdict(id).is_none())
+        .collect();
+    if !stale.is_empty() {
+        tracing::info!(
+            verdicts = stale.len(),
+            "removing stored verdicts of orphan records that now belong to an intent"
+        );
+        store.delete_verdicts(stale).await?;
+    }
+    Ok(())
+}
+
 impl EngineTasks {
     /// Stop the timer and write out everything concluded so far. Call after [`Engine::close`].
     pub async fn finish(self) {
@@ -392,23 +416,16 @@ impl Pending {
         }
     }
 
+    /// One durable unit: a pseudo-intent's removal lands with the verdict that absorbed it,
+    /// and escalations before the verdicts that name them.
     async fn write(&self, store: &AnyStore) -> Result<(), StoreError> {
-        if !self.escalations.is_empty() {
-            store
-                .put_escalations(self.escalations.values().cloned().collect())
-                .await?;
-        }
-        if !self.removed.is_empty() {
-            store
-                .delete_verdicts(self.removed.iter().cloned().collect())
-                .await?;
-        }
-        if !self.verdicts.is_empty() {
-            store
-                .put_verdicts(self.verdicts.values().map(|v| Verdict::clone(v)).collect())
-                .await?;
-        }
-        Ok(())
+        store
+            .put_derived(Derived {
+                escalations: self.escalations.values().cloned().collect(),
+                removed: self.removed.iter().cloned().collect(),
+                verdicts: self.verdicts.values().map(|v| Verdict::clone(v)).collect(),
+            })
+            .await
     }
 }
 

@@ -44,8 +44,8 @@ pub use self::error::{ClickHouseError, ErrorClass, RetryPolicy};
 use self::rows::*;
 use self::writer::{Request, Rows};
 use super::{
-    escalation_limit, Appended, CursorKey, Page, Report, Store, StoreError, VerdictFilter,
-    SEVERITIES,
+    escalation_limit, prefix_end, Appended, CursorKey, Derived, Page, Report, Store, StoreError,
+    VerdictFilter, SEVERITIES,
 };
 use crate::codec::VerdictDoc;
 use crate::model::*;
@@ -461,6 +461,59 @@ impl Store for ClickHouseStore {
             ..Rows::default()
         };
         self.write(rows).await
+    }
+
+    async fn put_derived(&self, d: Derived) -> Result<(), StoreError> {
+        if d.is_empty() {
+            return Ok(());
+        }
+        let n = d.removed.len() + d.verdicts.len();
+        let first = self.clock.take(n as u64);
+        let mut rows = Rows {
+            escalations: d
+                .escalations
+                .iter()
+                .map(escalation_row)
+                .collect::<Result<_, _>>()?,
+            ..Rows::default()
+        };
+        // One INSERT into reckon_verdicts holds the tombstones and the verdicts beside them.
+        for (i, id) in d.removed.iter().enumerate() {
+            rows.verdicts.push(verdict_tombstone(id, first + i as u64));
+        }
+        let first = first + d.removed.len() as u64;
+        for (i, v) in d.verdicts.iter().enumerate() {
+            let doc = serde_json::to_string(&VerdictDoc::from_verdict(v)).map_err(|e| {
+                StoreError::WriteFailed(format!("encoding verdict {}: {e}", v.intent_id))
+            })?;
+            let (row, findings) = verdict_rows(v, doc, first + i as u64)?;
+            rows.verdicts.push(row);
+            rows.findings.extend(findings);
+        }
+        self.write(rows).await
+    }
+
+    async fn verdict_ids(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        // The filter sits outside the FINAL subquery (see reckon_current_verdicts); the key
+        // range inside lets the primary index skip everything else.
+        let q = match prefix_end(prefix) {
+            Some(end) => self
+                .client
+                .query(
+                    "SELECT intent_id FROM (SELECT intent_id, deleted FROM reckon_verdicts FINAL
+                     WHERE intent_id >= ? AND intent_id < ?) WHERE deleted = 0 ORDER BY intent_id",
+                )
+                .bind(prefix)
+                .bind(end),
+            None => self
+                .client
+                .query(
+                    "SELECT intent_id FROM (SELECT intent_id, deleted FROM reckon_verdicts FINAL
+                     WHERE startsWith(intent_id, ?)) WHERE deleted = 0 ORDER BY intent_id",
+                )
+                .bind(prefix),
+        };
+        self.fetch::<String>("list verdict ids", q).await
     }
 
     async fn get_verdict(&self, intent_id: &str) -> Result<Option<VerdictDoc>, StoreError> {

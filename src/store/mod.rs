@@ -275,6 +275,35 @@ impl Appended {
     }
 }
 
+/// What the engine derived from events since its last write: escalations opened or changed,
+/// verdicts of pseudo-intents that no longer exist, and fresh verdicts. [`Store::put_derived`]
+/// writes it as one unit.
+#[derive(Clone, Debug, Default)]
+pub struct Derived {
+    pub escalations: Vec<Escalation>,
+    /// Intent ids whose stored verdict (and findings) must go.
+    pub removed: Vec<String>,
+    pub verdicts: Vec<Verdict>,
+}
+
+impl Derived {
+    pub fn is_empty(&self) -> bool {
+        self.escalations.is_empty() && self.removed.is_empty() && self.verdicts.is_empty()
+    }
+}
+
+/// The least string above every string that starts with `prefix`, when one is cheap to name
+/// (an ASCII last byte below DEL): stores turn a prefix into a key range with it.
+pub fn prefix_end(prefix: &str) -> Option<String> {
+    let mut bytes = prefix.as_bytes().to_vec();
+    let last = bytes.pop()?;
+    if !last.is_ascii() || last >= 0x7e {
+        return None;
+    }
+    bytes.push(last + 1);
+    String::from_utf8(bytes).ok()
+}
+
 /// The identity kind of an event, as metrics label it.
 pub fn event_kind(e: &Event) -> &'static str {
     match e {
@@ -313,6 +342,17 @@ pub trait Store: Send + Sync {
         &self,
         intent_ids: Vec<String>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Escalations, then removals, then verdicts, as one durable unit where the store has one
+    /// (SQLite: one transaction; ClickHouse: one INSERT per table, escalations before the
+    /// verdicts that name them, a removal in the same INSERT as the verdicts beside it).
+    fn put_derived(&self, derived: Derived) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Intent ids of the stored (not deleted) verdicts that start with `prefix`, sorted.
+    fn verdict_ids(
+        &self,
+        prefix: &str,
+    ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
 
     fn get_verdict(
         &self,
@@ -361,5 +401,23 @@ pub fn escalation_limit(limit: usize) -> usize {
     match limit {
         0 => VerdictFilter::DEFAULT_LIMIT,
         n => n.min(VerdictFilter::MAX_LIMIT),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_end;
+
+    #[test]
+    fn prefix_end_bounds_the_prefix() {
+        assert_eq!(prefix_end("orphan:").as_deref(), Some("orphan;"));
+        let end = prefix_end("orphan:").unwrap();
+        for id in ["orphan:", "orphan:re_1", "orphan:\u{10ffff}"] {
+            assert!(id >= "orphan:" && id < end.as_str(), "{id}");
+        }
+        assert!("orphan;" >= end.as_str());
+        assert_eq!(prefix_end(""), None);
+        assert_eq!(prefix_end("a~"), None);
+        assert_eq!(prefix_end("é"), None);
     }
 }

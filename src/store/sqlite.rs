@@ -19,10 +19,10 @@ use rusqlite::types::{Value, ValueRef};
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{mpsc, oneshot};
 
-use self::writer::{EncodedVerdict, Request};
+use self::writer::{EncodedDerived, EncodedVerdict, Request};
 use super::{
-    escalation_limit, parse_severity, Appended, CursorKey, Page, Report, Store, StoreError,
-    VerdictFilter,
+    escalation_limit, parse_severity, prefix_end, Appended, CursorKey, Derived, Page, Report,
+    Store, StoreError, VerdictFilter,
 };
 use crate::codec::{EscalationFindingDoc, VerdictDoc};
 use crate::model::{
@@ -715,6 +715,19 @@ fn report(
     Ok(rep)
 }
 
+/// Serialization is the costly part of a verdict write: done by the caller, not the writer thread.
+fn encode_verdicts(verdicts: Vec<Verdict>) -> Result<Vec<EncodedVerdict>, StoreError> {
+    verdicts
+        .into_iter()
+        .map(|v| {
+            let doc = serde_json::to_string(&VerdictDoc::from_verdict(&v)).map_err(|e| {
+                StoreError::WriteFailed(format!("encoding verdict {}: {e}", v.intent_id))
+            })?;
+            Ok(EncodedVerdict { verdict: v, doc })
+        })
+        .collect()
+}
+
 fn query_escalations(
     conn: &Connection,
     sql: &str,
@@ -745,17 +758,53 @@ impl Store for SqliteStore {
         if verdicts.is_empty() {
             return Ok(());
         }
-        let encoded = verdicts
-            .into_iter()
-            .map(|v| {
-                let doc = serde_json::to_string(&VerdictDoc::from_verdict(&v)).map_err(|e| {
-                    StoreError::WriteFailed(format!("encoding verdict {}: {e}", v.intent_id))
-                })?;
-                Ok(EncodedVerdict { verdict: v, doc })
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
+        let encoded = encode_verdicts(verdicts)?;
         self.write(|reply| Request::PutVerdicts(encoded, reply))
             .await
+    }
+
+    async fn put_derived(&self, d: Derived) -> Result<(), StoreError> {
+        if d.is_empty() {
+            return Ok(());
+        }
+        let encoded = EncodedDerived {
+            escalations: d.escalations,
+            removed: d.removed,
+            verdicts: encode_verdicts(d.verdicts)?,
+        };
+        self.write(|reply| Request::PutDerived(encoded, reply))
+            .await
+    }
+
+    async fn verdict_ids(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        let prefix = prefix.to_string();
+        self.read(move |conn| {
+            // A key range where the prefix allows one, so only matching ids are read.
+            let (sql, args) = match prefix_end(&prefix) {
+                Some(end) => (
+                    "SELECT intent_id FROM reckon_verdicts WHERE intent_id >= ?1 AND intent_id < ?2 ORDER BY intent_id",
+                    vec![prefix.clone(), end],
+                ),
+                None => (
+                    "SELECT intent_id FROM reckon_verdicts WHERE substr(intent_id, 1, length(?1)) = ?1 ORDER BY intent_id",
+                    vec![prefix.clone()],
+                ),
+            };
+            let mut stmt = conn.prepare_cached(sql)?;
+            let mut rows = stmt.query(rusqlite::params_from_iter(args))?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next()? {
+                let d = Dec {
+                    row,
+                    table: "reckon_verdicts",
+                };
+                out.push(d.string(0, "intent_id")?);
+            }
+            // `substr` counts characters, the range bytes: both agree for what they return.
+            out.retain(|id| id.starts_with(&prefix));
+            Ok(out)
+        })
+        .await
     }
 
     async fn delete_verdicts(&self, intent_ids: Vec<String>) -> Result<(), StoreError> {

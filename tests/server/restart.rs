@@ -372,3 +372,100 @@ async fn sigkill_right_after_an_acknowledged_export_loses_nothing() {
     assert_eq!(comparable(&r.verdict(&c).await), comparable(&after_c));
     drop(r);
 }
+
+/// `GET path` on a running binary's API.
+async fn api_get(r: &Reckon, path: &str) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .get(format!("http://{}{path}", r.api))
+        .send()
+        .await
+        .unwrap();
+    let code = resp.status().as_u16();
+    (code, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// Intents the store's report counts under no tool (orphan records' pseudo-intents).
+async fn toolless(r: &Reckon) -> u64 {
+    let (code, rep) = api_get(r, "/api/v1/report").await;
+    assert_eq!(code, 200, "{rep}");
+    rep["by_tool"]["(none)"]["intents"].as_u64().unwrap_or(0)
+}
+
+/// "Store truth" item 2 at its crash point: the span that claims an orphan record is
+/// acknowledged, and reckon is SIGKILLed while the orphan's pseudo-intent verdict is still in
+/// the store (the persister writes its removal behind). After the restart the refund counts once,
+/// under its tool, and `GET /api/v1/intents/orphan:...` is a 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_before_an_orphan_removal_is_written_heals_on_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let log = dir.path().join("reckon.log");
+    let r = Reckon::spawn(&data, &log).await;
+    let client = reqwest::Client::new();
+    let mut reached = None;
+    // The crash point lasts as long as the persister's linger; each try checks it was inside.
+    for _ in 0..5 {
+        let (intent, key, re) = (unique("int"), unique("k"), unique("re"));
+        let t0 = ago(5.0 * MIN);
+        let resp = client
+            .post(format!("http://{}/api/v1/records", r.api))
+            .json(&json!({"kind": "refund", "object_id": re, "idempotency_key": key, "status": "succeeded",
+                          "amount": "45.00", "currency": "usd", "target": "1042", "observed_at": rfc3339(after(t0, 1.0))}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let began = Instant::now();
+        while toolless(&r).await != 1 {
+            assert!(
+                began.elapsed() < Duration::from_secs(20),
+                "the orphan's verdict never reached the store"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let span = ToolSpan::new("issue_refund", t0, 0.3)
+            .intent(&intent)
+            .key(&key)
+            .args(refund_args("45.00"))
+            .http(200)
+            .object(&re, "succeeded")
+            .told("succeeded");
+        export_to(r.grpc, &[&span]).await;
+        if toolless(&r).await == 1 {
+            reached = Some((intent, re));
+            break;
+        }
+        // The persister was faster than this check: let it settle and try again.
+        while toolless(&r).await != 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let (intent, re) = reached.expect("killed while the orphan's removal was still unwritten");
+    r.kill9();
+
+    let r = Reckon::spawn(&data, &log.with_extension("2.log")).await;
+    let (code, body) = api_get(&r, &format!("/api/v1/intents/orphan:{re}")).await;
+    assert_eq!(code, 404, "the pseudo-intent is gone: {body}");
+    assert_eq!(
+        toolless(&r).await,
+        0,
+        "the refund is not counted under (none)"
+    );
+    let v = r.verdict(&intent).await;
+    assert_verdict(&v, "completed / none / -");
+    assert_eq!(v["objects"][0]["object_id"], re.as_str());
+    // The restored verdicts are written behind: wait for them, then count.
+    let began = Instant::now();
+    let rep = loop {
+        let (_, rep) = api_get(&r, "/api/v1/report").await;
+        if rep["by_tool"]["issue_refund"]["intents"] == 1
+            || began.elapsed() > Duration::from_secs(20)
+        {
+            break rep;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(rep["intents"], 1, "one refund, counted once: {rep:#}");
+    assert_eq!(rep["by_tool"]["issue_refund"]["intents"], 1, "{rep:#}");
+    drop(r);
+}

@@ -343,8 +343,8 @@ where
 }
 
 /// One INSERT per table, in an order that keeps reads consistent if the group fails midway:
-/// events before anything derived from them, findings before the verdict version that makes
-/// them current.
+/// events before anything derived from them, escalations before the verdicts that name them,
+/// findings before the verdict version that makes them current.
 async fn insert_all(
     client: &::clickhouse::Client,
     retry: &RetryPolicy,
@@ -353,9 +353,9 @@ async fn insert_all(
     insert(client, retry, ATTEMPTS, parts, |r| &r.attempts).await?;
     insert(client, retry, READBACKS, parts, |r| &r.readbacks).await?;
     insert(client, retry, RECORDS, parts, |r| &r.records).await?;
+    insert(client, retry, ESCALATIONS, parts, |r| &r.escalations).await?;
     insert(client, retry, FINDINGS, parts, |r| &r.findings).await?;
     insert(client, retry, VERDICTS, parts, |r| &r.verdicts).await?;
-    insert(client, retry, ESCALATIONS, parts, |r| &r.escalations).await?;
     Ok(())
 }
 

@@ -40,6 +40,15 @@ pub enum Request {
     PutVerdicts(Vec<EncodedVerdict>, Reply<()>),
     DeleteVerdicts(Vec<String>, Reply<()>),
     PutEscalations(Vec<Escalation>, Reply<()>),
+    /// Escalations, removals and verdicts in one savepoint: all or nothing.
+    PutDerived(EncodedDerived, Reply<()>),
+}
+
+/// [`crate::store::Derived`] with its verdict documents encoded.
+pub struct EncodedDerived {
+    pub escalations: Vec<Escalation>,
+    pub removed: Vec<String>,
+    pub verdicts: Vec<EncodedVerdict>,
 }
 
 impl Request {
@@ -49,6 +58,7 @@ impl Request {
             Request::PutVerdicts(v, _) => v.len(),
             Request::DeleteVerdicts(v, _) => v.len(),
             Request::PutEscalations(v, _) => v.len(),
+            Request::PutDerived(d, _) => d.escalations.len() + d.removed.len() + d.verdicts.len(),
         }
     }
 }
@@ -126,6 +136,7 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Request>, seq: &mut i64) {
             Request::PutVerdicts(v, tx) => Done::Unit(put_verdicts(conn, &v), tx),
             Request::DeleteVerdicts(ids, tx) => Done::Unit(delete_verdicts(conn, &ids), tx),
             Request::PutEscalations(e, tx) => Done::Unit(put_escalations(conn, &e), tx),
+            Request::PutDerived(d, tx) => Done::Unit(put_derived(conn, &d), tx),
         };
         let ok = match &d {
             Done::Append(r, _) => r.is_ok(),
@@ -165,7 +176,8 @@ fn unanswered(r: Request) -> Done {
         Request::Append(_, tx) => Done::Append(Ok(Vec::new()), tx),
         Request::PutVerdicts(_, tx)
         | Request::DeleteVerdicts(_, tx)
-        | Request::PutEscalations(_, tx) => Done::Unit(Ok(()), tx),
+        | Request::PutEscalations(_, tx)
+        | Request::PutDerived(_, tx) => Done::Unit(Ok(()), tx),
     }
 }
 
@@ -403,6 +415,13 @@ fn put_verdicts(conn: &Connection, verdicts: &[EncodedVerdict]) -> Result<(), St
         }
     }
     Ok(())
+}
+
+/// Escalations before the verdicts that name them; the request's savepoint makes it atomic.
+fn put_derived(conn: &Connection, d: &EncodedDerived) -> Result<(), StoreError> {
+    put_escalations(conn, &d.escalations)?;
+    delete_verdicts(conn, &d.removed)?;
+    put_verdicts(conn, &d.verdicts)
 }
 
 fn delete_verdicts(conn: &Connection, ids: &[String]) -> Result<(), StoreError> {
