@@ -16,7 +16,7 @@ use std::time::Duration;
 use reckon::codec::VerdictDoc;
 use reckon::contract::{Contract, Contracts, Idempotency, ParamPointers};
 use reckon::engine::core::{EngineCore, Outcome};
-use reckon::engine::{Engine, EngineTasks};
+use reckon::engine::{Engine, EngineOptions, EngineTasks};
 use reckon::metrics::Metrics;
 use reckon::model::*;
 use reckon::store::clickhouse::{migrate_to, schema, ErrorClass, RetryPolicy};
@@ -193,6 +193,11 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn restart_reconciles_orphan_verdicts() {
                 run(|h| async move { super::restart_reconciles_orphan_verdicts(&*h).await }).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn escalations_are_durable_before_visible() {
+                run(|h| async move { super::escalations_are_durable_before_visible(&*h).await })
+                    .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn counters_count_what_happened() {
@@ -1126,7 +1131,7 @@ async fn counters_count_what_happened<H: Harness>(h: &H) {
         assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
     }
     // The engine kept the first copies, as the store did.
-    let v = engine.verdict("intent-9").expect("verdict");
+    let v = engine.verdict("intent-9").await.expect("verdict");
     assert_eq!(v.attempts.len(), 9);
     assert!(v.attempts.iter().all(|a| a.error_type.is_none()));
     stop(engine, tasks).await;
@@ -1163,8 +1168,8 @@ async fn restart_reconciles_orphan_verdicts<H: Harness>(h: &H) {
     drop(store);
 
     let (engine, tasks, _) = engine_on(h.open_any().await).await;
-    assert!(engine.verdict("orphan:re_x").is_none());
-    assert!(engine.verdict("intent-x").is_some());
+    assert!(engine.verdict("orphan:re_x").await.is_none());
+    assert!(engine.verdict("intent-x").await.is_some());
     stop(engine, tasks).await;
 
     let store = h.open().await;
@@ -1188,6 +1193,79 @@ async fn restart_reconciles_orphan_verdicts<H: Harness>(h: &H) {
         1,
         "the object counts once, under its intent"
     );
+}
+
+/// Item 3 of "Store truth": a second refund recorded `pending` opens a critical
+/// `duplicate_effect`; the same object recorded `failed` right after takes the finding out of
+/// the verdict. The escalation was shown, so it is in the store before anyone saw it, and a
+/// crash before the persister wrote anything (its linger here is an hour) keeps it, with the
+/// finding that opened it.
+async fn escalations_are_durable_before_visible<H: Harness>(h: &H) {
+    let metrics = Arc::new(Metrics::new());
+    let (engine, tasks) = Engine::start_with(
+        contracts(),
+        Arc::new(h.open_any().await),
+        metrics.clone(),
+        EngineOptions {
+            persist_linger: Duration::from_secs(3600),
+        },
+    )
+    .await
+    .expect("engine starts");
+    let reader = h.open().await;
+    let paid = A {
+        http: Some(200),
+        key: Some("k-d"),
+        object: Some("re_d1"),
+        status: Some("succeeded"),
+        outcome: Some(ReportedOutcome::Succeeded),
+        ..A::new(1, "intent-d", 0)
+    }
+    .event();
+    ingest(&engine, vec![paid]).await;
+    ingest(
+        &engine,
+        vec![record("re_d2", Some("intent-d"), None, "pending", 60)],
+    )
+    .await;
+    // Visible: the verdict names it, the gauge counts it. And already in the store.
+    let v = engine.verdict("intent-d").await.expect("verdict");
+    assert_eq!(v.decision, Decision::Escalate);
+    let id = v.escalation_id.clone().expect("escalated");
+    assert_eq!(metric(&metrics, "reckon_open_escalations"), 1);
+    let stored = reader
+        .get_escalation(&id)
+        .await
+        .unwrap()
+        .expect("durable before it was visible");
+    assert_eq!(stored.status, EscalationStatus::Open);
+    assert_eq!(stored.severity, Severity::Critical);
+    assert!(stored
+        .findings
+        .iter()
+        .any(|(k, _)| *k == FindingKind::DuplicateEffect));
+    // The second refund fails: the finding leaves the verdict, the escalation stays.
+    ingest(
+        &engine,
+        vec![record("re_d2", Some("intent-d"), None, "failed", 61)],
+    )
+    .await;
+    let v = engine.verdict("intent-d").await.expect("verdict");
+    assert!(v.findings.is_empty(), "{:?}", v.findings);
+    assert_eq!(v.decision, Decision::Escalate, "still open for a person");
+    // Crash: nothing the persister held is written.
+    tasks.abort().await;
+    drop(engine);
+    drop(reader);
+
+    let (engine, tasks, _) = engine_on(h.open_any().await).await;
+    let v = engine.verdict("intent-d").await.expect("verdict");
+    assert_eq!(v.escalation_id.as_deref(), Some(id.as_str()));
+    assert_eq!(v.decision, Decision::Escalate);
+    stop(engine, tasks).await;
+    let store = h.open().await;
+    let after = store.get_escalation(&id).await.unwrap().expect("survived");
+    assert_eq!(after, stored, "the escalation as it was shown");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -469,3 +469,68 @@ async fn sigkill_before_an_orphan_removal_is_written_heals_on_restart() {
     assert_eq!(rep["by_tool"]["issue_refund"]["intents"], 1, "{rep:#}");
     drop(r);
 }
+
+/// `POST /api/v1/records` on a running binary, asserting it was accepted.
+async fn post_record(r: &Reckon, record: Value) {
+    let resp = reqwest::Client::new()
+        .post(format!("http://{}/api/v1/records", r.api))
+        .json(&record)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["accepted"], 1, "{body}");
+}
+
+/// "Store truth" item 3 at its crash point: a second refund recorded `pending` opens a critical
+/// `duplicate_effect` and the queue shows it; the same refund recorded `failed` right after
+/// takes the finding out of the verdict; SIGKILL within the persister's delay. After the restart
+/// the escalation is still there, open, with the finding that opened it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_after_an_escalation_was_shown_keeps_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let log = dir.path().join("reckon.log");
+    let r = Reckon::spawn(&data, &log).await;
+    let (intent, re1, re2) = (unique("int"), unique("re"), unique("re"));
+    let t0 = ago(5.0 * MIN);
+    let paid = ToolSpan::new("issue_refund", t0, 0.3)
+        .intent(&intent)
+        .key(&unique("k"))
+        .args(refund_args("45.00"))
+        .http(200)
+        .object(&re1, "succeeded")
+        .told("succeeded");
+    export_to(r.grpc, &[&paid]).await;
+    let second = |status: &str, secs: f64| {
+        json!({"kind": "refund", "object_id": re2, "intent_id": intent, "status": status, "amount": "45.00",
+               "currency": "usd", "target": "1042", "observed_at": rfc3339(after(t0, secs))})
+    };
+    post_record(&r, second("pending", 60.0)).await;
+    // The queue shows it as soon as the record is acknowledged.
+    let (code, open) = api_get(&r, "/api/v1/escalations?status=open").await;
+    assert_eq!(code, 200);
+    let shown = open["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["intent_id"] == intent.as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("the escalation is in the queue: {open:#}"));
+    assert_eq!(shown["severity"], "critical");
+    assert_eq!(shown["findings"][0]["kind"], "duplicate_effect");
+    post_record(&r, second("failed", 61.0)).await;
+    r.kill9();
+
+    let r = Reckon::spawn(&data, &log.with_extension("2.log")).await;
+    let (code, open) = api_get(&r, "/api/v1/escalations?status=open").await;
+    assert_eq!(code, 200);
+    let items = open["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{open:#}");
+    assert_eq!(items[0], shown, "the escalation as it was shown");
+    let v = r.verdict(&intent).await;
+    assert_verdict(&v, "completed / escalate / -");
+    assert_eq!(v["escalation_id"], shown["id"]);
+    drop(r);
+}
