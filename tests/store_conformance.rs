@@ -22,7 +22,7 @@ use reckon::model::*;
 use reckon::store::clickhouse::{migrate_to, schema, ErrorClass, RetryPolicy};
 use reckon::store::{
     AnyStore, Appended, ClickHouseConfig, ClickHouseStore, Derived, Report, SqliteStore, Store,
-    StoreError, VerdictFilter,
+    StoreError, Swap, VerdictFilter,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -103,6 +103,9 @@ impl ClickHouse {
         let url = clickhouse_url()?;
         let mut config = ClickHouseConfig::from_url(&url).expect("RECKON_TEST_CLICKHOUSE");
         config.database = unique_database();
+        // Longer than any read-to-insert gap of a loaded test machine, so the concurrent
+        // compare-and-set race is decided by the store, not by timing (see swap_escalation).
+        config.swap_settle = Duration::from_secs(1);
         Some(ClickHouse { config })
     }
 
@@ -197,6 +200,15 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn escalations_are_durable_before_visible() {
                 run(|h| async move { super::escalations_are_durable_before_visible(&*h).await })
+                    .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn escalation_compare_and_set() {
+                run(|h| async move { super::escalation_compare_and_set(&*h).await }).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn two_instances_agree_on_person_actions() {
+                run(|h| async move { super::two_instances_agree_on_person_actions(&*h).await })
                     .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1266,6 +1278,185 @@ async fn escalations_are_durable_before_visible<H: Harness>(h: &H) {
     let store = h.open().await;
     let after = store.get_escalation(&id).await.unwrap().expect("survived");
     assert_eq!(after, stored, "the escalation as it was shown");
+}
+
+fn claimed_by(e: &Escalation, by: &str, secs: i64) -> Escalation {
+    let mut c = e.clone();
+    c.status = EscalationStatus::Claimed;
+    c.claimed_by = Some(by.into());
+    c.claimed_at = Some(at(secs));
+    c.version += 1;
+    c
+}
+
+/// Item 8 of "Store truth", at the store: a claim is a conditional write on the stored version,
+/// so of two writers (two handles: two processes) acting on one version exactly one wins,
+/// sequentially and concurrently.
+async fn escalation_compare_and_set<H: Harness>(h: &H)
+where
+    H::S: 'static,
+{
+    let (a, b) = (Arc::new(h.open().await), Arc::new(h.open().await));
+    let open = escalation("esc-cas", EscalationStatus::Open, 10, 1);
+    a.put_escalations(vec![open.clone()]).await.unwrap();
+    let ana = claimed_by(&open, "ana", 20);
+    let bo = claimed_by(&open, "bo", 21);
+    assert_eq!(
+        a.swap_escalation(open.clone(), ana.clone()).await.unwrap(),
+        Swap::Written
+    );
+    assert_eq!(
+        b.swap_escalation(open.clone(), bo.clone()).await.unwrap(),
+        Swap::Conflict(Some(Box::new(ana.clone()))),
+        "the second claim of version 1 loses, and learns who won"
+    );
+    for s in [&a, &b] {
+        assert_eq!(
+            s.get_escalation("esc-cas").await.unwrap(),
+            Some(ana.clone())
+        );
+    }
+    // A resolution computed from the claimed version goes through; a stale one does not.
+    let mut resolved = ana.clone();
+    resolved.status = EscalationStatus::Resolved;
+    resolved.resolved_by = Some("ana".into());
+    resolved.resolved_at = Some(at(30));
+    resolved.resolution = Some("reversed".into());
+    resolved.version = 3;
+    assert_eq!(
+        b.swap_escalation(ana.clone(), resolved.clone())
+            .await
+            .unwrap(),
+        Swap::Written
+    );
+    let mut stale = bo.clone();
+    stale.version = 3;
+    assert_eq!(
+        a.swap_escalation(bo.clone(), stale).await.unwrap(),
+        Swap::Conflict(Some(Box::new(resolved.clone())))
+    );
+    // Same version, other content (what an engine write of an equal version leaves): no swap.
+    let mut other = resolved.clone();
+    other.status = EscalationStatus::Claimed;
+    other.resolved_by = None;
+    let mut over = resolved.clone();
+    over.version = 4;
+    assert_eq!(
+        a.swap_escalation(other, over).await.unwrap(),
+        Swap::Conflict(Some(Box::new(resolved.clone())))
+    );
+    let none = escalation("esc-none", EscalationStatus::Open, 1, 1);
+    assert_eq!(
+        a.swap_escalation(none.clone(), claimed_by(&none, "x", 2))
+            .await
+            .unwrap(),
+        Swap::Conflict(None),
+        "nothing stored, nothing to swap"
+    );
+
+    // Six people claim one version at once through two handles: one wins, the store shows it.
+    let race = escalation("esc-race", EscalationStatus::Open, 40, 1);
+    a.put_escalations(vec![race.clone()]).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let (race, claim) = (
+            race.clone(),
+            claimed_by(&race, &format!("person-{i}"), 50 + i),
+        );
+        tasks.push(tokio::spawn(async move {
+            let r = store.swap_escalation(race, claim.clone()).await.unwrap();
+            (claim, r)
+        }));
+    }
+    let mut winners = Vec::new();
+    for t in tasks {
+        let (claim, r) = t.await.unwrap();
+        if r == Swap::Written {
+            winners.push(claim);
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one claim wins: {winners:?}");
+    assert_eq!(
+        b.get_escalation("esc-race").await.unwrap().as_ref(),
+        winners.first()
+    );
+}
+
+/// Item 8 of "Store truth", through the engine: two reckon instances on one store (the
+/// scale-out shape) are asked to claim one escalation by different people. The second claim is
+/// a conflict naming the first claimant, and both instances agree afterwards; the second
+/// instance takes the claim in, so the claimant can resolve through it. (Simultaneous claims are
+/// raced at the store, in `escalation_compare_and_set`.)
+async fn two_instances_agree_on_person_actions<H: Harness>(h: &H) {
+    // The escalation exists before both instances start: each rebuilds its book from the store.
+    {
+        let (engine, tasks, _) = engine_on(h.open_any().await).await;
+        let email = A {
+            tool: "send_email",
+            key: None,
+            error: Some("timeout"),
+            outcome: Some(ReportedOutcome::Unknown),
+            ..A::new(1, "intent-e", 0)
+        }
+        .event();
+        ingest(&engine, vec![email]).await;
+        stop(engine, tasks).await;
+    }
+    let (a, a_tasks, _) = engine_on(h.open_any().await).await;
+    let (b, b_tasks, _) = engine_on(h.open_any().await).await;
+    let id = a
+        .verdict("intent-e")
+        .await
+        .and_then(|v| v.escalation_id.clone())
+        .expect("escalated");
+    assert_eq!(
+        b.verdict("intent-e")
+            .await
+            .and_then(|v| v.escalation_id.clone()),
+        Some(id.clone())
+    );
+    // Ana claims through one instance; Bo, a moment later, through the other, whose memory
+    // still says open: the store says otherwise.
+    let (winner, loser) = (a.clone(), b.clone());
+    let by = winner.claim(&id, "ana").await.expect("first claim");
+    let lost = loser.claim(&id, "bo").await.expect_err("second claim");
+    let person = by.claimed_by.clone().expect("claimed");
+    assert!(
+        matches!(lost, reckon::engine::EngineError::Escalation(_))
+            && lost.to_string().contains(&person),
+        "the loser learns who holds it: {lost}"
+    );
+    // The loser's instance holds the winner's claim now: the same person claiming again through
+    // it is no conflict, and resolving through it works.
+    assert_eq!(loser.claim(&id, &person).await.expect("same person"), by);
+    let resolved = loser
+        .resolve(
+            &id,
+            &person,
+            "not_sent",
+            Some("provider log shows no message"),
+        )
+        .await
+        .expect("resolve through the other instance");
+    assert_eq!(resolved.version, by.version + 1);
+    // The winner's instance has not seen the resolution; the store has, so a second one fails.
+    let again = winner.resolve(&id, "someone", "sent", None).await;
+    assert!(
+        again
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("already resolved")),
+        "{again:?}"
+    );
+    assert_eq!(
+        winner.verdict("intent-e").await.map(|v| v.decision),
+        loser.verdict("intent-e").await.map(|v| v.decision),
+        "both instances decide the same"
+    );
+    stop(a, a_tasks).await;
+    stop(b, b_tasks).await;
+    let store = h.open().await;
+    assert_eq!(store.get_escalation(&id).await.unwrap(), Some(resolved));
 }
 
 // ---------------------------------------------------------------------------------------------

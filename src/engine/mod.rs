@@ -21,10 +21,10 @@ use tokio::task::JoinHandle;
 use self::core::{EngineCore, Outcome};
 use crate::audit;
 use crate::contract::Contracts;
-use crate::escalation::EscalationError;
+use crate::escalation::{EscalationBook, EscalationError};
 use crate::metrics::Metrics;
 use crate::model::*;
-use crate::store::{event_kind, AnyStore, Appended, Derived, Store, StoreError};
+use crate::store::{event_kind, AnyStore, Appended, Derived, Store, StoreError, Swap};
 
 /// The only place reckon reads the wall clock.
 pub fn wall_now() -> Timestamp {
@@ -40,7 +40,13 @@ pub enum EngineError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Escalation(#[from] EscalationError),
+    /// A person's action lost every compare-and-set it tried (HTTP 409).
+    #[error("{0}")]
+    Conflict(String),
 }
+
+/// Compare-and-set rounds a person's action tries before answering a conflict.
+const PERSON_ACTION_TRIES: u32 = 5;
 
 pub struct Engine {
     core: Mutex<EngineCore>,
@@ -367,14 +373,16 @@ impl Engine {
         self.lock().intents()
     }
 
-    /// A person claims an escalation. Durable before it returns, and before anyone else sees it.
+    /// A person claims an escalation. Checked against the store and durable before it returns,
+    /// and before anyone else sees it.
     pub async fn claim(self: &Arc<Self>, id: &str, by: &str) -> Result<Escalation, EngineError> {
-        let (id, by) = (id.to_string(), by.to_string());
-        self.person_action(move |book| book.claimed(&id, &by, wall_now()))
+        let by = by.to_string();
+        self.person_action(id, move |book, id| book.claimed(id, &by, wall_now()))
             .await
     }
 
-    /// A person resolves an escalation. Durable before it returns, and before anyone else sees it.
+    /// A person resolves an escalation. Checked against the store and durable before it
+    /// returns, and before anyone else sees it.
     pub async fn resolve(
         self: &Arc<Self>,
         id: &str,
@@ -382,57 +390,121 @@ impl Engine {
         resolution: &str,
         note: Option<&str>,
     ) -> Result<Escalation, EngineError> {
-        let (id, by, resolution, note) = (
-            id.to_string(),
+        let (by, resolution, note) = (
             by.to_string(),
             resolution.to_string(),
             note.map(str::to_string),
         );
-        self.person_action(move |book| {
-            book.resolved(&id, &by, &resolution, note.as_deref(), wall_now())
+        self.person_action(id, move |book, id| {
+            book.resolved(id, &by, &resolution, note.as_deref(), wall_now())
         })
         .await
     }
 
-    /// The store first: if it refuses, the book is unchanged and the API says so. Runs to
-    /// completion even if the caller leaves, and one at a time. A finding may join the
-    /// escalation while the write is under way (bumping its version); then the action is
-    /// recomputed from the newer state and written again, so it is never lost under it.
+    /// A conditional write on what the store holds, not a decision from this process's memory:
+    /// the escalation is read from the store (another instance, or a person through another
+    /// instance, may have acted on it), the action is computed from that copy, and written only
+    /// if the store still holds it (compare-and-set). On a lost race the action is computed
+    /// again from the newer copy, so a claim by someone else comes back as "already claimed
+    /// by" them (409). Runs to completion even if the caller leaves, and one at a time within
+    /// the process.
     async fn person_action(
         self: &Arc<Self>,
-        change: impl Fn(&crate::escalation::EscalationBook) -> Result<Escalation, EscalationError>
-            + Send
-            + 'static,
+        id: &str,
+        change: impl Fn(&EscalationBook, &str) -> Result<Escalation, EscalationError> + Send + 'static,
     ) -> Result<Escalation, EngineError> {
         let engine = self.clone();
+        let id = id.to_string();
         tokio::spawn(async move {
             let _one_at_a_time = engine.person_actions.lock().await;
-            loop {
-                let e = change(engine.lock().book())?;
-                if engine.lock().book().get(&e.id) == Some(&e) {
+            for attempt in 0..PERSON_ACTION_TRIES {
+                if attempt > 0 {
+                    tokio::time::sleep(Duration::from_millis(20 << attempt)).await;
+                }
+                // This process's own changes of the escalation reach the store first.
+                let intent = engine.lock().book().get(&id).map(|e| e.intent_id.clone());
+                if let Some(intent) = intent {
+                    engine.wait_durable(&intent).await;
+                }
+                let Some(stored) = engine.store.get_escalation(&id).await? else {
+                    return Err(EscalationError::NotFound(id.clone()).into());
+                };
+                engine.adopt(stored.clone()).await;
+                let e = change(&EscalationBook::restore([stored.clone()]), &id)?;
+                if e == stored {
                     // Nothing to change (the same person claiming again).
                     return Ok(e);
                 }
-                engine.store.put_escalations(vec![e.clone()]).await?;
+                match engine.store.swap_escalation(stored, e.clone()).await? {
+                    Swap::Written => {}
+                    Swap::Conflict(_) => continue,
+                }
                 let concluded = {
                     let mut core = engine.lock();
-                    if core.book().get(&e.id).map(|x| x.version + 1) != Some(e.version) {
-                        continue;
+                    if core.book().get(&id).is_some_and(|b| b.version >= e.version) {
+                        // A finding joined while the swap was written and took the version it
+                        // wrote; its own write may land over this one. Wait for it (next
+                        // round), then act again on what the store holds.
+                        None
+                    } else {
+                        let mut out = core.commit_person_action(e.clone(), wall_now());
+                        if out.escalations.iter().all(|x| *x == e) {
+                            // The action itself is durable already.
+                            out.escalations.clear();
+                        }
+                        Some(engine.conclude(&core, out, true))
                     }
-                    let mut out = core.commit_person_action(e.clone(), wall_now());
-                    let rest = out.escalations.iter().any(|x| *x != e);
-                    if !rest {
-                        // The action itself is durable already.
-                        out.escalations.clear();
-                    }
-                    engine.conclude(&core, out, true)
                 };
-                engine.finish(concluded).await;
-                return Ok(e);
+                if let Some(concluded) = concluded {
+                    engine.finish(concluded).await;
+                    return Ok(e);
+                }
             }
+            Err(EngineError::Conflict(format!(
+                "escalation {id} kept changing while this action was written; try again"
+            )))
         })
         .await
         .map_err(|e| EngineError::Store(StoreError::Task(e.to_string())))?
+    }
+
+    /// Until the intent has no escalation change in flight (or [`VISIBILITY_WAIT`] passed).
+    /// Returns whether it is clear.
+    async fn wait_durable(&self, intent_id: &str) -> bool {
+        let deadline = tokio::time::Instant::now() + VISIBILITY_WAIT;
+        loop {
+            let done = self.durability.done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            if !self.durability.holds(intent_id) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, done).await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    /// Take in an escalation as the store holds it, when it is newer than the book's: a person's
+    /// action through another instance, or one this process lost a race to. The intent is
+    /// re-audited (its decision depends on whether the escalation is open).
+    async fn adopt(&self, stored: Escalation) {
+        let concluded = {
+            let mut core = self.lock();
+            if core
+                .book()
+                .get(&stored.id)
+                .is_some_and(|b| b.version >= stored.version)
+            {
+                return;
+            }
+            let mut out = core.commit_person_action(stored.clone(), wall_now());
+            if out.escalations.iter().all(|x| *x == stored) {
+                out.escalations.clear();
+            }
+            self.conclude(&core, out, true)
+        };
+        self.finish(concluded).await;
     }
 
     /// Queue what a step concluded for the persister and, with `hold`, keep its escalation

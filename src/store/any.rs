@@ -47,6 +47,13 @@ impl Store for AnyStore {
     async fn put_escalations(&self, escalations: Vec<Escalation>) -> Result<(), StoreError> {
         dispatch!(self, s => s.put_escalations(escalations))
     }
+    async fn swap_escalation(
+        &self,
+        current: Escalation,
+        new: Escalation,
+    ) -> Result<Swap, StoreError> {
+        dispatch!(self, s => s.swap_escalation(current, new))
+    }
     async fn load_escalations(&self) -> Result<Vec<Escalation>, StoreError> {
         dispatch!(self, s => s.load_escalations())
     }

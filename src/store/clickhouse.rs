@@ -45,7 +45,7 @@ use self::rows::*;
 use self::writer::{Request, Rows};
 use super::{
     escalation_limit, prefix_end, Appended, CursorKey, Derived, Page, Report, Store, StoreError,
-    VerdictFilter, SEVERITIES,
+    Swap, VerdictFilter, SEVERITIES,
 };
 use crate::codec::VerdictDoc;
 use crate::model::*;
@@ -54,6 +54,9 @@ use crate::model::*;
 const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest wait for ClickHouse to confirm an INSERT.
 const END_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// See [`ClickHouseConfig::swap_settle`].
+pub const DEFAULT_SWAP_SETTLE: Duration = Duration::from_millis(500);
 
 /// Where and how to reach ClickHouse.
 #[derive(Clone, PartialEq, Eq)]
@@ -64,6 +67,9 @@ pub struct ClickHouseConfig {
     pub password: String,
     pub database: String,
     pub retry: RetryPolicy,
+    /// How long a compare-and-set waits between writing and reading back (default 500 ms);
+    /// see [`ClickHouseStore`].
+    pub swap_settle: Duration,
 }
 
 impl std::fmt::Debug for ClickHouseConfig {
@@ -74,6 +80,7 @@ impl std::fmt::Debug for ClickHouseConfig {
             .field("password", &"<redacted>")
             .field("database", &self.database)
             .field("retry", &self.retry)
+            .field("swap_settle", &self.swap_settle)
             .finish()
     }
 }
@@ -119,6 +126,7 @@ impl ClickHouseConfig {
             password: password.to_string(),
             database: database.to_string(),
             retry: RetryPolicy::default(),
+            swap_settle: DEFAULT_SWAP_SETTLE,
         };
         config.check()?;
         Ok(config)
@@ -197,6 +205,7 @@ pub struct ClickHouseStore {
     retry: RetryPolicy,
     clock: Arc<Clock>,
     writer: mpsc::Sender<Request>,
+    swap_settle: Duration,
 }
 
 impl std::fmt::Debug for ClickHouseStore {
@@ -346,6 +355,7 @@ impl ClickHouseStore {
             retry,
             clock,
             writer: tx,
+            swap_settle: config.swap_settle,
         })
     }
 
@@ -613,6 +623,83 @@ impl Store for ClickHouseStore {
             ..Rows::default()
         };
         self.write(rows).await
+    }
+
+    /// ClickHouse 18.16 has no conditional write, no transactions and (without ZooKeeper) no
+    /// lock, so this is optimistic, in four steps:
+    ///
+    /// 1. read the stored row (`FINAL`); unless it is `current`, answer the conflict;
+    /// 2. insert `new` right away (not behind the group commit);
+    /// 3. if steps 1-2 took longer than `swap_settle`, this caller may be a late racer whose
+    ///    insert landed after another's was confirmed: it looks for another row of the same
+    ///    version, and if there is exactly one, re-inserts it (so it is the last one again)
+    ///    and answers the conflict;
+    /// 4. wait `swap_settle` and read back: of rows of one id and equal version,
+    ///    `ReplacingMergeTree(version)` keeps the one inserted last, so of racers that both read
+    ///    `current`, one whose insert landed after ours is seen here and we answer the conflict.
+    ///
+    /// Step 4 alone is exact when every racer's read and insert are less than `swap_settle`
+    /// apart (a racer that read before our insert and inserted after our read-back took longer
+    /// than that); step 3 covers one late racer. What is left, honestly: three or more racers
+    /// with one of them stalled past the settle delay, or a background merge collapsing the
+    /// other racer's row within the milliseconds between a late racer's insert and its check,
+    /// can tell two callers they won (the store keeps the last); and a late racer whose rival
+    /// had not yet read back can make both answer a conflict (the rival's write stands, and its
+    /// retry is a no-op). Within one process the engine serializes person actions, so all of
+    /// this needs two instances acting on one escalation at the same moment. A lock that closes
+    /// it (ZooKeeper through replicated tables, or `CREATE TABLE` as a test-and-set on a single
+    /// server) is left to the scale-out.
+    async fn swap_escalation(
+        &self,
+        current: Escalation,
+        new: Escalation,
+    ) -> Result<Swap, StoreError> {
+        let began = std::time::Instant::now();
+        let stored = self.get_escalation(&new.id).await?;
+        if stored.as_ref() != Some(&current) {
+            return Ok(Swap::Conflict(stored.map(Box::new)));
+        }
+        let mine = Rows {
+            escalations: vec![escalation_row(&new)?],
+            ..Rows::default()
+        };
+        writer::insert_now(&self.client, &self.retry, &mine).await?;
+        if began.elapsed() > self.swap_settle {
+            let q = self
+                .client
+                .query("SELECT ?fields FROM reckon_escalations WHERE id = ? AND version = ?")
+                .bind(new.id.as_str())
+                .bind(new.version);
+            let mut others: Vec<Escalation> = Vec::new();
+            for e in self.escalations("check a late swap", q).await? {
+                if e != new && !others.contains(&e) {
+                    others.push(e);
+                }
+            }
+            match others.len() {
+                0 => {}
+                1 => {
+                    let first = others.remove(0);
+                    tracing::warn!(escalation = %new.id, "a person action raced another instance's and was late: keeping the other");
+                    let rows = Rows {
+                        escalations: vec![escalation_row(&first)?],
+                        ..Rows::default()
+                    };
+                    writer::insert_now(&self.client, &self.retry, &rows).await?;
+                    return Ok(Swap::Conflict(Some(Box::new(first))));
+                }
+                n => {
+                    tracing::error!(escalation = %new.id, racers = n + 1, "person actions of several instances raced on one escalation version; the store keeps the last written");
+                }
+            }
+        }
+        tokio::time::sleep(self.swap_settle).await;
+        let after = self.get_escalation(&new.id).await?;
+        if after.as_ref() == Some(&new) {
+            Ok(Swap::Written)
+        } else {
+            Ok(Swap::Conflict(after.map(Box::new)))
+        }
     }
 
     async fn load_escalations(&self) -> Result<Vec<Escalation>, StoreError> {

@@ -292,6 +292,16 @@ impl Derived {
     }
 }
 
+/// What a compare-and-set of an escalation ([`Store::swap_escalation`]) found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Swap {
+    /// The stored version was the expected one: the new escalation is stored now.
+    Written,
+    /// It was not (another person, instance or step got there first): nothing of this write
+    /// stands. Carries the stored escalation, if there is one.
+    Conflict(Option<Box<Escalation>>),
+}
+
 /// The least string above every string that starts with `prefix`, when one is cheap to name
 /// (an ASCII last byte below DEL): stores turn a prefix into a key range with it.
 pub fn prefix_end(prefix: &str) -> Option<String> {
@@ -372,6 +382,17 @@ pub trait Store: Send + Sync {
         &self,
         escalations: Vec<Escalation>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Compare-and-set: store `new` only if the store still holds `current` (same version, same
+    /// status and people, same findings). A person's claim or resolution goes through it, so two
+    /// people (or two reckon instances on one store) acting on one escalation cannot both
+    /// succeed. SQLite: one conditional UPDATE. ClickHouse has no conditional write; see
+    /// [`ClickHouseStore`] for how close it gets.
+    fn swap_escalation(
+        &self,
+        current: Escalation,
+        new: Escalation,
+    ) -> impl Future<Output = Result<Swap, StoreError>> + Send;
 
     /// Every escalation, for rebuilding the escalation book at start-up.
     fn load_escalations(&self) -> impl Future<Output = Result<Vec<Escalation>, StoreError>> + Send;

@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use self::writer::{EncodedDerived, EncodedVerdict, Request};
 use super::{
     escalation_limit, parse_severity, prefix_end, Appended, CursorKey, Derived, Page, Report,
-    Store, StoreError, VerdictFilter,
+    Store, StoreError, Swap, VerdictFilter,
 };
 use crate::codec::{EscalationFindingDoc, VerdictDoc};
 use crate::model::{
@@ -839,6 +839,15 @@ impl Store for SqliteStore {
             return Ok(());
         }
         self.write(|reply| Request::PutEscalations(escalations, reply))
+            .await
+    }
+
+    async fn swap_escalation(
+        &self,
+        current: Escalation,
+        new: Escalation,
+    ) -> Result<Swap, StoreError> {
+        self.write(|reply| Request::SwapEscalation(Box::new((current, new)), reply))
             .await
     }
 

@@ -534,3 +534,81 @@ async fn sigkill_after_an_escalation_was_shown_keeps_it() {
     assert_eq!(v["escalation_id"], shown["id"]);
     drop(r);
 }
+
+/// `POST path` with a JSON body on a running binary's API.
+async fn api_post(r: &Reckon, path: &str, body: &Value) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .post(format!("http://{}{path}", r.api))
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let code = resp.status().as_u16();
+    (code, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// "Store truth" item 8: two reckon processes on one store (DESIGN's scale-out shape). A claim
+/// through one makes a claim by someone else through the other a 409 naming the claimant, and
+/// both answer the same afterwards: person actions are checked against the store, not one
+/// process's memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_on_one_store_agree_on_claims() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let a = Reckon::spawn(&data, &dir.path().join("a.log")).await;
+    let intent = unique("int");
+    let email = ToolSpan::new("send_email", ago(MIN), 30.0)
+        .intent(&intent)
+        .timeout()
+        .told("unknown");
+    export_to(a.grpc, &[&email]).await;
+    let v = a.verdict(&intent).await;
+    assert_verdict(&v, "unknown / escalate / no_idempotency_contract");
+    let id = v["escalation_id"].as_str().unwrap().to_string();
+    // The second process starts with the escalation open in its memory.
+    let b = Reckon::spawn(&data, &dir.path().join("b.log")).await;
+    assert_eq!(b.verdict(&intent).await["escalation_id"], id.as_str());
+
+    let claim = format!("/api/v1/escalations/{id}/claim");
+    let (code, body) = api_post(&a, &claim, &json!({"by": "ana"})).await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = api_post(&b, &claim, &json!({"by": "bo"})).await;
+    assert_eq!(code, 409, "{body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("ana"),
+        "{body}"
+    );
+    for r in [&a, &b] {
+        let (code, e) = api_get(r, &format!("/api/v1/escalations/{id}")).await;
+        assert_eq!(code, 200, "{e}");
+        assert_eq!(
+            (e["status"].as_str(), e["claimed_by"].as_str()),
+            (Some("claimed"), Some("ana"))
+        );
+    }
+    // Ana resolves through the other process; a second resolution through the first is refused.
+    let resolve = format!("/api/v1/escalations/{id}/resolve");
+    let (code, body) = api_post(
+        &b,
+        &resolve,
+        &json!({"by": "ana", "resolution": "not_sent"}),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["verdict"]["decision"], "wait", "{body}");
+    let (code, body) = api_post(&a, &resolve, &json!({"by": "bo", "resolution": "sent"})).await;
+    assert_eq!(code, 409, "{body}");
+    for r in [&a, &b] {
+        let (_, e) = api_get(r, &format!("/api/v1/escalations/{id}")).await;
+        assert_eq!(
+            (e["status"].as_str(), e["resolution"].as_str()),
+            (Some("resolved"), Some("not_sent"))
+        );
+        assert_eq!(
+            e["verdict"]["decision"], "wait",
+            "both processes decide the same: {e}"
+        );
+    }
+    drop(a);
+    drop(b);
+}

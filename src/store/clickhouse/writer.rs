@@ -342,6 +342,16 @@ where
         .await
 }
 
+/// Insert `rows` now, from the caller's task, instead of queueing them behind the group commit
+/// (a compare-and-set wants its read and its write as close together as possible).
+pub async fn insert_now(
+    client: &::clickhouse::Client,
+    retry: &RetryPolicy,
+    rows: &Rows,
+) -> Result<(), ClickHouseError> {
+    insert_all(client, retry, &[rows]).await
+}
+
 /// One INSERT per table, in an order that keeps reads consistent if the group fails midway:
 /// events before anything derived from them, escalations before the verdicts that name them,
 /// findings before the verdict version that makes them current.

@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::schema::CLASS_COLUMNS;
 use crate::model::{AttemptClass, Escalation, Event, Verdict};
-use crate::store::{Appended, StoreError};
+use crate::store::{Appended, StoreError, Swap};
 
 /// Upper bound on rows written per transaction, so one commit (and the latency of everyone
 /// waiting on it) stays bounded when a backlog has built up.
@@ -42,6 +42,8 @@ pub enum Request {
     PutEscalations(Vec<Escalation>, Reply<()>),
     /// Escalations, removals and verdicts in one savepoint: all or nothing.
     PutDerived(EncodedDerived, Reply<()>),
+    /// Compare-and-set of one escalation: (what must be stored, what to store).
+    SwapEscalation(Box<(Escalation, Escalation)>, Reply<Swap>),
 }
 
 /// [`crate::store::Derived`] with its verdict documents encoded.
@@ -59,6 +61,7 @@ impl Request {
             Request::DeleteVerdicts(v, _) => v.len(),
             Request::PutEscalations(v, _) => v.len(),
             Request::PutDerived(d, _) => d.escalations.len() + d.removed.len() + d.verdicts.len(),
+            Request::SwapEscalation(..) => 1,
         }
     }
 }
@@ -67,6 +70,7 @@ impl Request {
 enum Done {
     Append(Result<Vec<Appended>, StoreError>, Reply<Vec<Appended>>),
     Unit(Result<(), StoreError>, Reply<()>),
+    Swap(Result<Swap, StoreError>, Reply<Swap>),
 }
 
 impl Done {
@@ -74,6 +78,7 @@ impl Done {
         match self {
             Done::Append(r, _) if r.is_ok() => *r = Err(StoreError::WriteFailed(msg.to_string())),
             Done::Unit(r, _) if r.is_ok() => *r = Err(StoreError::WriteFailed(msg.to_string())),
+            Done::Swap(r, _) if r.is_ok() => *r = Err(StoreError::WriteFailed(msg.to_string())),
             _ => {}
         }
     }
@@ -83,6 +88,7 @@ impl Done {
         match self {
             Done::Append(r, tx) => drop(tx.send(r)),
             Done::Unit(r, tx) => drop(tx.send(r)),
+            Done::Swap(r, tx) => drop(tx.send(r)),
         }
     }
 }
@@ -137,10 +143,15 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Request>, seq: &mut i64) {
             Request::DeleteVerdicts(ids, tx) => Done::Unit(delete_verdicts(conn, &ids), tx),
             Request::PutEscalations(e, tx) => Done::Unit(put_escalations(conn, &e), tx),
             Request::PutDerived(d, tx) => Done::Unit(put_derived(conn, &d), tx),
+            Request::SwapEscalation(pair, tx) => {
+                Done::Swap(swap_escalation(conn, &pair.0, &pair.1), tx)
+            }
         };
         let ok = match &d {
             Done::Append(r, _) => r.is_ok(),
             Done::Unit(r, _) => r.is_ok(),
+            // A conflict wrote nothing; only an error rolls the savepoint back.
+            Done::Swap(r, _) => r.is_ok(),
         };
         let end = if ok {
             "RELEASE request"
@@ -178,6 +189,7 @@ fn unanswered(r: Request) -> Done {
         | Request::DeleteVerdicts(_, tx)
         | Request::PutEscalations(_, tx)
         | Request::PutDerived(_, tx) => Done::Unit(Ok(()), tx),
+        Request::SwapEscalation(_, tx) => Done::Swap(Ok(Swap::Written), tx),
     }
 }
 
@@ -446,35 +458,91 @@ const UPSERT_ESCALATION: &str = "INSERT INTO reckon_escalations (id, intent_id, 
         version = excluded.version
     WHERE excluded.version >= reckon_escalations.version";
 
+/// The stored form of an escalation's findings.
+fn findings_json(e: &Escalation) -> Result<String, StoreError> {
+    let findings: Vec<crate::codec::EscalationFindingDoc> = e
+        .findings
+        .iter()
+        .map(|(k, s)| crate::codec::EscalationFindingDoc {
+            kind: k.as_str().into(),
+            subject: s.clone(),
+        })
+        .collect();
+    serde_json::to_string(&findings).map_err(|e| StoreError::WriteFailed(e.to_string()))
+}
+
+/// Versions beyond i64 are not a real case; saturating keeps "highest wins" intact.
+fn version(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
 fn put_escalations(conn: &Connection, escalations: &[Escalation]) -> Result<(), StoreError> {
     let mut upsert = conn.prepare_cached(UPSERT_ESCALATION)?;
     for e in escalations {
-        let findings: Vec<crate::codec::EscalationFindingDoc> = e
-            .findings
-            .iter()
-            .map(|(k, s)| crate::codec::EscalationFindingDoc {
-                kind: k.as_str().into(),
-                subject: s.clone(),
-            })
-            .collect();
-        let findings =
-            serde_json::to_string(&findings).map_err(|e| StoreError::WriteFailed(e.to_string()))?;
         upsert.execute(params![
             e.id,
             e.intent_id,
             e.status.as_str(),
             e.severity.as_str(),
             e.opened_at.0,
-            findings,
+            findings_json(e)?,
             e.claimed_by,
             e.claimed_at.map(|t| t.0),
             e.resolved_by,
             e.resolved_at.map(|t| t.0),
             e.resolution,
             e.note,
-            // Versions beyond i64 are not a real case; saturating keeps "highest wins" intact.
-            i64::try_from(e.version).unwrap_or(i64::MAX),
+            version(e.version),
         ])?;
     }
     Ok(())
+}
+
+/// Only a row still as the caller saw it is changed (its version, status, people and findings:
+/// an engine write of an equal version may have replaced a person's action). The writer
+/// thread runs one statement at a time, and another process's writer holds the file's write
+/// lock for its whole transaction, so the comparison and the write are one atomic step.
+const SWAP_ESCALATION: &str = "UPDATE reckon_escalations SET intent_id = ?2, status = ?3,
+    severity = ?4, opened_at = ?5, findings = ?6, claimed_by = ?7, claimed_at = ?8,
+    resolved_by = ?9, resolved_at = ?10, resolution = ?11, note = ?12, version = ?13
+    WHERE id = ?1 AND version = ?14 AND status = ?15 AND claimed_by IS ?16
+        AND resolved_by IS ?17 AND findings = ?18";
+
+fn swap_escalation(
+    conn: &Connection,
+    current: &Escalation,
+    e: &Escalation,
+) -> Result<Swap, StoreError> {
+    let mut update = conn.prepare_cached(SWAP_ESCALATION)?;
+    let changed = update.execute(params![
+        e.id,
+        e.intent_id,
+        e.status.as_str(),
+        e.severity.as_str(),
+        e.opened_at.0,
+        findings_json(e)?,
+        e.claimed_by,
+        e.claimed_at.map(|t| t.0),
+        e.resolved_by,
+        e.resolved_at.map(|t| t.0),
+        e.resolution,
+        e.note,
+        version(e.version),
+        version(current.version),
+        current.status.as_str(),
+        current.claimed_by,
+        current.resolved_by,
+        findings_json(current)?,
+    ])?;
+    if changed == 1 {
+        return Ok(Swap::Written);
+    }
+    let sql = format!(
+        "SELECT {} FROM reckon_escalations WHERE id = ?1",
+        super::ESCALATION_COLS
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut rows = stmt.query([&e.id])?;
+    let current = rows.next()?.map(super::decode_escalation).transpose()?;
+    Ok(Swap::Conflict(current.map(Box::new)))
 }
