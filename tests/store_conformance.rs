@@ -1662,3 +1662,25 @@ async fn app_opens_the_clickhouse_store() {
     drop(store);
     ch.finish().await;
 }
+
+/// The one place ClickHouse's identity check is weaker than SQLite's (ARCHITECTURE.md,
+/// invariant 5): it finds a span by its table's sorting key, `(intent_id, trace_id, span_id)`,
+/// so a re-send that changed the span's intent id is written again. Loading still returns only
+/// the first copy, so the engine's view is SQLite's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clickhouse_span_resent_under_another_intent_loads_its_first_copy() {
+    let Some(ch) = ClickHouse::new().await else {
+        return;
+    };
+    let store = ch.open().await;
+    let first = A::new(1, "intent-first", 0).event();
+    let moved = A::new(1, "intent-moved", 0).event();
+    assert_eq!(
+        appended(&store, vec![first.clone()]).await,
+        vec![Appended::New]
+    );
+    appended(&store, vec![moved]).await;
+    assert_eq!(store.load_events().await.unwrap(), vec![first]);
+    drop(store);
+    ch.finish().await;
+}

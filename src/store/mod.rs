@@ -2,9 +2,13 @@
 //!
 //! [`Store`] is what the rest of reckon sees. It is implemented by [`sqlite::SqliteStore`] (the
 //! embedded default) and [`clickhouse::ClickHouseStore`], so its contract is deliberately weak where
-//! ClickHouse is weak: no multi-statement transactions are promised, "upsert" means "the latest
-//! write wins when read back" (ReplacingMergeTree semantics), and ordering of `load_events` is a
-//! courtesy, not something the engine may rely on.
+//! ClickHouse is weak: no multi-statement transactions are promised, and ordering of
+//! `load_events` is a courtesy, not something the engine may rely on. Three rules hold on every
+//! store: events keep their **first** copy (a later copy of an identity is never written, and
+//! `append` says whether each event was new, a duplicate or a conflicting re-send); derived rows
+//! (verdicts, findings) are upserts where the latest write wins when read back
+//! (ReplacingMergeTree semantics); escalations change either by the engine's upserts (higher
+//! version wins) or by a person's compare-and-set ([`Store::swap_escalation`]).
 //!
 //! The app dispatches over an enum of stores, so the trait uses `impl Future + Send` returns
 //! rather than `dyn`-compatible boxed futures.
