@@ -135,6 +135,76 @@ async fn graceful_restart_keeps_verdicts_and_escalations() {
     s.stop().await;
 }
 
+/// The sum of every sample of `name` on the server's `/metrics`.
+async fn metric(s: &Server, name: &str) -> u64 {
+    let text = s
+        .http
+        .get(s.api("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// "Store truth" item 5 end to end: three identical sends of an export of nine attempts are
+/// nine attempts, a record posted three times is one record, on both stores. Counters are the
+/// process's own (README, Metrics): after a restart they start over, while the report, read
+/// from the store, still counts every attempt once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resent_exports_count_once_and_counters_are_per_process() {
+    let s = Server::start().await;
+    let t0 = ago(MIN);
+    let intents: Vec<String> = (0..9).map(|_| unique("int")).collect();
+    let objects: Vec<String> = (0..9).map(|_| unique("re")).collect();
+    let spans: Vec<ToolSpan> = intents
+        .iter()
+        .zip(&objects)
+        .map(|(i, re)| {
+            ToolSpan::new("issue_refund", t0, 0.3)
+                .intent(i)
+                .key(&unique("k"))
+                .args(refund_args("45.00"))
+                .http(200)
+                .object(re, "succeeded")
+        })
+        .collect();
+    let refs: Vec<&ToolSpan> = spans.iter().collect();
+    let record = json!({"kind": "refund", "object_id": objects[0], "intent_id": intents[0], "status": "succeeded",
+                        "amount": "45.00", "currency": "usd", "target": "1042", "observed_at": rfc3339(after(t0, 1.0))});
+    for _ in 0..3 {
+        export_grpc(&s, &refs).await;
+        s.records(&record).await;
+    }
+    assert_eq!(
+        metric(&s, "reckon_spans_received_total").await,
+        27,
+        "arrivals are arrivals"
+    );
+    assert_eq!(metric(&s, "reckon_tool_attempts_total").await, 9);
+    assert_eq!(metric(&s, "reckon_records_received_total").await, 1);
+    assert_eq!(metric(&s, "reckon_conflicting_resends_total").await, 0);
+    let dir = s.stop().await;
+
+    let s = Server::start_in(dir).await;
+    assert_eq!(
+        metric(&s, "reckon_tool_attempts_total").await,
+        0,
+        "counters start over"
+    );
+    let report = s.poll("/api/v1/report", |r| r["intents"] == 9).await;
+    assert_eq!(report["attempts"], 9, "{report:#}");
+    s.stop().await;
+}
+
 // ------------------------------------------------------------------ the real binary
 
 fn free_addr() -> SocketAddr {
