@@ -1666,9 +1666,10 @@ async fn app_opens_the_clickhouse_store() {
 /// The one place ClickHouse's identity check is weaker than SQLite's (ARCHITECTURE.md,
 /// invariant 5): it finds a span by its table's sorting key, `(intent_id, trace_id, span_id)`,
 /// so a re-send that changed the span's intent id is written again. Loading still returns only
-/// the first copy, so the engine's view is SQLite's.
+/// the first copy, so the engine's view is SQLite's. The same holds for any identity stored
+/// twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn clickhouse_span_resent_under_another_intent_loads_its_first_copy() {
+async fn clickhouse_identities_stored_twice_keep_their_first_copy() {
     let Some(ch) = ClickHouse::new().await else {
         return;
     };
@@ -1680,7 +1681,33 @@ async fn clickhouse_span_resent_under_another_intent_loads_its_first_copy() {
         vec![Appended::New]
     );
     appended(&store, vec![moved]).await;
-    assert_eq!(store.load_events().await.unwrap(), vec![first]);
+    assert_eq!(store.load_events().await.unwrap(), vec![first.clone()]);
+
+    // An identity stored twice under one key (by two processes at once, or an older reckon):
+    // its first copy is the one appends compare with and loads return.
+    let refund = record("re_twice", None, None, "succeeded", 5);
+    assert_eq!(
+        appended(&store, vec![refund.clone()]).await,
+        vec![Appended::New]
+    );
+    ch.client()
+        .query(
+            "INSERT INTO reckon_records SELECT source, kind, object_id, intent_id, idempotency_key,
+             status, '9900', amount_unit, amount_major, currency, target, created_ns, observed_at,
+             observed_ns, ingested_ns + 1000 FROM reckon_records WHERE object_id = 're_twice'",
+        )
+        .execute()
+        .await
+        .expect("a second copy, written later");
+    let later = with_amount(refund.clone(), Amount::Minor(9900));
+    assert_eq!(
+        appended(&store, vec![refund.clone(), later]).await,
+        vec![Appended::Duplicate, Appended::Conflict]
+    );
+    assert_eq!(
+        sorted_events(store.load_events().await.unwrap()),
+        sorted_events(vec![first, refund])
+    );
     drop(store);
     ch.finish().await;
 }

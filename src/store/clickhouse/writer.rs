@@ -163,8 +163,11 @@ async fn write_group(
     batch: &[Request],
 ) -> Result<Vec<Vec<Appended>>, ClickHouseError> {
     let stored = lookup(client, retry, batch).await?;
-    let mut known: HashMap<Identity<'_>, &EventRow> =
-        stored.iter().map(|r| (r.identity(), r)).collect();
+    let mut known: HashMap<Identity<'_>, &EventRow> = HashMap::with_capacity(stored.len());
+    for r in &stored {
+        // `stored` is in write order: an identity stored twice is known by its first copy.
+        known.entry(r.identity()).or_insert(r);
+    }
     let n_events = batch
         .iter()
         .map(|r| match r {
