@@ -181,6 +181,7 @@ pub struct Metrics {
     duplicate_effects: Family,
     ingest_rejections: Family,
     records_received: Family,
+    conflicting_resends: Family,
     escalations: [AtomicU64; 3],
     intents: AtomicI64,
     verdict_latency: Histogram,
@@ -205,6 +206,7 @@ impl Metrics {
             duplicate_effects: Family::new(&["tool"]),
             ingest_rejections: Family::new(&["reason"]),
             records_received: Family::new(&["source"]),
+            conflicting_resends: Family::new(&["kind"]),
             escalations: Default::default(),
             intents: AtomicI64::new(0),
             verdict_latency: Histogram::new(&LATENCY_BUCKETS),
@@ -255,9 +257,16 @@ impl Metrics {
         self.ingest_rejections.add(&[reason], n);
     }
 
-    /// `n` downstream record observations accepted from `source` (`api`, `stripe`, `otlp_log`).
+    /// `n` downstream record observations from `source` (`api`, `stripe`, `otlp_log`) stored for
+    /// the first time (exact re-posts are not counted).
     pub fn records_received(&self, source: &str, n: u64) {
         self.records_received.add(&[source], n);
+    }
+
+    /// An event re-sent with its identity already stored under different content (`kind`:
+    /// `attempt`, `readback`, `record`). The first copy was kept; this one was dropped.
+    pub fn conflicting_resend(&self, kind: &str) {
+        self.conflicting_resends.add(&[kind], 1);
     }
 
     /// From a deciding event's arrival to its verdict (and escalation) being visible.
@@ -300,7 +309,7 @@ impl Metrics {
         self.tool_attempts.render(
             &mut out,
             "reckon_tool_attempts_total",
-            "Tool attempts audited, by tool and evidence class.",
+            "Tool attempts stored (first copies only), by tool and evidence class.",
             "counter",
         );
         self.findings.render(
@@ -341,7 +350,13 @@ impl Metrics {
         self.records_received.render(
             &mut out,
             "reckon_records_received_total",
-            "Downstream record observations accepted, by source.",
+            "Downstream record observations stored (first copies only), by source.",
+            "counter",
+        );
+        self.conflicting_resends.render(
+            &mut out,
+            "reckon_conflicting_resends_total",
+            "Re-sent events whose identity was stored with different content (the first copy is kept), by kind.",
             "counter",
         );
         self.verdict_latency.render(

@@ -16,11 +16,13 @@ use std::time::Duration;
 use reckon::codec::VerdictDoc;
 use reckon::contract::{Contract, Contracts, Idempotency, ParamPointers};
 use reckon::engine::core::{EngineCore, Outcome};
+use reckon::engine::{Engine, EngineOptions, EngineTasks};
+use reckon::metrics::Metrics;
 use reckon::model::*;
 use reckon::store::clickhouse::{migrate_to, schema, ErrorClass, RetryPolicy};
 use reckon::store::{
-    ClickHouseConfig, ClickHouseStore, RecordKey, Report, SqliteStore, Store, StoreError,
-    VerdictFilter,
+    AnyStore, Appended, ClickHouseConfig, ClickHouseStore, Derived, RecordKey, Report, SqliteStore,
+    Store, StoreError, Swap, VerdictFilter,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -30,6 +32,8 @@ use reckon::store::{
 trait Harness: Sized {
     type S: Store;
     fn open(&self) -> impl Future<Output = Self::S>;
+    /// The same store as the app runs it (what [`Engine`] takes).
+    fn open_any(&self) -> impl Future<Output = AnyStore>;
     fn finish(self) -> impl Future<Output = ()>;
 }
 
@@ -49,6 +53,9 @@ impl Harness for Sqlite {
     type S = SqliteStore;
     async fn open(&self) -> SqliteStore {
         SqliteStore::open(self.dir.path()).expect("open SQLite store")
+    }
+    async fn open_any(&self) -> AnyStore {
+        AnyStore::Sqlite(self.open().await)
     }
     async fn finish(self) {}
 }
@@ -96,6 +103,9 @@ impl ClickHouse {
         let url = clickhouse_url()?;
         let mut config = ClickHouseConfig::from_url(&url).expect("RECKON_TEST_CLICKHOUSE");
         config.database = unique_database();
+        // Longer than any read-to-insert gap of a loaded test machine, so the concurrent
+        // compare-and-set race is decided by the store, not by timing (see swap_escalation).
+        config.swap_settle = Duration::from_secs(1);
         Some(ClickHouse { config })
     }
 
@@ -114,6 +124,9 @@ impl Harness for ClickHouse {
         ClickHouseStore::open(self.config.clone())
             .await
             .expect("open ClickHouse store")
+    }
+    async fn open_any(&self) -> AnyStore {
+        AnyStore::ClickHouse(self.open().await)
     }
     async fn finish(self) {
         let sql = format!("DROP DATABASE IF EXISTS `{}`", self.config.database);
@@ -184,6 +197,32 @@ macro_rules! conformance {
             async fn known_observations_come_from_the_store() {
                 run(|h| async move { super::known_observations_come_from_the_store(&*h).await })
                     .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn first_copy_wins() {
+                run(|h| async move { super::first_copy_wins(&*h).await }).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn restart_reconciles_orphan_verdicts() {
+                run(|h| async move { super::restart_reconciles_orphan_verdicts(&*h).await }).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn escalations_are_durable_before_visible() {
+                run(|h| async move { super::escalations_are_durable_before_visible(&*h).await })
+                    .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn escalation_compare_and_set() {
+                run(|h| async move { super::escalation_compare_and_set(&*h).await }).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn two_instances_agree_on_person_actions() {
+                run(|h| async move { super::two_instances_agree_on_person_actions(&*h).await })
+                    .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn counters_count_what_happened() {
+                run(|h| async move { super::counters_count_what_happened(&*h).await }).await
             }
         }
     };
@@ -373,17 +412,13 @@ fn scenario() -> Vec<Vec<Event>> {
 /// Store what one engine step concluded, the way the engine's persister does.
 async fn persist<S: Store>(store: &S, out: Outcome) {
     store
-        .put_verdicts(out.verdicts.iter().map(|v| Verdict::clone(v)).collect())
+        .put_derived(Derived {
+            escalations: out.escalations,
+            removed: out.removed,
+            verdicts: out.verdicts.iter().map(|v| Verdict::clone(v)).collect(),
+        })
         .await
-        .expect("put_verdicts");
-    store
-        .delete_verdicts(out.removed)
-        .await
-        .expect("delete_verdicts");
-    store
-        .put_escalations(out.escalations)
-        .await
-        .expect("put_escalations");
+        .expect("put_derived");
 }
 
 /// Run the scenario through the engine into `store`; returns the engine for comparisons.
@@ -393,7 +428,7 @@ async fn feed<S: Store>(store: &S, fresh: bool) -> EngineCore {
     for (i, step) in scenario().into_iter().enumerate() {
         let flags = store.append(step.clone()).await.expect("append");
         if fresh {
-            assert!(flags.iter().all(|f| *f), "fresh events are new");
+            assert!(flags.iter().all(|f| f.is_new()), "fresh events are new");
         }
         let out = core.ingest(step, at(200 + i as i64));
         persist(store, out).await;
@@ -516,7 +551,12 @@ async fn redelivery_is_harmless<H: Harness>(h: &H) {
     let mut doubled = batch.clone();
     doubled.extend(batch.clone());
     let flags = store.append(doubled).await.expect("append");
-    assert!(flags[batch.len()..].iter().all(|f| !f), "{flags:?}");
+    assert!(
+        flags[batch.len()..]
+            .iter()
+            .all(|f| *f == Appended::Duplicate),
+        "{flags:?}"
+    );
     assert_eq!(
         sorted_events(store.load_events().await.expect("load_events")),
         all_events(),
@@ -933,6 +973,7 @@ where
 /// its event alone, identically on every backend: the rest of the batch is stored, so a client
 /// retrying the batch is not blocked forever by one poison item.
 async fn unholdable_times_are_refused_alone<H: Harness>(h: &H) {
+    use Appended::{New, Refused};
     let store = h.open().await;
     let with = |e: Event, f: &dyn Fn(&mut Event)| {
         let mut e = e;
@@ -968,7 +1009,7 @@ async fn unholdable_times_are_refused_alone<H: Harness>(h: &H) {
         .append(batch.clone())
         .await
         .expect("the batch is not failed");
-    assert_eq!(flags, [true, false, false, false, true]);
+    assert_eq!(flags, [New, Refused, Refused, Refused, New]);
     assert_eq!(
         sorted_events(store.load_events().await.unwrap()),
         sorted_events(vec![good_attempt.clone(), good_record.clone()])
@@ -976,14 +1017,14 @@ async fn unholdable_times_are_refused_alone<H: Harness>(h: &H) {
     // Re-sent: the bad ones still refused, nothing fails. (Whether the good ones are reported
     // new again is each store's business: ClickHouse cannot cheaply tell.)
     let flags = store.append(batch).await.expect("re-send");
-    assert_eq!(flags[1..4], [false; 3]);
+    assert_eq!(flags[1..4], [Refused; 3]);
     // A batch of only unholdable events is refused item by item too.
     let only_bad = with(record("re_bad", None, None, "failed", 8), &|e| {
         if let Event::Record(r) = e {
             r.observed_at = Timestamp(i64::MIN);
         }
     });
-    assert_eq!(store.append(vec![only_bad]).await.unwrap(), [false]);
+    assert_eq!(store.append(vec![only_bad]).await.unwrap(), [Refused]);
     // The edges themselves are holdable.
     let edges = with(record("re_edge", None, None, "succeeded", 9), &|e| {
         if let Event::Record(r) = e {
@@ -991,7 +1032,7 @@ async fn unholdable_times_are_refused_alone<H: Harness>(h: &H) {
             r.created_at = Some(reckon::store::EARLIEST_HOLDABLE);
         }
     });
-    assert_eq!(store.append(vec![edges.clone()]).await.unwrap(), [true]);
+    assert_eq!(store.append(vec![edges.clone()]).await.unwrap(), [New]);
     assert_eq!(
         sorted_events(store.load_events().await.unwrap()),
         sorted_events(vec![good_attempt, good_record, edges])
@@ -1058,6 +1099,520 @@ async fn known_observations_come_from_the_store<H: Harness>(h: &H) {
     let known = store.known_observations(many).await.unwrap();
     assert_eq!(known.len(), 1);
     assert!(known.contains(&key("stripe", "re_2", "failed")));
+}
+
+/// `Store::append`'s statuses, in order.
+async fn appended<S: Store>(store: &S, events: Vec<Event>) -> Vec<Appended> {
+    store.append(events).await.expect("append")
+}
+
+fn with_amount(e: Event, amount: Amount) -> Event {
+    match e {
+        Event::Record(mut r) => {
+            r.amount = Some(amount);
+            Event::Record(r)
+        }
+        other => other,
+    }
+}
+
+/// Item 4 of "Store truth": the same identity re-sent with different content keeps its first
+/// copy on every store, live and after a restart, and the engine follows the store.
+async fn first_copy_wins<H: Harness>(h: &H) {
+    use Appended::{Conflict, Duplicate, New};
+    let store = h.open().await;
+    // A timeout, then the same span re-sent as a 200 that returned an object.
+    let timeout = A {
+        error: Some("timeout"),
+        key: Some("k-1"),
+        outcome: Some(ReportedOutcome::Unknown),
+        ..A::new(1, "intent-1", 0)
+    }
+    .event();
+    let answered = A {
+        http: Some(200),
+        key: Some("k-1"),
+        object: Some("re_1"),
+        status: Some("succeeded"),
+        outcome: Some(ReportedOutcome::Succeeded),
+        ..A::new(1, "intent-1", 0)
+    }
+    .event();
+    // A refund of 45.00 recorded as 4500 cents, then the same observation with another amount:
+    // kept, it would be an effect_mismatch escalation.
+    let paid = A {
+        http: Some(200),
+        key: Some("k-2"),
+        object: Some("re_2"),
+        status: Some("succeeded"),
+        ..A::new(2, "intent-2", 0)
+    }
+    .event();
+    let refund = record("re_2", Some("intent-2"), Some("k-2"), "succeeded", 5);
+    let wrong = with_amount(refund.clone(), Amount::Minor(9900));
+    // Major-unit amounts compare by value: 45.0 re-sent as 45.00 is the same observation.
+    let major = |s: &str| {
+        let mut r = record("re_3", None, Some("k-3"), "succeeded", 7);
+        if let Event::Record(x) = &mut r {
+            x.source = "api".into();
+        }
+        with_amount(r, Amount::Major(Decimal::parse(s).unwrap()))
+    };
+    let read = readback(3, "intent-1", 10, &["re_1"]);
+    let read_changed = readback(3, "intent-1", 10, &[]);
+
+    let first = vec![
+        timeout.clone(),
+        paid.clone(),
+        refund.clone(),
+        major("45.0"),
+        read.clone(),
+    ];
+    assert_eq!(appended(&store, first.clone()).await, vec![New; 5]);
+    assert_eq!(
+        appended(
+            &store,
+            vec![
+                answered.clone(),
+                wrong.clone(),
+                major("45.00"),
+                read_changed.clone(),
+                timeout.clone()
+            ]
+        )
+        .await,
+        vec![Conflict, Conflict, Duplicate, Conflict, Duplicate]
+    );
+    // Within one call, the earlier copy is the stored one.
+    let (fresh, fresh_changed) = (
+        readback(4, "intent-2", 20, &["re_2"]),
+        readback(4, "intent-2", 20, &[]),
+    );
+    assert_eq!(
+        appended(&store, vec![fresh.clone(), fresh_changed, fresh.clone()]).await,
+        vec![New, Conflict, Duplicate]
+    );
+    let mut kept = first.clone();
+    kept.push(fresh.clone());
+    assert_eq!(
+        sorted_events(store.load_events().await.expect("load_events")),
+        sorted_events(kept.clone()),
+        "only first copies are stored"
+    );
+
+    // The engine, fed what the store kept, and a restart from the store agree: no object for
+    // intent-1's timed-out attempt, no mismatch (so no escalation) for intent-2.
+    let now = at(100);
+    let mut live = EngineCore::new(contracts());
+    live.ingest(kept, now);
+    drop(store);
+    let store = h.open().await;
+    let (restored, _) = EngineCore::restore(
+        contracts(),
+        store.load_events().await.unwrap(),
+        store.load_escalations().await.unwrap(),
+        now,
+    );
+    for id in ["intent-1", "intent-2", "orphan:re_3"] {
+        assert_eq!(restored.verdict(id), live.verdict(id), "{id}");
+    }
+    let v = restored.verdict("intent-1").expect("intent-1");
+    assert_eq!(
+        v.attempts[0].class,
+        AttemptClass::Unknown,
+        "the first copy was a timeout"
+    );
+    let v = restored.verdict("intent-2").expect("intent-2");
+    assert!(v.findings.is_empty(), "{:?}", v.findings);
+    assert_eq!(restored.book().all().count(), 0, "no escalation");
+}
+
+/// Start the real engine on a store, as the app does.
+async fn engine_on(store: AnyStore) -> (Arc<Engine>, EngineTasks, Arc<Metrics>) {
+    let metrics = Arc::new(Metrics::new());
+    let (engine, tasks) = Engine::start(contracts(), Arc::new(store), metrics.clone())
+        .await
+        .expect("engine starts");
+    (engine, tasks, metrics)
+}
+
+/// Stop the engine in order: everything concluded is written out.
+async fn stop(engine: Arc<Engine>, tasks: EngineTasks) {
+    engine.close();
+    drop(engine);
+    tasks.finish().await;
+}
+
+/// The sum of every sample of `name` (all label sets) in the metrics text.
+fn metric(m: &Metrics, name: &str) -> u64 {
+    m.render()
+        .lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+async fn ingest(engine: &Arc<Engine>, events: Vec<Event>) -> usize {
+    engine
+        .ingest(events, std::time::Instant::now(), ())
+        .await
+        .expect("ingest")
+}
+
+/// Item 5 of "Store truth": counters count what happened, on both stores: three identical sends
+/// of nine attempts are nine attempts, a re-posted record is one record, and a re-send with other
+/// content is counted as a conflict.
+async fn counters_count_what_happened<H: Harness>(h: &H) {
+    let (engine, tasks, metrics) = engine_on(h.open_any().await).await;
+    let attempts: Vec<Event> = (0..9)
+        .map(|i| A::new(100 + i, "intent-9", i as i64).event())
+        .collect();
+    let records = vec![
+        record("re_9", Some("intent-9"), Some("k-default"), "pending", 20),
+        record("re_9", Some("intent-9"), Some("k-default"), "succeeded", 30),
+    ];
+    for round in 0..3 {
+        let new = ingest(&engine, attempts.clone()).await;
+        assert_eq!(new, if round == 0 { 9 } else { 0 });
+        ingest(&engine, records.clone()).await;
+    }
+    assert_eq!(metric(&metrics, "reckon_tool_attempts_total"), 9);
+    assert_eq!(metric(&metrics, "reckon_records_received_total"), 2);
+    assert_eq!(metric(&metrics, "reckon_conflicting_resends_total"), 0);
+    let changed = with_amount(records[1].clone(), Amount::Minor(1));
+    let timeout = A {
+        error: Some("timeout"),
+        ..A::new(100, "intent-9", 0)
+    }
+    .event();
+    assert_eq!(ingest(&engine, vec![changed, timeout]).await, 0);
+    assert_eq!(metric(&metrics, "reckon_tool_attempts_total"), 9);
+    assert_eq!(metric(&metrics, "reckon_records_received_total"), 2);
+    let text = metrics.render();
+    for line in [
+        "reckon_conflicting_resends_total{kind=\"attempt\"} 1",
+        "reckon_conflicting_resends_total{kind=\"record\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
+    // The engine kept the first copies, as the store did.
+    let v = engine.verdict("intent-9").await.expect("verdict");
+    assert_eq!(v.attempts.len(), 9);
+    assert!(v.attempts.iter().all(|a| a.error_type.is_none()));
+    stop(engine, tasks).await;
+}
+
+/// Item 2 of "Store truth": a crash after the span that claims an orphan record was acknowledged
+/// but before the persister removed the orphan's pseudo-intent verdict leaves a stale row (the
+/// report counts the refund twice, once under `(none)`). The next start removes it: the store's
+/// derived rows converge to what the engine computes from the events.
+async fn restart_reconciles_orphan_verdicts<H: Harness>(h: &H) {
+    let store = h.open().await;
+    // The first process stored two orphan records and their pseudo-intents' verdicts...
+    let claimed = record("re_x", None, Some("k-x"), "succeeded", 5);
+    let orphan = record("re_y", None, None, "succeeded", 6);
+    let mut core = EngineCore::new(contracts());
+    appended(&store, vec![claimed.clone(), orphan.clone()]).await;
+    persist(&store, core.ingest(vec![claimed, orphan], at(10))).await;
+    // ...then the span that sent re_x's key was made durable, and the process was killed before
+    // its persister wrote anything more.
+    let span = A {
+        http: Some(200),
+        key: Some("k-x"),
+        object: Some("re_x"),
+        status: Some("succeeded"),
+        ..A::new(1, "intent-x", 0)
+    }
+    .event();
+    appended(&store, vec![span]).await;
+    assert!(store.get_verdict("orphan:re_x").await.unwrap().is_some());
+    assert_eq!(
+        store.report(None, at(100)).await.unwrap().by_tool[Report::NO_TOOL].intents,
+        2
+    );
+    drop(store);
+
+    let (engine, tasks, _) = engine_on(h.open_any().await).await;
+    assert!(engine.verdict("orphan:re_x").await.is_none());
+    assert!(engine.verdict("intent-x").await.is_some());
+    stop(engine, tasks).await;
+
+    let store = h.open().await;
+    assert_eq!(store.get_verdict("orphan:re_x").await.unwrap(), None);
+    assert_eq!(
+        store.verdict_ids("orphan:").await.unwrap(),
+        vec!["orphan:re_y".to_string()],
+        "an orphan nobody claimed stays"
+    );
+    let rep = store.report(None, at(100)).await.unwrap();
+    assert_eq!(rep.intents, 2, "{rep:#?}");
+    assert_eq!(rep.by_tool[Report::NO_TOOL].intents, 1);
+    assert_eq!(rep.by_tool["issue_refund"].intents, 1);
+    let v = store
+        .get_verdict("intent-x")
+        .await
+        .unwrap()
+        .expect("intent-x");
+    assert_eq!(
+        v.objects.len(),
+        1,
+        "the object counts once, under its intent"
+    );
+}
+
+/// Item 3 of "Store truth": a second refund recorded `pending` opens a critical
+/// `duplicate_effect`; the same object recorded `failed` right after takes the finding out of
+/// the verdict. The escalation was shown, so it is in the store before anyone saw it, and a
+/// crash before the persister wrote anything (its linger here is an hour) keeps it, with the
+/// finding that opened it.
+async fn escalations_are_durable_before_visible<H: Harness>(h: &H) {
+    let metrics = Arc::new(Metrics::new());
+    let (engine, tasks) = Engine::start_with(
+        contracts(),
+        Arc::new(h.open_any().await),
+        metrics.clone(),
+        EngineOptions {
+            persist_linger: Duration::from_secs(3600),
+        },
+    )
+    .await
+    .expect("engine starts");
+    let reader = h.open().await;
+    let paid = A {
+        http: Some(200),
+        key: Some("k-d"),
+        object: Some("re_d1"),
+        status: Some("succeeded"),
+        outcome: Some(ReportedOutcome::Succeeded),
+        ..A::new(1, "intent-d", 0)
+    }
+    .event();
+    ingest(&engine, vec![paid]).await;
+    ingest(
+        &engine,
+        vec![record("re_d2", Some("intent-d"), None, "pending", 60)],
+    )
+    .await;
+    // Visible: the verdict names it, the gauge counts it. And already in the store.
+    let v = engine.verdict("intent-d").await.expect("verdict");
+    assert_eq!(v.decision, Decision::Escalate);
+    let id = v.escalation_id.clone().expect("escalated");
+    assert_eq!(metric(&metrics, "reckon_open_escalations"), 1);
+    let stored = reader
+        .get_escalation(&id)
+        .await
+        .unwrap()
+        .expect("durable before it was visible");
+    assert_eq!(stored.status, EscalationStatus::Open);
+    assert_eq!(stored.severity, Severity::Critical);
+    assert!(stored
+        .findings
+        .iter()
+        .any(|f| f.kind == FindingKind::DuplicateEffect));
+    // The second refund fails: the finding leaves the verdict, the escalation stays.
+    ingest(
+        &engine,
+        vec![record("re_d2", Some("intent-d"), None, "failed", 61)],
+    )
+    .await;
+    let v = engine.verdict("intent-d").await.expect("verdict");
+    assert!(v.findings.is_empty(), "{:?}", v.findings);
+    assert_eq!(v.decision, Decision::Escalate, "still open for a person");
+    // Crash: nothing the persister held is written.
+    tasks.abort().await;
+    drop(engine);
+    drop(reader);
+
+    let (engine, tasks, _) = engine_on(h.open_any().await).await;
+    let v = engine.verdict("intent-d").await.expect("verdict");
+    assert_eq!(v.escalation_id.as_deref(), Some(id.as_str()));
+    assert_eq!(v.decision, Decision::Escalate);
+    stop(engine, tasks).await;
+    let store = h.open().await;
+    let after = store.get_escalation(&id).await.unwrap().expect("survived");
+    assert_eq!(after, stored, "the escalation as it was shown");
+}
+
+fn claimed_by(e: &Escalation, by: &str, secs: i64) -> Escalation {
+    let mut c = e.clone();
+    c.status = EscalationStatus::Claimed;
+    c.claimed_by = Some(by.into());
+    c.claimed_at = Some(at(secs));
+    c.version += 1;
+    c
+}
+
+/// Item 8 of "Store truth", at the store: a claim is a conditional write on the stored version,
+/// so of two writers (two handles: two processes) acting on one version exactly one wins,
+/// sequentially and concurrently.
+async fn escalation_compare_and_set<H: Harness>(h: &H)
+where
+    H::S: 'static,
+{
+    let (a, b) = (Arc::new(h.open().await), Arc::new(h.open().await));
+    let open = escalation("esc-cas", EscalationStatus::Open, 10, 1);
+    a.put_escalations(vec![open.clone()]).await.unwrap();
+    let ana = claimed_by(&open, "ana", 20);
+    let bo = claimed_by(&open, "bo", 21);
+    assert_eq!(
+        a.swap_escalation(open.clone(), ana.clone()).await.unwrap(),
+        Swap::Written
+    );
+    assert_eq!(
+        b.swap_escalation(open.clone(), bo.clone()).await.unwrap(),
+        Swap::Conflict(Some(Box::new(ana.clone()))),
+        "the second claim of version 1 loses, and learns who won"
+    );
+    for s in [&a, &b] {
+        assert_eq!(
+            s.get_escalation("esc-cas").await.unwrap(),
+            Some(ana.clone())
+        );
+    }
+    // A resolution computed from the claimed version goes through; a stale one does not.
+    let mut resolved = ana.clone();
+    resolved.status = EscalationStatus::Resolved;
+    resolved.resolved_by = Some("ana".into());
+    resolved.resolved_at = Some(at(30));
+    resolved.resolution = Some("reversed".into());
+    resolved.version = 3;
+    assert_eq!(
+        b.swap_escalation(ana.clone(), resolved.clone())
+            .await
+            .unwrap(),
+        Swap::Written
+    );
+    let mut stale = bo.clone();
+    stale.version = 3;
+    assert_eq!(
+        a.swap_escalation(bo.clone(), stale).await.unwrap(),
+        Swap::Conflict(Some(Box::new(resolved.clone())))
+    );
+    // Same version, other content (what an engine write of an equal version leaves): no swap.
+    let mut other = resolved.clone();
+    other.status = EscalationStatus::Claimed;
+    other.resolved_by = None;
+    let mut over = resolved.clone();
+    over.version = 4;
+    assert_eq!(
+        a.swap_escalation(other, over).await.unwrap(),
+        Swap::Conflict(Some(Box::new(resolved.clone())))
+    );
+    let none = escalation("esc-none", EscalationStatus::Open, 1, 1);
+    assert_eq!(
+        a.swap_escalation(none.clone(), claimed_by(&none, "x", 2))
+            .await
+            .unwrap(),
+        Swap::Conflict(None),
+        "nothing stored, nothing to swap"
+    );
+
+    // Six people claim one version at once through two handles: one wins, the store shows it.
+    let race = escalation("esc-race", EscalationStatus::Open, 40, 1);
+    a.put_escalations(vec![race.clone()]).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let (race, claim) = (
+            race.clone(),
+            claimed_by(&race, &format!("person-{i}"), 50 + i),
+        );
+        tasks.push(tokio::spawn(async move {
+            let r = store.swap_escalation(race, claim.clone()).await.unwrap();
+            (claim, r)
+        }));
+    }
+    let mut winners = Vec::new();
+    for t in tasks {
+        let (claim, r) = t.await.unwrap();
+        if r == Swap::Written {
+            winners.push(claim);
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one claim wins: {winners:?}");
+    assert_eq!(
+        b.get_escalation("esc-race").await.unwrap().as_ref(),
+        winners.first()
+    );
+}
+
+/// Item 8 of "Store truth", through the engine: two reckon instances on one store (the
+/// scale-out shape) are asked to claim one escalation by different people. The second claim is
+/// a conflict naming the first claimant, and both instances agree afterwards; the second
+/// instance takes the claim in, so the claimant can resolve through it. (Simultaneous claims are
+/// raced at the store, in `escalation_compare_and_set`.)
+async fn two_instances_agree_on_person_actions<H: Harness>(h: &H) {
+    // The escalation exists before both instances start: each rebuilds its book from the store.
+    {
+        let (engine, tasks, _) = engine_on(h.open_any().await).await;
+        let email = A {
+            tool: "send_email",
+            key: None,
+            error: Some("timeout"),
+            outcome: Some(ReportedOutcome::Unknown),
+            ..A::new(1, "intent-e", 0)
+        }
+        .event();
+        ingest(&engine, vec![email]).await;
+        stop(engine, tasks).await;
+    }
+    let (a, a_tasks, _) = engine_on(h.open_any().await).await;
+    let (b, b_tasks, _) = engine_on(h.open_any().await).await;
+    let id = a
+        .verdict("intent-e")
+        .await
+        .and_then(|v| v.escalation_id.clone())
+        .expect("escalated");
+    assert_eq!(
+        b.verdict("intent-e")
+            .await
+            .and_then(|v| v.escalation_id.clone()),
+        Some(id.clone())
+    );
+    // Ana claims through one instance; Bo, a moment later, through the other, whose memory
+    // still says open: the store says otherwise.
+    let (winner, loser) = (a.clone(), b.clone());
+    let by = winner.claim(&id, "ana").await.expect("first claim");
+    let lost = loser.claim(&id, "bo").await.expect_err("second claim");
+    let person = by.claimed_by.clone().expect("claimed");
+    assert!(
+        matches!(lost, reckon::engine::EngineError::Escalation(_))
+            && lost.to_string().contains(&person),
+        "the loser learns who holds it: {lost}"
+    );
+    // The loser's instance holds the winner's claim now: the same person claiming again through
+    // it is no conflict, and resolving through it works.
+    assert_eq!(loser.claim(&id, &person).await.expect("same person"), by);
+    let resolved = loser
+        .resolve(
+            &id,
+            &person,
+            "not_sent",
+            Some("provider log shows no message"),
+        )
+        .await
+        .expect("resolve through the other instance");
+    assert_eq!(resolved.version, by.version + 1);
+    // The winner's instance has not seen the resolution; the store has, so a second one fails.
+    let again = winner.resolve(&id, "someone", "sent", None).await;
+    assert!(
+        again
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("already resolved")),
+        "{again:?}"
+    );
+    assert_eq!(
+        winner.verdict("intent-e").await.map(|v| v.decision),
+        loser.verdict("intent-e").await.map(|v| v.decision),
+        "both instances decide the same"
+    );
+    stop(a, a_tasks).await;
+    stop(b, b_tasks).await;
+    let store = h.open().await;
+    assert_eq!(store.get_escalation(&id).await.unwrap(), Some(resolved));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1260,6 +1815,55 @@ async fn app_opens_the_clickhouse_store() {
         .await
         .unwrap();
     assert_eq!(store.load_events().await.unwrap().len(), 1);
+    drop(store);
+    ch.finish().await;
+}
+
+/// The one place ClickHouse's identity check is weaker than SQLite's (ARCHITECTURE.md,
+/// invariant 5): it finds a span by its table's sorting key, `(intent_id, trace_id, span_id)`,
+/// so a re-send that changed the span's intent id is written again. Loading still returns only
+/// the first copy, so the engine's view is SQLite's. The same holds for any identity stored
+/// twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clickhouse_identities_stored_twice_keep_their_first_copy() {
+    let Some(ch) = ClickHouse::new().await else {
+        return;
+    };
+    let store = ch.open().await;
+    let first = A::new(1, "intent-first", 0).event();
+    let moved = A::new(1, "intent-moved", 0).event();
+    assert_eq!(
+        appended(&store, vec![first.clone()]).await,
+        vec![Appended::New]
+    );
+    appended(&store, vec![moved]).await;
+    assert_eq!(store.load_events().await.unwrap(), vec![first.clone()]);
+
+    // An identity stored twice under one key (by two processes at once, or an older reckon):
+    // its first copy is the one appends compare with and loads return.
+    let refund = record("re_twice", None, None, "succeeded", 5);
+    assert_eq!(
+        appended(&store, vec![refund.clone()]).await,
+        vec![Appended::New]
+    );
+    ch.client()
+        .query(
+            "INSERT INTO reckon_records SELECT source, kind, object_id, intent_id, idempotency_key,
+             status, '9900', amount_unit, amount_major, currency, target, created_ns, observed_at,
+             observed_ns, ingested_ns + 1000 FROM reckon_records WHERE object_id = 're_twice'",
+        )
+        .execute()
+        .await
+        .expect("a second copy, written later");
+    let later = with_amount(refund.clone(), Amount::Minor(9900));
+    assert_eq!(
+        appended(&store, vec![refund.clone(), later]).await,
+        vec![Appended::Duplicate, Appended::Conflict]
+    );
+    assert_eq!(
+        sorted_events(store.load_events().await.unwrap()),
+        sorted_events(vec![first, refund])
+    );
     drop(store);
     ch.finish().await;
 }

@@ -42,6 +42,7 @@ impl From<EngineError> for ApiError {
         match e {
             EngineError::Store(s) => ApiError::Store(s),
             EngineError::Escalation(x) => x.into(),
+            EngineError::Conflict(m) => ApiError::Conflict(m),
         }
     }
 }

@@ -90,7 +90,7 @@ async fn get_intent(
     State(s): State<ApiState>,
     Path(intent_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    if let Some(v) = s.engine.verdict(&intent_id) {
+    if let Some(v) = s.engine.verdict(&intent_id).await {
         return Ok(Json(VerdictDoc::from_verdict(&v)).into_response());
     }
     match s.store.get_verdict(&intent_id).await? {
@@ -174,9 +174,12 @@ async fn list_escalations(
         })?),
         None => None,
     };
+    // From the store, the system of record: what is listed is durable, and every instance
+    // sharing the store lists the same queue.
     let items: Vec<EscalationDoc> = s
-        .engine
-        .escalations(status)
+        .store
+        .list_escalations(status, VerdictFilter::MAX_LIMIT)
+        .await?
         .iter()
         .map(EscalationDoc::from_escalation)
         .collect();
@@ -189,14 +192,15 @@ async fn get_escalation(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let e = s
-        .engine
-        .escalation(&id)
+        .store
+        .get_escalation(&id)
+        .await?
         .ok_or_else(|| ApiError::NotFound(format!("no escalation {id}")))?;
-    Ok(Json(bundle(&s, &e)).into_response())
+    Ok(Json(bundle(&s, &e).await).into_response())
 }
 
-fn bundle(s: &ApiState, e: &Escalation) -> serde_json::Value {
-    let verdict = s.engine.verdict(&e.intent_id);
+async fn bundle(s: &ApiState, e: &Escalation) -> serde_json::Value {
+    let verdict = s.engine.verdict(&e.intent_id).await;
     let contract = verdict.as_ref().and_then(|v| s.engine.contract_of(v));
     let mut doc = serde_json::to_value(EscalationDoc::from_escalation(e)).unwrap_or_default();
     doc["verdict"] =
@@ -248,7 +252,7 @@ async fn claim(
 ) -> Result<Response, ApiError> {
     let b: ClaimBody = json_body(&body_within_limit(body, s.max_bytes)?)?;
     let e = s.engine.claim(&id, &b.by).await?;
-    Ok(Json(bundle(&s, &e)).into_response())
+    Ok(Json(bundle(&s, &e).await).into_response())
 }
 
 async fn resolve(
@@ -261,7 +265,7 @@ async fn resolve(
         .engine
         .resolve(&id, &b.by, &b.resolution, b.note.as_deref())
         .await?;
-    Ok(Json(bundle(&s, &e)).into_response())
+    Ok(Json(bundle(&s, &e).await).into_response())
 }
 
 #[derive(Debug, Deserialize)]

@@ -2,10 +2,12 @@
 //! ingest path, driven by the wall clock and a deadline timer, persisting what it concludes.
 //!
 //! Order of work for every export: append to the store (durable), then audit, then answer.
-//! Verdicts and escalations opened by the audit are written behind, by one persister task:
-//! they are derived from the events and are rebuilt on start-up if a crash loses them.
-//! A person's claim or resolution is the exception: it is the only copy, so it is durable
-//! before the API answers.
+//! Verdicts are written behind, by one persister task: they are derived from the events and are
+//! rebuilt on start-up if a crash loses them. Escalations are not: which findings opened one
+//! depends on the order evidence arrived in, and a person (soon a pager) acts on it, so a step
+//! that opens or changes an escalation writes it to the store before anyone can see it (its
+//! intent's verdict, the queue, the gauges, the log) and before the export is acknowledged.
+//! A person's claim or resolution is durable before the API answers.
 
 pub mod core;
 
@@ -19,10 +21,10 @@ use tokio::task::JoinHandle;
 use self::core::{EngineCore, Outcome};
 use crate::audit;
 use crate::contract::Contracts;
-use crate::escalation::EscalationError;
+use crate::escalation::{EscalationBook, EscalationError};
 use crate::metrics::Metrics;
 use crate::model::*;
-use crate::store::{AnyStore, Store, StoreError};
+use crate::store::{event_kind, AnyStore, Appended, Derived, Store, StoreError, Swap};
 
 /// The only place reckon reads the wall clock.
 pub fn wall_now() -> Timestamp {
@@ -38,7 +40,13 @@ pub enum EngineError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Escalation(#[from] EscalationError),
+    /// A person's action lost every compare-and-set it tried (HTTP 409).
+    #[error("{0}")]
+    Conflict(String),
 }
+
+/// Compare-and-set rounds a person's action tries before answering a conflict.
+const PERSON_ACTION_TRIES: u32 = 5;
 
 pub struct Engine {
     core: Mutex<EngineCore>,
@@ -52,6 +60,7 @@ pub struct Engine {
     person_actions: tokio::sync::Mutex<()>,
     /// Taken on shutdown so the persister sees the end of the stream and finishes.
     persist: Mutex<Option<mpsc::UnboundedSender<Outcome>>>,
+    durability: Durability,
 }
 
 /// The engine's background tasks; awaited on shutdown so nothing concluded is left unwritten.
@@ -60,12 +69,120 @@ pub struct EngineTasks {
     persister: JoinHandle<()>,
 }
 
+/// Tuning of the engine's background work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineOptions {
+    /// How long the persister gathers verdicts before writing them (default 50 ms): an intent's
+    /// events tend to arrive together, and each write of its verdict costs a row and a document.
+    pub persist_linger: Duration,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            persist_linger: Duration::from_millis(50),
+        }
+    }
+}
+
+/// Escalation changes computed but not yet durable, and who waits for them. A step registers
+/// its changes while it still holds the core lock, so a reader that takes the lock and finds
+/// nothing registered for an intent knows everything it can see of it is in the store.
+#[derive(Default)]
+struct Durability {
+    pending: Mutex<PendingEscalations>,
+    /// Steps with changes in flight: readers skip the map while it is zero.
+    in_flight: std::sync::atomic::AtomicUsize,
+    done: Notify,
+}
+
+#[derive(Default)]
+struct PendingEscalations {
+    /// Intents with an escalation change in flight, and how many.
+    intents: HashMap<String, usize>,
+    /// Escalations opened (version 1) and not yet durable: the gauges leave them out.
+    opened: u64,
+}
+
+impl Durability {
+    fn pending(&self) -> MutexGuard<'_, PendingEscalations> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn hold(&self, escalations: &[Escalation]) {
+        let mut p = self.pending();
+        for e in escalations {
+            *p.intents.entry(e.intent_id.clone()).or_default() += 1;
+            if e.version == 1 {
+                p.opened += 1;
+            }
+        }
+        self.in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn release(&self, escalations: &[Escalation]) {
+        let mut p = self.pending();
+        for e in escalations {
+            if let Some(n) = p.intents.get_mut(&e.intent_id) {
+                *n -= 1;
+                if *n == 0 {
+                    p.intents.remove(&e.intent_id);
+                }
+            }
+            if e.version == 1 {
+                p.opened = p.opened.saturating_sub(1);
+            }
+        }
+        drop(p);
+        self.in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        self.done.notify_waiters();
+    }
+
+    fn holds(&self, intent_id: &str) -> bool {
+        self.in_flight.load(std::sync::atomic::Ordering::SeqCst) > 0
+            && self.pending().intents.contains_key(intent_id)
+    }
+
+    fn opened(&self) -> u64 {
+        if self.in_flight.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            return 0;
+        }
+        self.pending().opened
+    }
+}
+
+/// What a step concluded, once queued for the persister: escalation changes to make durable
+/// (held back from readers until then) and what to count and log after.
+struct Concluded {
+    /// Nothing changed: nothing to write, count or log.
+    nothing: bool,
+    hold: Vec<Escalation>,
+    new_findings: Vec<(Option<String>, Finding)>,
+    opened: Vec<Escalation>,
+}
+
+/// How long a verdict read waits for its intent's escalation to become durable before it
+/// answers without the engine (the API then reads the store's copy).
+const VISIBILITY_WAIT: Duration = Duration::from_secs(10);
+
 impl Engine {
     /// Rebuild state from the store, then start the deadline timer and the persister.
     pub async fn start(
         contracts: Arc<Contracts>,
         store: Arc<AnyStore>,
         metrics: Arc<Metrics>,
+    ) -> Result<(Arc<Engine>, EngineTasks), StoreError> {
+        Self::start_with(contracts, store, metrics, EngineOptions::default()).await
+    }
+
+    /// [`Engine::start`] with explicit [`EngineOptions`].
+    pub async fn start_with(
+        contracts: Arc<Contracts>,
+        store: Arc<AnyStore>,
+        metrics: Arc<Metrics>,
+        options: EngineOptions,
     ) -> Result<(Arc<Engine>, EngineTasks), StoreError> {
         let began = Instant::now();
         let events = store.load_events().await?;
@@ -83,6 +200,12 @@ impl Engine {
             elapsed_ms = began.elapsed().as_millis() as u64,
             "engine state rebuilt from the store"
         );
+        reconcile(&store, &core).await?;
+        // Escalations the rebuild opened (deadlines passed while down, or changes a crash kept
+        // from the store): durable before anyone can see them.
+        if !restored.escalations.is_empty() {
+            store.put_escalations(restored.escalations.clone()).await?;
+        }
         let (tx, rx) = mpsc::unbounded_channel();
         let wake = Arc::new(Notify::new());
         let engine = Arc::new(Engine {
@@ -93,13 +216,15 @@ impl Engine {
             wake: wake.clone(),
             person_actions: tokio::sync::Mutex::new(()),
             persist: Mutex::new(Some(tx)),
+            durability: Durability::default(),
         });
-        {
+        let concluded = {
             let core = engine.lock();
-            engine.publish(&core, restored);
-        }
+            engine.conclude(&core, restored, false)
+        };
+        engine.announce(concluded);
         let timer = tokio::spawn(timer_loop(Arc::downgrade(&engine), wake));
-        let persister = tokio::spawn(persist_loop(store, rx));
+        let persister = tokio::spawn(persist_loop(store, rx, options.persist_linger));
         Ok((engine, EngineTasks { timer, persister }))
     }
 
@@ -140,50 +265,103 @@ impl Engine {
         received: Instant,
     ) -> Result<usize, StoreError> {
         let began = Instant::now();
-        let fresh = self.store.append(events.clone()).await?;
+        let stored = self.store.append(events.clone()).await?;
         self.metrics.store_append(began.elapsed());
-        let new = fresh.iter().filter(|n| **n).count();
+        let mut new = 0;
+        let mut kept = Vec::with_capacity(events.len());
         // Counted before taking the lock: classifying needs only the contracts.
-        for (e, is_new) in events.iter().zip(&fresh) {
-            if let (Event::Attempt(a), true) = (e, is_new) {
-                let contract = match self.contracts.for_tool(&a.tool) {
-                    Some(c) => c,
-                    None => audit::fallback_contract(),
-                };
-                self.metrics
-                    .tool_attempt(&a.tool, audit::classify(a, contract).as_str());
+        for (e, status) in events.into_iter().zip(stored) {
+            match status {
+                Appended::New => {
+                    new += 1;
+                    match &e {
+                        Event::Attempt(a) => {
+                            let contract = match self.contracts.for_tool(&a.tool) {
+                                Some(c) => c,
+                                None => audit::fallback_contract(),
+                            };
+                            self.metrics
+                                .tool_attempt(&a.tool, audit::classify(a, contract).as_str());
+                        }
+                        Event::Record(r) => self.metrics.records_received(&r.source, 1),
+                        Event::Readback(_) => {}
+                    }
+                    kept.push(e);
+                }
+                Appended::Duplicate => kept.push(e),
+                // The store kept the first copy; so does the engine, whichever of two
+                // concurrent exports reaches the core first.
+                Appended::Conflict => self.metrics.conflicting_resend(event_kind(&e)),
+                // Not stored (a time no store can hold; ingest refuses these first): not audited.
+                Appended::Refused => self.metrics.rejection("unholdable", 1),
             }
         }
-        let mut core = self.lock();
-        // Every event goes to the core, not only those the store called new: the ledger
-        // ignores what it already has, and an event the store has but the engine missed (a
-        // crash between the two) is taken in on its next re-send.
-        let out = core.ingest(events, wall_now());
-        self.publish(&core, out);
-        drop(core);
+        // Exact re-sends go to the core too, not only what the store called new: the ledger
+        // ignores what it already has, and an event the store has but the engine missed is
+        // taken in on its next re-send. Conflicting copies do not: the store dropped them.
+        self.step(|core| core.ingest(kept, wall_now())).await;
         self.metrics.verdict_latency(received.elapsed());
         self.wake.notify_one();
         Ok(new)
     }
 
-    pub fn verdict(&self, intent_id: &str) -> Option<Arc<Verdict>> {
-        self.lock().shared_verdict(intent_id)
+    /// One step of the core: computed and queued for the persister under the lock (so
+    /// outcomes reach it in the order they were computed), then its escalation changes made
+    /// durable, and only then counted and announced.
+    async fn step(&self, f: impl FnOnce(&mut EngineCore) -> Outcome) {
+        let concluded = {
+            let mut core = self.lock();
+            let out = f(&mut core);
+            self.conclude(&core, out, true)
+        };
+        self.finish(concluded).await;
     }
 
-    pub fn escalation(&self, id: &str) -> Option<Escalation> {
-        self.lock().book().get(id).cloned()
+    async fn finish(&self, concluded: Concluded) {
+        if !concluded.hold.is_empty() {
+            self.make_durable(&concluded.hold).await;
+            self.durability.release(&concluded.hold);
+        }
+        self.announce(concluded);
     }
 
-    pub fn escalations(&self, status: Option<EscalationStatus>) -> Vec<Escalation> {
-        let core = self.lock();
-        let mut all: Vec<Escalation> = core
-            .book()
-            .all()
-            .filter(|e| status.is_none_or(|s| e.status == s))
-            .cloned()
-            .collect();
-        all.sort_by(|a, b| (b.opened_at, &b.id).cmp(&(a.opened_at, &a.id)));
-        all
+    /// Write escalations until the store takes them. They are the audit's record of what a
+    /// person must look at: never dropped, never shown unwritten. While the store refuses, the
+    /// export that caused them stays unacknowledged and keeps its admission permit, so new
+    /// exports are refused (retryably) instead of piling up.
+    async fn make_durable(&self, escalations: &[Escalation]) {
+        let mut failures = 0u32;
+        loop {
+            match self.store.put_escalations(escalations.to_vec()).await {
+                Ok(()) => return,
+                Err(e) => {
+                    failures += 1;
+                    tracing::error!(error = %e, failures, "writing escalations failed; retrying before they are shown");
+                    tokio::time::sleep(Duration::from_millis(100u64 << failures.min(5))).await;
+                }
+            }
+        }
+    }
+
+    /// The intent's verdict as the engine holds it. While a change of its escalation is being
+    /// written, waits for it (the verdict names the escalation and says `escalate`); `None` if
+    /// the engine does not hold the intent, or the write takes longer than the API should wait.
+    pub async fn verdict(&self, intent_id: &str) -> Option<Arc<Verdict>> {
+        let deadline = tokio::time::Instant::now() + VISIBILITY_WAIT;
+        loop {
+            let done = self.durability.done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            {
+                let core = self.lock();
+                if !self.durability.holds(intent_id) {
+                    return core.shared_verdict(intent_id);
+                }
+            }
+            if tokio::time::timeout_at(deadline, done).await.is_err() {
+                return None;
+            }
+        }
     }
 
     pub fn contract_of(&self, v: &Verdict) -> Option<crate::contract::Contract> {
@@ -197,14 +375,16 @@ impl Engine {
         self.lock().intents()
     }
 
-    /// A person claims an escalation. Durable before it returns, and before anyone else sees it.
+    /// A person claims an escalation. Checked against the store and durable before it returns,
+    /// and before anyone else sees it.
     pub async fn claim(self: &Arc<Self>, id: &str, by: &str) -> Result<Escalation, EngineError> {
-        let (id, by) = (id.to_string(), by.to_string());
-        self.person_action(move |core| core.book().claimed(&id, &by, wall_now()))
+        let by = by.to_string();
+        self.person_action(id, move |book, id, _| book.claimed(id, &by, wall_now()))
             .await
     }
 
-    /// A person resolves an escalation. Durable before it returns, and before anyone else sees it.
+    /// A person resolves an escalation. Checked against the store and durable before it
+    /// returns, and before anyone else sees it.
     pub async fn resolve(
         self: &Arc<Self>,
         id: &str,
@@ -212,87 +392,197 @@ impl Engine {
         resolution: &str,
         note: Option<&str>,
     ) -> Result<Escalation, EngineError> {
-        let (id, by, resolution, note) = (
-            id.to_string(),
+        let (by, resolution, note) = (
             by.to_string(),
             resolution.to_string(),
             note.map(str::to_string),
         );
-        self.person_action(move |core| {
-            let verdict = core
-                .book()
-                .get(&id)
-                .and_then(|e| core.verdict(&e.intent_id));
-            core.book()
-                .resolved(&id, &by, &resolution, note.as_deref(), wall_now(), verdict)
+        self.person_action(id, move |book, id, verdict| {
+            book.resolved(id, &by, &resolution, note.as_deref(), wall_now(), verdict)
         })
         .await
     }
 
-    /// The store first: if it refuses, the book is unchanged and the API says so. Runs to
-    /// completion even if the caller leaves, and one at a time. A finding may join the
-    /// escalation while the write is under way (bumping its version); then the action is
-    /// recomputed from the newer state and written again, so it is never lost under it.
+    /// A conditional write on what the store holds, not a decision from this process's memory:
+    /// the escalation is read from the store (another instance, or a person through another
+    /// instance, may have acted on it), the action is computed from that copy, and written only
+    /// if the store still holds it (compare-and-set). On a lost race the action is computed
+    /// again from the newer copy, so a claim by someone else comes back as "already claimed
+    /// by" them (409). Runs to completion even if the caller leaves, and one at a time within
+    /// the process.
     async fn person_action(
         self: &Arc<Self>,
-        change: impl Fn(&EngineCore) -> Result<Escalation, EscalationError> + Send + 'static,
+        id: &str,
+        change: impl Fn(&EscalationBook, &str, Option<&Verdict>) -> Result<Escalation, EscalationError>
+            + Send
+            + 'static,
     ) -> Result<Escalation, EngineError> {
         let engine = self.clone();
+        let id = id.to_string();
         tokio::spawn(async move {
             let _one_at_a_time = engine.person_actions.lock().await;
-            loop {
-                let e = change(&engine.lock())?;
-                if engine.lock().book().get(&e.id) == Some(&e) {
+            for attempt in 0..PERSON_ACTION_TRIES {
+                if attempt > 0 {
+                    tokio::time::sleep(Duration::from_millis(20 << attempt)).await;
+                }
+                // This process's own changes of the escalation reach the store first.
+                let intent = engine.lock().book().get(&id).map(|e| e.intent_id.clone());
+                if let Some(intent) = intent {
+                    engine.wait_durable(&intent).await;
+                }
+                let Some(stored) = engine.store.get_escalation(&id).await? else {
+                    return Err(EscalationError::NotFound(id.clone()).into());
+                };
+                engine.adopt(stored.clone()).await;
+                // The verdict the person saw: a resolution covers its evidence.
+                let verdict = engine.lock().shared_verdict(&stored.intent_id);
+                let e = change(
+                    &EscalationBook::restore([stored.clone()]),
+                    &id,
+                    verdict.as_deref(),
+                )?;
+                if e == stored {
                     // Nothing to change (the same person claiming again).
                     return Ok(e);
                 }
-                engine.store.put_escalations(vec![e.clone()]).await?;
-                let mut core = engine.lock();
-                if core.book().get(&e.id).map(|x| x.version + 1) == Some(e.version) {
-                    let out = core.commit_person_action(e.clone(), wall_now());
-                    engine.publish(&core, out);
+                match engine.store.swap_escalation(stored, e.clone()).await? {
+                    Swap::Written => {}
+                    Swap::Conflict(_) => continue,
+                }
+                let concluded = {
+                    let mut core = engine.lock();
+                    if core.book().get(&id).is_some_and(|b| b.version >= e.version) {
+                        // A finding joined while the swap was written and took the version it
+                        // wrote; its own write may land over this one. Wait for it (next
+                        // round), then act again on what the store holds.
+                        None
+                    } else {
+                        let mut out = core.commit_person_action(e.clone(), wall_now());
+                        if out.escalations.iter().all(|x| *x == e) {
+                            // The action itself is durable already.
+                            out.escalations.clear();
+                        }
+                        Some(engine.conclude(&core, out, true))
+                    }
+                };
+                if let Some(concluded) = concluded {
+                    engine.finish(concluded).await;
                     return Ok(e);
                 }
             }
+            Err(EngineError::Conflict(format!(
+                "escalation {id} kept changing while this action was written; try again"
+            )))
         })
         .await
         .map_err(|e| EngineError::Store(StoreError::Task(e.to_string())))?
     }
 
-    /// Count what a step concluded and queue it for the store. Called with the core locked, so
-    /// outcomes reach the persister in the order they were computed and a later verdict can
-    /// never be overwritten by an earlier one.
-    fn publish(&self, core: &EngineCore, out: Outcome) {
-        if out.is_empty() {
+    /// Until the intent has no escalation change in flight (or [`VISIBILITY_WAIT`] passed).
+    /// Returns whether it is clear.
+    async fn wait_durable(&self, intent_id: &str) -> bool {
+        let deadline = tokio::time::Instant::now() + VISIBILITY_WAIT;
+        loop {
+            let done = self.durability.done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            if !self.durability.holds(intent_id) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, done).await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    /// Take in an escalation as the store holds it, when it is newer than the book's: a person's
+    /// action through another instance, or one this process lost a race to. The intent is
+    /// re-audited (its decision depends on whether the escalation is open).
+    async fn adopt(&self, stored: Escalation) {
+        let concluded = {
+            let mut core = self.lock();
+            if core
+                .book()
+                .get(&stored.id)
+                .is_some_and(|b| b.version >= stored.version)
+            {
+                return;
+            }
+            let mut out = core.commit_person_action(stored.clone(), wall_now());
+            if out.escalations.iter().all(|x| *x == stored) {
+                out.escalations.clear();
+            }
+            self.conclude(&core, out, true)
+        };
+        self.finish(concluded).await;
+    }
+
+    /// Queue what a step concluded for the persister and, with `hold`, keep its escalation
+    /// changes from readers until they are durable. Called with the core locked, so outcomes
+    /// reach the persister in the order they were computed and a later verdict can never be
+    /// overwritten by an earlier one.
+    fn conclude(&self, _locked: &EngineCore, mut out: Outcome, hold: bool) -> Concluded {
+        let nothing = out.is_empty() && out.new_findings.is_empty();
+        let opened: Vec<Escalation> = out
+            .escalations
+            .iter()
+            .filter(|e| e.version == 1)
+            .cloned()
+            .collect();
+        let held = if hold {
+            out.escalations.clone()
+        } else {
+            Vec::new()
+        };
+        if !held.is_empty() {
+            self.durability.hold(&held);
+        }
+        let new_findings = std::mem::take(&mut out.new_findings);
+        if !out.is_empty() {
+            if let Some(tx) = self
+                .persist
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+            {
+                // The receiver lives until `close`; after it there is nothing left to write to.
+                let _ = tx.send(out);
+            }
+        }
+        Concluded {
+            nothing,
+            hold: held,
+            new_findings,
+            opened,
+        }
+    }
+
+    /// Count and log what a step concluded, once its escalations are durable.
+    fn announce(&self, c: Concluded) {
+        if c.nothing {
             return;
         }
-        for (tool, f) in &out.new_findings {
+        for (tool, f) in &c.new_findings {
             self.metrics.finding(f.kind.as_str(), f.severity.as_str());
             if f.kind == FindingKind::DuplicateEffect {
                 self.metrics
                     .duplicate_effect(tool.as_deref().unwrap_or("(none)"));
             }
         }
-        let book = core.book();
-        self.metrics.set_escalations(
-            book.count(EscalationStatus::Open) as u64,
-            book.count(EscalationStatus::Claimed) as u64,
-            book.count(EscalationStatus::Resolved) as u64,
-        );
-        self.metrics.set_intents(core.intents() as u64);
-        for e in &out.escalations {
-            if e.version == 1 {
-                tracing::warn!(escalation = %e.id, intent = %e.intent_id, severity = e.severity.as_str(), findings = ?e.findings.iter().map(|f| f.kind.as_str()).collect::<Vec<_>>(), "escalation opened");
-            }
-        }
-        if let Some(tx) = self
-            .persist
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
         {
-            // The receiver lives until `close`; after it there is nothing left to write to.
-            let _ = tx.send(out);
+            let core = self.lock();
+            let book = core.book();
+            // Escalations other steps opened and are still writing are not shown yet.
+            let unwritten = self.durability.opened();
+            self.metrics.set_escalations(
+                (book.count(EscalationStatus::Open) as u64).saturating_sub(unwritten),
+                book.count(EscalationStatus::Claimed) as u64,
+                book.count(EscalationStatus::Resolved) as u64,
+            );
+            self.metrics.set_intents(core.intents() as u64);
+        }
+        for e in &c.opened {
+            tracing::warn!(escalation = %e.id, intent = %e.intent_id, severity = e.severity.as_str(), findings = ?e.findings.iter().map(|f| f.kind.as_str()).collect::<Vec<_>>(), "escalation opened");
         }
     }
 
@@ -304,12 +594,33 @@ impl Engine {
             .take();
     }
 
-    fn tick(&self) -> Option<Timestamp> {
-        let mut core = self.lock();
-        let out = core.tick(wall_now());
-        self.publish(&core, out);
-        core.next_deadline()
+    async fn tick(&self) -> Option<Timestamp> {
+        self.step(|core| core.tick(wall_now())).await;
+        self.lock().next_deadline()
     }
+}
+
+/// Make the derived rows in the store converge to the rebuilt engine, whatever point a crash
+/// interrupted the persister at. Every verdict the engine holds is rewritten behind (the
+/// restore's outcome); what is left is stored verdicts of intents that no longer exist. Only
+/// pseudo-intents (orphan records) ever stop existing: a real intent's verdict outlives its
+/// events (raw events may expire, verdicts are kept), so only `orphan:` rows are checked.
+/// Done before the engine serves, so no reader sees them once it is ready.
+async fn reconcile(store: &AnyStore, core: &EngineCore) -> Result<(), StoreError> {
+    let stale: Vec<String> = store
+        .verdict_ids(audit::ORPHAN_PREFIX)
+        .await?
+        .into_iter()
+        .filter(|id| core.verdict(id).is_none())
+        .collect();
+    if !stale.is_empty() {
+        tracing::info!(
+            verdicts = stale.len(),
+            "removing stored verdicts of orphan records that now belong to an intent"
+        );
+        store.delete_verdicts(stale).await?;
+    }
+    Ok(())
 }
 
 impl EngineTasks {
@@ -318,6 +629,15 @@ impl EngineTasks {
         self.timer.abort();
         let _ = self.timer.await;
         let _ = self.persister.await;
+    }
+
+    /// Stop both tasks where they are, dropping what the persister has not written yet: what a
+    /// crash does (tests use it to check what survives one).
+    pub async fn abort(self) {
+        self.persister.abort();
+        self.timer.abort();
+        let _ = self.persister.await;
+        let _ = self.timer.await;
     }
 }
 
@@ -330,7 +650,7 @@ async fn timer_loop(engine: std::sync::Weak<Engine>, wake: Arc<Notify>) {
         tokio::pin!(notified);
         notified.as_mut().enable();
         let next = match engine.upgrade() {
-            Some(e) => e.tick(),
+            Some(e) => e.tick().await,
             None => return,
         };
         let sleep = match next {
@@ -343,9 +663,6 @@ async fn timer_loop(engine: std::sync::Weak<Engine>, wake: Arc<Notify>) {
         }
     }
 }
-
-/// How long the persister gathers outcomes before writing them.
-const PERSIST_LINGER: Duration = Duration::from_millis(50);
 
 /// What the persister still has to write: the latest verdict per intent, removals, and the
 /// newest version of each escalation.
@@ -380,30 +697,27 @@ impl Pending {
         }
     }
 
+    /// One durable unit: a pseudo-intent's removal lands with the verdict that absorbed it,
+    /// and escalations before the verdicts that name them.
     async fn write(&self, store: &AnyStore) -> Result<(), StoreError> {
-        if !self.escalations.is_empty() {
-            store
-                .put_escalations(self.escalations.values().cloned().collect())
-                .await?;
-        }
-        if !self.removed.is_empty() {
-            store
-                .delete_verdicts(self.removed.iter().cloned().collect())
-                .await?;
-        }
-        if !self.verdicts.is_empty() {
-            store
-                .put_verdicts(self.verdicts.values().map(|v| Verdict::clone(v)).collect())
-                .await?;
-        }
-        Ok(())
+        store
+            .put_derived(Derived {
+                escalations: self.escalations.values().cloned().collect(),
+                removed: self.removed.iter().cloned().collect(),
+                verdicts: self.verdicts.values().map(|v| Verdict::clone(v)).collect(),
+            })
+            .await
     }
 }
 
 /// Writes verdicts and escalations in batches: whatever queued while the last batch was being
 /// written goes in the next one. A batch the store refuses is kept and merged with what comes
 /// next, and retried with backoff: nothing concluded is dropped while the process lives.
-async fn persist_loop(store: Arc<AnyStore>, mut rx: mpsc::UnboundedReceiver<Outcome>) {
+async fn persist_loop(
+    store: Arc<AnyStore>,
+    mut rx: mpsc::UnboundedReceiver<Outcome>,
+    linger: Duration,
+) {
     let mut pending = Pending::default();
     let mut failures = 0u32;
     let mut closing = false;
@@ -416,7 +730,7 @@ async fn persist_loop(store: Arc<AnyStore>, mut rx: mpsc::UnboundedReceiver<Outc
             // Linger briefly: an intent's events tend to arrive together (attempt, response,
             // webhooks), and each write of its verdict costs a row and a JSON document. Reads of
             // one intent come from the engine, so only lists and reports see the delay.
-            closing = gather(&mut rx, &mut pending, PERSIST_LINGER).await;
+            closing = gather(&mut rx, &mut pending, linger).await;
         } else if !closing {
             // The last write failed: wait out the backoff whatever arrives meanwhile, so a
             // failing store is not hit once per outcome.

@@ -185,11 +185,6 @@ impl IngestService {
         if bad_time > 0 {
             self.metrics.rejection("bad_time", bad_time);
         }
-        for e in &decoded.events {
-            if let Event::Record(r) = e {
-                self.metrics.records_received(&r.source, 1);
-            }
-        }
         let reply = PartialSuccess {
             rejected: decoded.rejected,
             message: decoded.error_message(),
@@ -212,9 +207,6 @@ impl IngestService {
         if !batch.rejected.is_empty() {
             self.metrics
                 .rejection("bad_record", batch.rejected.len() as u64);
-        }
-        for r in &batch.accepted {
-            self.metrics.records_received(&r.source, 1);
         }
         let accepted = batch.accepted.len();
         let news = self
@@ -330,7 +322,6 @@ impl IngestService {
             stripe::StripeOutcome::Record {
                 event_type, record, ..
             } => {
-                self.metrics.records_received(&record.source, 1);
                 self.durable(admitted, vec![Event::Record(record)], received)
                     .await?;
                 Ok(StripeReply {

@@ -20,7 +20,7 @@ macro_rules! dispatch {
 }
 
 impl Store for AnyStore {
-    async fn append(&self, events: Vec<Event>) -> Result<Vec<bool>, StoreError> {
+    async fn append(&self, events: Vec<Event>) -> Result<Vec<Appended>, StoreError> {
         dispatch!(self, s => s.append(events))
     }
     async fn load_events(&self) -> Result<Vec<Event>, StoreError> {
@@ -32,6 +32,12 @@ impl Store for AnyStore {
     async fn delete_verdicts(&self, intent_ids: Vec<String>) -> Result<(), StoreError> {
         dispatch!(self, s => s.delete_verdicts(intent_ids))
     }
+    async fn put_derived(&self, derived: Derived) -> Result<(), StoreError> {
+        dispatch!(self, s => s.put_derived(derived))
+    }
+    async fn verdict_ids(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        dispatch!(self, s => s.verdict_ids(prefix))
+    }
     async fn get_verdict(&self, intent_id: &str) -> Result<Option<VerdictDoc>, StoreError> {
         dispatch!(self, s => s.get_verdict(intent_id))
     }
@@ -40,6 +46,13 @@ impl Store for AnyStore {
     }
     async fn put_escalations(&self, escalations: Vec<Escalation>) -> Result<(), StoreError> {
         dispatch!(self, s => s.put_escalations(escalations))
+    }
+    async fn swap_escalation(
+        &self,
+        current: Escalation,
+        new: Escalation,
+    ) -> Result<Swap, StoreError> {
+        dispatch!(self, s => s.swap_escalation(current, new))
     }
     async fn load_escalations(&self) -> Result<Vec<Escalation>, StoreError> {
         dispatch!(self, s => s.load_escalations())

@@ -13,10 +13,13 @@
 //!   `X-ClickHouse-Exception-Code` header ([`error`]).
 //!
 //! Semantics against the [`Store`] contract:
-//! - `append` is idempotent by identity through `ReplacingMergeTree` sorting keys, and reads
-//!   use `FINAL`, so a re-delivered export never shows twice. It cannot cheaply tell whether an
-//!   event was already stored, so it reports every event as new except duplicates within the
-//!   same call; the engine's ledger drops events it already holds, so verdicts are unaffected.
+//! - `append` keeps the first copy of an identity, as SQLite does: the group-commit writer (one
+//!   task per process) looks the group's identities up before its INSERT and writes only those
+//!   not stored yet, so it also reports exactly what was new, duplicate or conflicting. The
+//!   event tables are `ReplacingMergeTree`, which would keep the *last* copy of a key, so the
+//!   writer never gives it a second copy; `load_events` reads without `FINAL` and keeps the
+//!   earliest `ingested_ns` of an identity stored twice anyway (by two processes at the same
+//!   instant, or by an older reckon).
 //! - verdict upserts are new rows with a higher `version`, deletes are tombstone rows; findings
 //!   carry the version of the verdict write they belong to (see `schema.rs`).
 //! - there are no multi-table snapshots: a report's counts come from separate queries.
@@ -41,7 +44,8 @@ pub use self::error::{ClickHouseError, ErrorClass, RetryPolicy};
 use self::rows::*;
 use self::writer::{Request, Rows};
 use super::{
-    escalation_limit, CursorKey, Page, Report, Store, StoreError, VerdictFilter, SEVERITIES,
+    escalation_limit, prefix_end, Appended, CursorKey, Derived, Page, Report, Store, StoreError,
+    Swap, VerdictFilter, SEVERITIES,
 };
 use crate::codec::VerdictDoc;
 use crate::model::*;
@@ -50,6 +54,9 @@ use crate::model::*;
 const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest wait for ClickHouse to confirm an INSERT.
 const END_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// See [`ClickHouseConfig::swap_settle`].
+pub const DEFAULT_SWAP_SETTLE: Duration = Duration::from_millis(500);
 
 /// Where and how to reach ClickHouse.
 #[derive(Clone, PartialEq, Eq)]
@@ -60,6 +67,9 @@ pub struct ClickHouseConfig {
     pub password: String,
     pub database: String,
     pub retry: RetryPolicy,
+    /// How long a compare-and-set waits between writing and reading back (default 500 ms);
+    /// see [`ClickHouseStore`].
+    pub swap_settle: Duration,
 }
 
 impl std::fmt::Debug for ClickHouseConfig {
@@ -70,6 +80,7 @@ impl std::fmt::Debug for ClickHouseConfig {
             .field("password", &"<redacted>")
             .field("database", &self.database)
             .field("retry", &self.retry)
+            .field("swap_settle", &self.swap_settle)
             .finish()
     }
 }
@@ -115,6 +126,7 @@ impl ClickHouseConfig {
             password: password.to_string(),
             database: database.to_string(),
             retry: RetryPolicy::default(),
+            swap_settle: DEFAULT_SWAP_SETTLE,
         };
         config.check()?;
         Ok(config)
@@ -193,6 +205,7 @@ pub struct ClickHouseStore {
     retry: RetryPolicy,
     clock: Arc<Clock>,
     writer: mpsc::Sender<Request>,
+    swap_settle: Duration,
 }
 
 impl std::fmt::Debug for ClickHouseStore {
@@ -333,14 +346,16 @@ impl ClickHouseStore {
                 },
             )
             .await?;
+        let clock = Arc::new(Clock::new(floor));
         let (tx, rx) = mpsc::channel(writer::QUEUE_DEPTH);
-        tokio::spawn(writer::run(client.clone(), retry, rx));
+        tokio::spawn(writer::run(client.clone(), retry, clock.clone(), rx));
         Ok(ClickHouseStore {
             client: Box::new(client),
             database: config.database,
             retry,
-            clock: Arc::new(Clock::new(floor)),
+            clock,
             writer: tx,
+            swap_settle: config.swap_settle,
         })
     }
 
@@ -354,7 +369,7 @@ impl ClickHouseStore {
         }
         let (reply, answer) = oneshot::channel();
         self.writer
-            .send(Request { rows, reply })
+            .send(Request::Write { rows, reply })
             .await
             .map_err(|_| StoreError::WriterGone)?;
         answer.await.map_err(|_| StoreError::WriterGone)?
@@ -383,74 +398,53 @@ impl ClickHouseStore {
     }
 }
 
-/// Identity of an event within one `append` call, for the "duplicate later in the same batch is
-/// not new" rule.
-#[derive(PartialEq, Eq, Hash)]
-enum Identity<'a> {
-    Attempt(SpanRef),
-    Readback(SpanRef),
-    Record(&'a str, &'a str, &'a str, Timestamp),
-}
-
-fn identity(e: &Event) -> Identity<'_> {
-    match e {
-        Event::Attempt(a) => Identity::Attempt(a.span),
-        Event::Readback(r) => Identity::Readback(r.span),
-        Event::Record(r) => Identity::Record(&r.source, &r.object_id, &r.status, r.observed_at),
-    }
-}
-
 impl Store for ClickHouseStore {
-    async fn append(&self, events: Vec<Event>) -> Result<Vec<bool>, StoreError> {
+    async fn append(&self, events: Vec<Event>) -> Result<Vec<Appended>, StoreError> {
         if events.is_empty() {
             return Ok(Vec::new());
         }
         // Per item, before any row is built: a time a `UInt64`/`DateTime` column cannot hold
         // must not fail the INSERT of the whole batch.
         let (events, mask) = super::keep_holdable(events);
-        let mut seen = HashSet::with_capacity(events.len());
-        let mut flags = Vec::with_capacity(events.len());
-        let mut rows = Rows::default();
-        let first = self.clock.take(events.len() as u64);
-        for (i, e) in events.iter().enumerate() {
-            let new = seen.insert(identity(e));
-            flags.push(new);
-            if !new {
-                continue;
-            }
-            let at = first + i as u64;
-            match e {
-                Event::Attempt(a) => rows.attempts.push(attempt_row(a, at)?),
-                Event::Readback(r) => rows.readbacks.push(readback_row(r, at)?),
-                Event::Record(r) => rows.records.push(record_row(r, at)?),
-            }
+        if events.is_empty() {
+            return Ok(vec![Appended::Refused; mask.len()]);
         }
-        self.write(rows).await?;
-        Ok(super::spread_flags(&mask, flags))
+        let events = events
+            .iter()
+            .map(EventRow::of)
+            .collect::<Result<Vec<_>, _>>()?;
+        let (reply, answer) = oneshot::channel();
+        self.writer
+            .send(Request::Append { events, reply })
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
+        let statuses = answer.await.map_err(|_| StoreError::WriterGone)??;
+        Ok(super::spread_statuses(&mask, statuses))
     }
 
     async fn load_events(&self) -> Result<Vec<Event>, StoreError> {
-        let q = |table: &str| {
-            self.client
-                .query(&format!("SELECT ?fields FROM {table} FINAL"))
-        };
+        // Not `FINAL`: that would keep the *last* copy of an identity stored twice (by two
+        // processes at once, or before the writer looked identities up). The first written is
+        // the one every store keeps.
+        let q = |table: &str| self.client.query(&format!("SELECT ?fields FROM {table}"));
         let attempts: Vec<AttemptRow> = self.fetch("load attempts", q(ATTEMPTS)).await?;
         let readbacks: Vec<ReadbackRow> = self.fetch("load read-backs", q(READBACKS)).await?;
         let records: Vec<RecordRow> = self.fetch("load records", q(RECORDS)).await?;
-        let mut all: Vec<(u64, Event)> =
+        let mut all: Vec<EventRow> =
             Vec::with_capacity(attempts.len() + readbacks.len() + records.len());
-        for r in attempts {
-            all.push((r.ingested_ns, attempt_event(r)?));
+        all.extend(attempts.into_iter().map(EventRow::Attempt));
+        all.extend(readbacks.into_iter().map(EventRow::Readback));
+        all.extend(records.into_iter().map(EventRow::Record));
+        // Ingest order: first copies first (and, as a courtesy, replay in arrival order).
+        all.sort_by_key(EventRow::ingested_ns);
+        let mut seen = HashSet::with_capacity(all.len());
+        let mut out = Vec::with_capacity(all.len());
+        for r in &all {
+            if seen.insert(r.identity()) {
+                out.push(r.event()?);
+            }
         }
-        for r in readbacks {
-            all.push((r.ingested_ns, readback_event(r)?));
-        }
-        for r in records {
-            all.push((r.ingested_ns, record_event(r)?));
-        }
-        // Ingest order, as a courtesy (the engine does not depend on it).
-        all.sort_by_key(|(at, _)| *at);
-        Ok(all.into_iter().map(|(_, e)| e).collect())
+        Ok(out)
     }
 
     async fn put_verdicts(&self, verdicts: Vec<Verdict>) -> Result<(), StoreError> {
@@ -484,6 +478,59 @@ impl Store for ClickHouseStore {
             ..Rows::default()
         };
         self.write(rows).await
+    }
+
+    async fn put_derived(&self, d: Derived) -> Result<(), StoreError> {
+        if d.is_empty() {
+            return Ok(());
+        }
+        let n = d.removed.len() + d.verdicts.len();
+        let first = self.clock.take(n as u64);
+        let mut rows = Rows {
+            escalations: d
+                .escalations
+                .iter()
+                .map(escalation_row)
+                .collect::<Result<_, _>>()?,
+            ..Rows::default()
+        };
+        // One INSERT into reckon_verdicts holds the tombstones and the verdicts beside them.
+        for (i, id) in d.removed.iter().enumerate() {
+            rows.verdicts.push(verdict_tombstone(id, first + i as u64));
+        }
+        let first = first + d.removed.len() as u64;
+        for (i, v) in d.verdicts.iter().enumerate() {
+            let doc = serde_json::to_string(&VerdictDoc::from_verdict(v)).map_err(|e| {
+                StoreError::WriteFailed(format!("encoding verdict {}: {e}", v.intent_id))
+            })?;
+            let (row, findings) = verdict_rows(v, doc, first + i as u64)?;
+            rows.verdicts.push(row);
+            rows.findings.extend(findings);
+        }
+        self.write(rows).await
+    }
+
+    async fn verdict_ids(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        // The filter sits outside the FINAL subquery (see reckon_current_verdicts); the key
+        // range inside lets the primary index skip everything else.
+        let q = match prefix_end(prefix) {
+            Some(end) => self
+                .client
+                .query(
+                    "SELECT intent_id FROM (SELECT intent_id, deleted FROM reckon_verdicts FINAL
+                     WHERE intent_id >= ? AND intent_id < ?) WHERE deleted = 0 ORDER BY intent_id",
+                )
+                .bind(prefix)
+                .bind(end),
+            None => self
+                .client
+                .query(
+                    "SELECT intent_id FROM (SELECT intent_id, deleted FROM reckon_verdicts FINAL
+                     WHERE startsWith(intent_id, ?)) WHERE deleted = 0 ORDER BY intent_id",
+                )
+                .bind(prefix),
+        };
+        self.fetch::<String>("list verdict ids", q).await
     }
 
     async fn get_verdict(&self, intent_id: &str) -> Result<Option<VerdictDoc>, StoreError> {
@@ -583,6 +630,83 @@ impl Store for ClickHouseStore {
             ..Rows::default()
         };
         self.write(rows).await
+    }
+
+    /// ClickHouse 18.16 has no conditional write, no transactions and (without ZooKeeper) no
+    /// lock, so this is optimistic, in four steps:
+    ///
+    /// 1. read the stored row (`FINAL`); unless it is `current`, answer the conflict;
+    /// 2. insert `new` right away (not behind the group commit);
+    /// 3. if steps 1-2 took longer than `swap_settle`, this caller may be a late racer whose
+    ///    insert landed after another's was confirmed: it looks for another row of the same
+    ///    version, and if there is exactly one, re-inserts it (so it is the last one again)
+    ///    and answers the conflict;
+    /// 4. wait `swap_settle` and read back: of rows of one id and equal version,
+    ///    `ReplacingMergeTree(version)` keeps the one inserted last, so of racers that both read
+    ///    `current`, one whose insert landed after ours is seen here and we answer the conflict.
+    ///
+    /// Step 4 alone is exact when every racer's read and insert are less than `swap_settle`
+    /// apart (a racer that read before our insert and inserted after our read-back took longer
+    /// than that); step 3 covers one late racer. What is left, honestly: three or more racers
+    /// with one of them stalled past the settle delay, or a background merge collapsing the
+    /// other racer's row within the milliseconds between a late racer's insert and its check,
+    /// can tell two callers they won (the store keeps the last); and a late racer whose rival
+    /// had not yet read back can make both answer a conflict (the rival's write stands, and its
+    /// retry is a no-op). Within one process the engine serializes person actions, so all of
+    /// this needs two instances acting on one escalation at the same moment. A lock that closes
+    /// it (ZooKeeper through replicated tables, or `CREATE TABLE` as a test-and-set on a single
+    /// server) is left to the scale-out.
+    async fn swap_escalation(
+        &self,
+        current: Escalation,
+        new: Escalation,
+    ) -> Result<Swap, StoreError> {
+        let began = std::time::Instant::now();
+        let stored = self.get_escalation(&new.id).await?;
+        if stored.as_ref() != Some(&current) {
+            return Ok(Swap::Conflict(stored.map(Box::new)));
+        }
+        let mine = Rows {
+            escalations: vec![escalation_row(&new)?],
+            ..Rows::default()
+        };
+        writer::insert_now(&self.client, &self.retry, &mine).await?;
+        if began.elapsed() > self.swap_settle {
+            let q = self
+                .client
+                .query("SELECT ?fields FROM reckon_escalations WHERE id = ? AND version = ?")
+                .bind(new.id.as_str())
+                .bind(new.version);
+            let mut others: Vec<Escalation> = Vec::new();
+            for e in self.escalations("check a late swap", q).await? {
+                if e != new && !others.contains(&e) {
+                    others.push(e);
+                }
+            }
+            match others.len() {
+                0 => {}
+                1 => {
+                    let first = others.remove(0);
+                    tracing::warn!(escalation = %new.id, "a person action raced another instance's and was late: keeping the other");
+                    let rows = Rows {
+                        escalations: vec![escalation_row(&first)?],
+                        ..Rows::default()
+                    };
+                    writer::insert_now(&self.client, &self.retry, &rows).await?;
+                    return Ok(Swap::Conflict(Some(Box::new(first))));
+                }
+                n => {
+                    tracing::error!(escalation = %new.id, racers = n + 1, "person actions of several instances raced on one escalation version; the store keeps the last written");
+                }
+            }
+        }
+        tokio::time::sleep(self.swap_settle).await;
+        let after = self.get_escalation(&new.id).await?;
+        if after.as_ref() == Some(&new) {
+            Ok(Swap::Written)
+        } else {
+            Ok(Swap::Conflict(after.map(Box::new)))
+        }
     }
 
     async fn load_escalations(&self) -> Result<Vec<Escalation>, StoreError> {

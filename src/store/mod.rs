@@ -2,9 +2,13 @@
 //!
 //! [`Store`] is what the rest of reckon sees. It is implemented by [`sqlite::SqliteStore`] (the
 //! embedded default) and [`clickhouse::ClickHouseStore`], so its contract is deliberately weak where
-//! ClickHouse is weak: no multi-statement transactions are promised, "upsert" means "the latest
-//! write wins when read back" (ReplacingMergeTree semantics), and ordering of `load_events` is a
-//! courtesy, not something the engine may rely on.
+//! ClickHouse is weak: no multi-statement transactions are promised, and ordering of
+//! `load_events` is a courtesy, not something the engine may rely on. Three rules hold on every
+//! store: events keep their **first** copy (a later copy of an identity is never written, and
+//! `append` says whether each event was new, a duplicate or a conflicting re-send); derived rows
+//! (verdicts, findings) are upserts where the latest write wins when read back
+//! (ReplacingMergeTree semantics); escalations change either by the engine's upserts (higher
+//! version wins) or by a person's compare-and-set ([`Store::swap_escalation`]).
 //!
 //! The app dispatches over an enum of stores, so the trait uses `impl Future + Send` returns
 //! rather than `dyn`-compatible boxed futures.
@@ -175,15 +179,18 @@ pub(crate) fn keep_holdable(events: Vec<Event>) -> (Vec<Event>, Vec<bool>) {
     (kept, mask)
 }
 
-/// The per-event "new" flags of an append for the original positions: an event left out by
-/// [`keep_holdable`] is not new (it was not stored).
-pub(crate) fn spread_flags(mask: &[bool], flags: Vec<bool>) -> Vec<bool> {
+/// An append's statuses for the original positions: an event left out by [`keep_holdable`] is
+/// [`Appended::Refused`].
+pub(crate) fn spread_statuses(mask: &[bool], statuses: Vec<Appended>) -> Vec<Appended> {
     if mask.iter().all(|k| *k) {
-        return flags;
+        return statuses;
     }
-    let mut flags = flags.into_iter();
+    let mut statuses = statuses.into_iter();
     mask.iter()
-        .map(|kept| *kept && flags.next().unwrap_or(false))
+        .map(|&kept| match kept {
+            true => statuses.next().unwrap_or(Appended::Refused),
+            false => Appended::Refused,
+        })
         .collect()
 }
 
@@ -351,21 +358,94 @@ impl Report {
     }
 }
 
+/// What [`Store::append`] did with one event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Appended {
+    /// Its identity was not stored yet: it is now.
+    New,
+    /// Its identity was stored with the same content (a re-sent export): nothing was written.
+    Duplicate,
+    /// Its identity was stored with different content (a re-send that changed, say a timeout
+    /// then a 200): the first copy stays, this one is dropped.
+    Conflict,
+    /// A value no store can hold (see [`holdable`]): not written. Ingest refuses such items
+    /// before they get here; this is the stores' own guard.
+    Refused,
+}
+
+impl Appended {
+    pub fn is_new(self) -> bool {
+        self == Appended::New
+    }
+}
+
+/// What the engine derived from events since its last write: escalations opened or changed,
+/// verdicts of pseudo-intents that no longer exist, and fresh verdicts. [`Store::put_derived`]
+/// writes it as one unit.
+#[derive(Clone, Debug, Default)]
+pub struct Derived {
+    pub escalations: Vec<Escalation>,
+    /// Intent ids whose stored verdict (and findings) must go.
+    pub removed: Vec<String>,
+    pub verdicts: Vec<Verdict>,
+}
+
+impl Derived {
+    pub fn is_empty(&self) -> bool {
+        self.escalations.is_empty() && self.removed.is_empty() && self.verdicts.is_empty()
+    }
+}
+
+/// What a compare-and-set of an escalation ([`Store::swap_escalation`]) found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Swap {
+    /// The stored version was the expected one: the new escalation is stored now.
+    Written,
+    /// It was not (another person, instance or step got there first): nothing of this write
+    /// stands. Carries the stored escalation, if there is one.
+    Conflict(Option<Box<Escalation>>),
+}
+
+/// The least string above every string that starts with `prefix`, when one is cheap to name
+/// (an ASCII last byte below DEL): stores turn a prefix into a key range with it.
+pub fn prefix_end(prefix: &str) -> Option<String> {
+    let mut bytes = prefix.as_bytes().to_vec();
+    let last = bytes.pop()?;
+    if !last.is_ascii() || last >= 0x7e {
+        return None;
+    }
+    bytes.push(last + 1);
+    String::from_utf8(bytes).ok()
+}
+
+/// The identity kind of an event, as metrics label it.
+pub fn event_kind(e: &Event) -> &'static str {
+    match e {
+        Event::Attempt(_) => "attempt",
+        Event::Readback(_) => "readback",
+        Event::Record(_) => "record",
+    }
+}
+
 /// The storage boundary. All methods may be called concurrently from many tasks.
 pub trait Store: Send + Sync {
     /// Make `events` durable. When this returns `Ok` the events survive a crash or power loss
     /// (the OTLP receiver acknowledges an export only then). Idempotent by identity: an
     /// attempt or read-back by (trace_id, span_id), a record observation by
-    /// (source, object_id, status, observed_at). Returns, per event, whether it was new (a
-    /// duplicate later in the same batch is not new). An event no store can hold ([`holdable`])
-    /// is refused alone: not written, reported not new, and the rest of the batch is written.
+    /// (source, object_id, status, observed_at). **The first copy of an identity wins**, on
+    /// every store: a later copy is never written, whatever its content, and is reported as
+    /// [`Appended::Duplicate`] or [`Appended::Conflict`] (an earlier copy in the same call
+    /// counts as stored). Returns one status per event, in order.
+    /// An event no store can hold ([`holdable`]) is refused alone ([`Appended::Refused`]: not
+    /// written), and the rest of the batch is written.
     fn append(
         &self,
         events: Vec<Event>,
-    ) -> impl Future<Output = Result<Vec<bool>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<Appended>, StoreError>> + Send;
 
-    /// Every stored event, for rebuilding engine state at start-up. Returned in ingest order
-    /// where the store knows it; the engine must not depend on the order.
+    /// Every stored event, each identity once (its first copy), for rebuilding engine state at
+    /// start-up. Returned in ingest order where the store knows it; the engine must not depend
+    /// on the order.
     fn load_events(&self) -> impl Future<Output = Result<Vec<Event>, StoreError>> + Send;
 
     /// Upsert by intent id; each intent's findings rows are replaced by the verdict's findings.
@@ -378,6 +458,17 @@ pub trait Store: Send + Sync {
         &self,
         intent_ids: Vec<String>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Escalations, then removals, then verdicts, as one durable unit where the store has one
+    /// (SQLite: one transaction; ClickHouse: one INSERT per table, escalations before the
+    /// verdicts that name them, a removal in the same INSERT as the verdicts beside it).
+    fn put_derived(&self, derived: Derived) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Intent ids of the stored (not deleted) verdicts that start with `prefix`, sorted.
+    fn verdict_ids(
+        &self,
+        prefix: &str,
+    ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
 
     fn get_verdict(
         &self,
@@ -397,6 +488,17 @@ pub trait Store: Send + Sync {
         &self,
         escalations: Vec<Escalation>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Compare-and-set: store `new` only if the store still holds `current` (same version, same
+    /// status and people, same findings). A person's claim or resolution goes through it, so two
+    /// people (or two reckon instances on one store) acting on one escalation cannot both
+    /// succeed. SQLite: one conditional UPDATE. ClickHouse has no conditional write; see
+    /// [`ClickHouseStore`] for how close it gets.
+    fn swap_escalation(
+        &self,
+        current: Escalation,
+        new: Escalation,
+    ) -> impl Future<Output = Result<Swap, StoreError>> + Send;
 
     /// Every escalation, for rebuilding the escalation book at start-up.
     fn load_escalations(&self) -> impl Future<Output = Result<Vec<Escalation>, StoreError>> + Send;
@@ -433,5 +535,23 @@ pub fn escalation_limit(limit: usize) -> usize {
     match limit {
         0 => VerdictFilter::DEFAULT_LIMIT,
         n => n.min(VerdictFilter::MAX_LIMIT),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_end;
+
+    #[test]
+    fn prefix_end_bounds_the_prefix() {
+        assert_eq!(prefix_end("orphan:").as_deref(), Some("orphan;"));
+        let end = prefix_end("orphan:").unwrap();
+        for id in ["orphan:", "orphan:re_1", "orphan:\u{10ffff}"] {
+            assert!(id >= "orphan:" && id < end.as_str(), "{id}");
+        }
+        assert!("orphan;" >= end.as_str());
+        assert_eq!(prefix_end(""), None);
+        assert_eq!(prefix_end("a~"), None);
+        assert_eq!(prefix_end("é"), None);
     }
 }

@@ -19,9 +19,10 @@ use rusqlite::types::{Value, ValueRef};
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{mpsc, oneshot};
 
-use self::writer::{EncodedVerdict, Request};
+use self::writer::{EncodedDerived, EncodedVerdict, Request};
 use super::{
-    escalation_limit, parse_severity, CursorKey, Page, Report, Store, StoreError, VerdictFilter,
+    escalation_limit, parse_severity, prefix_end, Appended, CursorKey, Derived, Page, Report,
+    Store, StoreError, Swap, VerdictFilter,
 };
 use crate::codec::{EscalationFindingDoc, VerdictDoc};
 use crate::model::{
@@ -722,6 +723,19 @@ fn report(
     Ok(rep)
 }
 
+/// Serialization is the costly part of a verdict write: done by the caller, not the writer thread.
+fn encode_verdicts(verdicts: Vec<Verdict>) -> Result<Vec<EncodedVerdict>, StoreError> {
+    verdicts
+        .into_iter()
+        .map(|v| {
+            let doc = serde_json::to_string(&VerdictDoc::from_verdict(&v)).map_err(|e| {
+                StoreError::WriteFailed(format!("encoding verdict {}: {e}", v.intent_id))
+            })?;
+            Ok(EncodedVerdict { verdict: v, doc })
+        })
+        .collect()
+}
+
 fn query_escalations(
     conn: &Connection,
     sql: &str,
@@ -737,16 +751,16 @@ fn query_escalations(
 }
 
 impl Store for SqliteStore {
-    async fn append(&self, events: Vec<Event>) -> Result<Vec<bool>, StoreError> {
+    async fn append(&self, events: Vec<Event>) -> Result<Vec<Appended>, StoreError> {
         if events.is_empty() {
             return Ok(Vec::new());
         }
         let (events, mask) = super::keep_holdable(events);
         if events.is_empty() {
-            return Ok(vec![false; mask.len()]);
+            return Ok(vec![Appended::Refused; mask.len()]);
         }
-        let flags = self.write(|reply| Request::Append(events, reply)).await?;
-        Ok(super::spread_flags(&mask, flags))
+        let statuses = self.write(|reply| Request::Append(events, reply)).await?;
+        Ok(super::spread_statuses(&mask, statuses))
     }
 
     async fn load_events(&self) -> Result<Vec<Event>, StoreError> {
@@ -757,17 +771,53 @@ impl Store for SqliteStore {
         if verdicts.is_empty() {
             return Ok(());
         }
-        let encoded = verdicts
-            .into_iter()
-            .map(|v| {
-                let doc = serde_json::to_string(&VerdictDoc::from_verdict(&v)).map_err(|e| {
-                    StoreError::WriteFailed(format!("encoding verdict {}: {e}", v.intent_id))
-                })?;
-                Ok(EncodedVerdict { verdict: v, doc })
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
+        let encoded = encode_verdicts(verdicts)?;
         self.write(|reply| Request::PutVerdicts(encoded, reply))
             .await
+    }
+
+    async fn put_derived(&self, d: Derived) -> Result<(), StoreError> {
+        if d.is_empty() {
+            return Ok(());
+        }
+        let encoded = EncodedDerived {
+            escalations: d.escalations,
+            removed: d.removed,
+            verdicts: encode_verdicts(d.verdicts)?,
+        };
+        self.write(|reply| Request::PutDerived(encoded, reply))
+            .await
+    }
+
+    async fn verdict_ids(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        let prefix = prefix.to_string();
+        self.read(move |conn| {
+            // A key range where the prefix allows one, so only matching ids are read.
+            let (sql, args) = match prefix_end(&prefix) {
+                Some(end) => (
+                    "SELECT intent_id FROM reckon_verdicts WHERE intent_id >= ?1 AND intent_id < ?2 ORDER BY intent_id",
+                    vec![prefix.clone(), end],
+                ),
+                None => (
+                    "SELECT intent_id FROM reckon_verdicts WHERE substr(intent_id, 1, length(?1)) = ?1 ORDER BY intent_id",
+                    vec![prefix.clone()],
+                ),
+            };
+            let mut stmt = conn.prepare_cached(sql)?;
+            let mut rows = stmt.query(rusqlite::params_from_iter(args))?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next()? {
+                let d = Dec {
+                    row,
+                    table: "reckon_verdicts",
+                };
+                out.push(d.string(0, "intent_id")?);
+            }
+            // `substr` counts characters, the range bytes: both agree for what they return.
+            out.retain(|id| id.starts_with(&prefix));
+            Ok(out)
+        })
+        .await
     }
 
     async fn delete_verdicts(&self, intent_ids: Vec<String>) -> Result<(), StoreError> {
@@ -802,6 +852,15 @@ impl Store for SqliteStore {
             return Ok(());
         }
         self.write(|reply| Request::PutEscalations(escalations, reply))
+            .await
+    }
+
+    async fn swap_escalation(
+        &self,
+        current: Escalation,
+        new: Escalation,
+    ) -> Result<Swap, StoreError> {
+        self.write(|reply| Request::SwapEscalation(Box::new((current, new)), reply))
             .await
     }
 

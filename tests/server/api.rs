@@ -349,7 +349,11 @@ async fn metrics_are_prometheus_text() {
         .collect();
     assert!(!samples.is_empty(), "no samples in /metrics: {text:?}");
     for l in &samples {
-        assert!(l.starts_with("reckon_"), "not a reckon_ metric: {l}");
+        // reckon's own series, and the standard process ones.
+        assert!(
+            l.starts_with("reckon_") || l.starts_with("process_"),
+            "not a reckon_ or process_ metric: {l}"
+        );
         let value = l.rsplit(' ').next().unwrap();
         assert!(value.parse::<f64>().is_ok(), "not a sample line: {l}");
     }

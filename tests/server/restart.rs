@@ -209,6 +209,76 @@ async fn a_record_reposted_without_observed_at_is_a_redelivery_even_after_a_rest
     s.stop().await;
 }
 
+/// The sum of every sample of `name` on the server's `/metrics`.
+async fn metric(s: &Server, name: &str) -> u64 {
+    let text = s
+        .http
+        .get(s.api("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// "Store truth" item 5 end to end: three identical sends of an export of nine attempts are
+/// nine attempts, a record posted three times is one record, on both stores. Counters are the
+/// process's own (README, Metrics): after a restart they start over, while the report, read
+/// from the store, still counts every attempt once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resent_exports_count_once_and_counters_are_per_process() {
+    let s = Server::start().await;
+    let t0 = ago(MIN);
+    let intents: Vec<String> = (0..9).map(|_| unique("int")).collect();
+    let objects: Vec<String> = (0..9).map(|_| unique("re")).collect();
+    let spans: Vec<ToolSpan> = intents
+        .iter()
+        .zip(&objects)
+        .map(|(i, re)| {
+            ToolSpan::new("issue_refund", t0, 0.3)
+                .intent(i)
+                .key(&unique("k"))
+                .args(refund_args("45.00"))
+                .http(200)
+                .object(re, "succeeded")
+        })
+        .collect();
+    let refs: Vec<&ToolSpan> = spans.iter().collect();
+    let record = json!({"kind": "refund", "object_id": objects[0], "intent_id": intents[0], "status": "succeeded",
+                        "amount": "45.00", "currency": "usd", "target": "1042", "observed_at": rfc3339(after(t0, 1.0))});
+    for _ in 0..3 {
+        export_grpc(&s, &refs).await;
+        s.records(&record).await;
+    }
+    assert_eq!(
+        metric(&s, "reckon_spans_received_total").await,
+        27,
+        "arrivals are arrivals"
+    );
+    assert_eq!(metric(&s, "reckon_tool_attempts_total").await, 9);
+    assert_eq!(metric(&s, "reckon_records_received_total").await, 1);
+    assert_eq!(metric(&s, "reckon_conflicting_resends_total").await, 0);
+    let dir = s.stop().await;
+
+    let s = Server::start_in(dir).await;
+    assert_eq!(
+        metric(&s, "reckon_tool_attempts_total").await,
+        0,
+        "counters start over"
+    );
+    let report = s.poll("/api/v1/report", |r| r["intents"] == 9).await;
+    assert_eq!(report["attempts"], 9, "{report:#}");
+    s.stop().await;
+}
+
 // ------------------------------------------------------------------ the real binary
 
 fn free_addr() -> SocketAddr {
@@ -445,4 +515,245 @@ async fn sigkill_right_after_an_acknowledged_export_loses_nothing() {
     assert_eq!(comparable(&r.verdict(&a).await), comparable(&after_a));
     assert_eq!(comparable(&r.verdict(&c).await), comparable(&after_c));
     drop(r);
+}
+
+/// `GET path` on a running binary's API.
+async fn api_get(r: &Reckon, path: &str) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .get(format!("http://{}{path}", r.api))
+        .send()
+        .await
+        .unwrap();
+    let code = resp.status().as_u16();
+    (code, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// Intents the store's report counts under no tool (orphan records' pseudo-intents).
+async fn toolless(r: &Reckon) -> u64 {
+    let (code, rep) = api_get(r, "/api/v1/report").await;
+    assert_eq!(code, 200, "{rep}");
+    rep["by_tool"]["(none)"]["intents"].as_u64().unwrap_or(0)
+}
+
+/// "Store truth" item 2 at its crash point: the span that claims an orphan record is
+/// acknowledged, and reckon is SIGKILLed while the orphan's pseudo-intent verdict is still in
+/// the store (the persister writes its removal behind). After the restart the refund counts once,
+/// under its tool, and `GET /api/v1/intents/orphan:...` is a 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_before_an_orphan_removal_is_written_heals_on_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let log = dir.path().join("reckon.log");
+    let r = Reckon::spawn(&data, &log).await;
+    let client = reqwest::Client::new();
+    let mut reached = None;
+    // The crash point lasts as long as the persister's linger; each try checks it was inside.
+    for _ in 0..5 {
+        let (intent, key, re) = (unique("int"), unique("k"), unique("re"));
+        let t0 = ago(5.0 * MIN);
+        let resp = client
+            .post(format!("http://{}/api/v1/records", r.api))
+            .json(&json!({"kind": "refund", "object_id": re, "idempotency_key": key, "status": "succeeded",
+                          "amount": "45.00", "currency": "usd", "target": "1042", "observed_at": rfc3339(after(t0, 1.0))}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let began = Instant::now();
+        while toolless(&r).await != 1 {
+            assert!(
+                began.elapsed() < Duration::from_secs(20),
+                "the orphan's verdict never reached the store"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let span = ToolSpan::new("issue_refund", t0, 0.3)
+            .intent(&intent)
+            .key(&key)
+            .args(refund_args("45.00"))
+            .http(200)
+            .object(&re, "succeeded")
+            .told("succeeded");
+        export_to(r.grpc, &[&span]).await;
+        if toolless(&r).await == 1 {
+            reached = Some((intent, re));
+            break;
+        }
+        // The persister was faster than this check: let it settle and try again.
+        while toolless(&r).await != 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let (intent, re) = reached.expect("killed while the orphan's removal was still unwritten");
+    r.kill9();
+
+    let r = Reckon::spawn(&data, &log.with_extension("2.log")).await;
+    let (code, body) = api_get(&r, &format!("/api/v1/intents/orphan:{re}")).await;
+    assert_eq!(code, 404, "the pseudo-intent is gone: {body}");
+    assert_eq!(
+        toolless(&r).await,
+        0,
+        "the refund is not counted under (none)"
+    );
+    let v = r.verdict(&intent).await;
+    assert_verdict(&v, "completed / none / -");
+    assert_eq!(v["objects"][0]["object_id"], re.as_str());
+    // The restored verdicts are written behind: wait for them, then count.
+    let began = Instant::now();
+    let rep = loop {
+        let (_, rep) = api_get(&r, "/api/v1/report").await;
+        if rep["by_tool"]["issue_refund"]["intents"] == 1
+            || began.elapsed() > Duration::from_secs(20)
+        {
+            break rep;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(rep["intents"], 1, "one refund, counted once: {rep:#}");
+    assert_eq!(rep["by_tool"]["issue_refund"]["intents"], 1, "{rep:#}");
+    drop(r);
+}
+
+/// `POST /api/v1/records` on a running binary, asserting it was accepted.
+async fn post_record(r: &Reckon, record: Value) {
+    let resp = reqwest::Client::new()
+        .post(format!("http://{}/api/v1/records", r.api))
+        .json(&record)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["accepted"], 1, "{body}");
+}
+
+/// "Store truth" item 3 at its crash point: a second refund recorded `pending` opens a critical
+/// `duplicate_effect` and the queue shows it; the same refund recorded `failed` right after
+/// takes the finding out of the verdict; SIGKILL within the persister's delay. After the restart
+/// the escalation is still there, open, with the finding that opened it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_after_an_escalation_was_shown_keeps_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let log = dir.path().join("reckon.log");
+    let r = Reckon::spawn(&data, &log).await;
+    let (intent, re1, re2) = (unique("int"), unique("re"), unique("re"));
+    let t0 = ago(5.0 * MIN);
+    let paid = ToolSpan::new("issue_refund", t0, 0.3)
+        .intent(&intent)
+        .key(&unique("k"))
+        .args(refund_args("45.00"))
+        .http(200)
+        .object(&re1, "succeeded")
+        .told("succeeded");
+    export_to(r.grpc, &[&paid]).await;
+    let second = |status: &str, secs: f64| {
+        json!({"kind": "refund", "object_id": re2, "intent_id": intent, "status": status, "amount": "45.00",
+               "currency": "usd", "target": "1042", "observed_at": rfc3339(after(t0, secs))})
+    };
+    post_record(&r, second("pending", 60.0)).await;
+    // The queue shows it as soon as the record is acknowledged.
+    let (code, open) = api_get(&r, "/api/v1/escalations?status=open").await;
+    assert_eq!(code, 200);
+    let shown = open["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["intent_id"] == intent.as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("the escalation is in the queue: {open:#}"));
+    assert_eq!(shown["severity"], "critical");
+    assert_eq!(shown["findings"][0]["kind"], "duplicate_effect");
+    post_record(&r, second("failed", 61.0)).await;
+    r.kill9();
+
+    let r = Reckon::spawn(&data, &log.with_extension("2.log")).await;
+    let (code, open) = api_get(&r, "/api/v1/escalations?status=open").await;
+    assert_eq!(code, 200);
+    let items = open["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{open:#}");
+    assert_eq!(items[0], shown, "the escalation as it was shown");
+    let v = r.verdict(&intent).await;
+    assert_verdict(&v, "completed / escalate / -");
+    assert_eq!(v["escalation_id"], shown["id"]);
+    drop(r);
+}
+
+/// `POST path` with a JSON body on a running binary's API.
+async fn api_post(r: &Reckon, path: &str, body: &Value) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .post(format!("http://{}{path}", r.api))
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let code = resp.status().as_u16();
+    (code, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// "Store truth" item 8: two reckon processes on one store (DESIGN's scale-out shape). A claim
+/// through one makes a claim by someone else through the other a 409 naming the claimant, and
+/// both answer the same afterwards: person actions are checked against the store, not one
+/// process's memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_on_one_store_agree_on_claims() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let a = Reckon::spawn(&data, &dir.path().join("a.log")).await;
+    let intent = unique("int");
+    let email = ToolSpan::new("send_email", ago(MIN), 30.0)
+        .intent(&intent)
+        .timeout()
+        .told("unknown");
+    export_to(a.grpc, &[&email]).await;
+    let v = a.verdict(&intent).await;
+    assert_verdict(&v, "unknown / escalate / no_idempotency_contract");
+    let id = v["escalation_id"].as_str().unwrap().to_string();
+    // The second process starts with the escalation open in its memory.
+    let b = Reckon::spawn(&data, &dir.path().join("b.log")).await;
+    assert_eq!(b.verdict(&intent).await["escalation_id"], id.as_str());
+
+    let claim = format!("/api/v1/escalations/{id}/claim");
+    let (code, body) = api_post(&a, &claim, &json!({"by": "ana"})).await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = api_post(&b, &claim, &json!({"by": "bo"})).await;
+    assert_eq!(code, 409, "{body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("ana"),
+        "{body}"
+    );
+    for r in [&a, &b] {
+        let (code, e) = api_get(r, &format!("/api/v1/escalations/{id}")).await;
+        assert_eq!(code, 200, "{e}");
+        assert_eq!(
+            (e["status"].as_str(), e["claimed_by"].as_str()),
+            (Some("claimed"), Some("ana"))
+        );
+    }
+    // Ana resolves through the other process; a second resolution through the first is refused.
+    let resolve = format!("/api/v1/escalations/{id}/resolve");
+    let (code, body) = api_post(
+        &b,
+        &resolve,
+        &json!({"by": "ana", "resolution": "not_sent"}),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    // Resolved by a person: nothing to do until new evidence arrives.
+    assert_eq!(body["verdict"]["decision"], "none", "{body}");
+    let (code, body) = api_post(&a, &resolve, &json!({"by": "bo", "resolution": "sent"})).await;
+    assert_eq!(code, 409, "{body}");
+    for r in [&a, &b] {
+        let (_, e) = api_get(r, &format!("/api/v1/escalations/{id}")).await;
+        assert_eq!(
+            (e["status"].as_str(), e["resolution"].as_str()),
+            (Some("resolved"), Some("not_sent"))
+        );
+        assert_eq!(
+            e["verdict"]["decision"], "none",
+            "both processes decide the same: {e}"
+        );
+    }
+    drop(a);
+    drop(b);
 }

@@ -371,6 +371,69 @@ pub fn record_event(r: RecordRow) -> Result<Event, StoreError> {
     }))
 }
 
+/// One event's row, on its way through the writer (which stamps `ingested_ns`).
+#[derive(Clone, Debug)]
+pub enum EventRow {
+    Attempt(AttemptRow),
+    Readback(ReadbackRow),
+    Record(RecordRow),
+}
+
+/// An event's identity as the tables hold it. Attempts and read-backs are separate spaces (a span
+/// id may be both), as in SQLite and the ledger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Identity<'a> {
+    Attempt(&'a str, &'a str),
+    Readback(&'a str, &'a str),
+    Record(&'a str, &'a str, &'a str, u64),
+}
+
+impl EventRow {
+    pub fn of(e: &Event) -> Result<EventRow, StoreError> {
+        Ok(match e {
+            Event::Attempt(a) => EventRow::Attempt(attempt_row(a, 0)?),
+            Event::Readback(r) => EventRow::Readback(readback_row(r, 0)?),
+            Event::Record(r) => EventRow::Record(record_row(r, 0)?),
+        })
+    }
+
+    pub fn identity(&self) -> Identity<'_> {
+        match self {
+            EventRow::Attempt(r) => Identity::Attempt(&r.trace_id, &r.span_id),
+            EventRow::Readback(r) => Identity::Readback(&r.trace_id, &r.span_id),
+            EventRow::Record(r) => {
+                Identity::Record(&r.source, &r.object_id, &r.status, r.observed_ns)
+            }
+        }
+    }
+
+    pub fn ingested_ns(&self) -> u64 {
+        match self {
+            EventRow::Attempt(r) => r.ingested_ns,
+            EventRow::Readback(r) => r.ingested_ns,
+            EventRow::Record(r) => r.ingested_ns,
+        }
+    }
+
+    pub fn set_ingested_ns(&mut self, at: u64) {
+        match self {
+            EventRow::Attempt(r) => r.ingested_ns = at,
+            EventRow::Readback(r) => r.ingested_ns = at,
+            EventRow::Record(r) => r.ingested_ns = at,
+        }
+    }
+
+    /// Back to the model: what "same content" is judged on (by value, so a record amount stored
+    /// as 45.00 equals one re-sent as 45.0).
+    pub fn event(&self) -> Result<Event, StoreError> {
+        match self.clone() {
+            EventRow::Attempt(r) => attempt_event(r),
+            EventRow::Readback(r) => readback_event(r),
+            EventRow::Record(r) => record_event(r),
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Verdicts and findings.
 

@@ -12,11 +12,15 @@
 //! version. When a group fails with bad data, its requests are retried one by one so only the
 //! request holding the bad row fails.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use tokio::sync::{mpsc, oneshot};
 
 use super::error::{ClickHouseError, ErrorClass, RetryPolicy};
 use super::rows::*;
-use crate::store::StoreError;
+use super::Clock;
+use crate::store::{Appended, StoreError};
 
 /// Upper bound on rows per group, so one INSERT (and the latency of everyone waiting on it)
 /// stays bounded when a backlog has built up.
@@ -52,46 +56,80 @@ impl Rows {
     }
 }
 
-pub struct Request {
-    pub rows: Rows,
-    pub reply: oneshot::Sender<Result<(), StoreError>>,
+/// What a caller queued.
+pub enum Request {
+    /// Events: the writer decides which are new (the first copy of an identity wins) and
+    /// answers one status per event.
+    Append {
+        events: Vec<EventRow>,
+        reply: oneshot::Sender<Result<Vec<Appended>, StoreError>>,
+    },
+    /// Derived rows (verdicts, findings, escalations), written as they are.
+    Write {
+        rows: Rows,
+        reply: oneshot::Sender<Result<(), StoreError>>,
+    },
+}
+
+impl Request {
+    fn len(&self) -> usize {
+        match self {
+            Request::Append { events, .. } => events.len(),
+            Request::Write { rows, .. } => rows.len(),
+        }
+    }
+
+    fn answer(self, result: Result<Vec<Appended>, StoreError>) {
+        // A caller that gave up (dropped its future) no longer wants the answer.
+        match self {
+            Request::Append { reply, .. } => drop(reply.send(result)),
+            Request::Write { reply, .. } => drop(reply.send(result.map(|_| ()))),
+        }
+    }
 }
 
 pub async fn run(
     client: ::clickhouse::Client,
     retry: RetryPolicy,
+    clock: Arc<Clock>,
     mut rx: mpsc::Receiver<Request>,
 ) {
     while let Some(first) = rx.recv().await {
-        let mut total = first.rows.len();
+        let mut total = first.len();
         let mut batch = vec![first];
         while total < MAX_BATCH_ROWS {
             match rx.try_recv() {
                 Ok(r) => {
-                    total += r.rows.len();
+                    total += r.len();
                     batch.push(r);
                 }
                 Err(_) => break,
             }
         }
-        commit(&client, &retry, batch).await;
+        commit(&client, &retry, &clock, batch).await;
     }
 }
 
-async fn commit(client: &::clickhouse::Client, retry: &RetryPolicy, batch: Vec<Request>) {
-    let all: Vec<&Rows> = batch.iter().map(|r| &r.rows).collect();
-    match insert_all(client, retry, &all).await {
-        Ok(()) => {
-            for r in batch {
-                // A caller that gave up (dropped its future) no longer wants the answer.
-                let _ = r.reply.send(Ok(()));
+async fn commit(
+    client: &::clickhouse::Client,
+    retry: &RetryPolicy,
+    clock: &Clock,
+    batch: Vec<Request>,
+) {
+    match write_group(client, retry, clock, &batch).await {
+        Ok(statuses) => {
+            for (r, s) in batch.into_iter().zip(statuses) {
+                r.answer(Ok(s));
             }
         }
         Err(e) if e.class == ErrorClass::BadData && batch.len() > 1 => {
             tracing::warn!(error = %e, requests = batch.len(), "group insert refused as bad data; retrying its requests one by one");
             for r in batch {
-                let result = insert_all(client, retry, &[&r.rows]).await;
-                let _ = r.reply.send(result.map_err(StoreError::from));
+                let result = write_group(client, retry, clock, std::slice::from_ref(&r)).await;
+                let result = result
+                    .map(|mut s| s.pop().unwrap_or_default())
+                    .map_err(StoreError::from);
+                r.answer(result);
             }
         }
         Err(e) => {
@@ -104,15 +142,222 @@ async fn commit(client: &::clickhouse::Client, retry: &RetryPolicy, batch: Vec<R
                     Some(e) => StoreError::from(e),
                     None => StoreError::WriteFailed(msg.clone()),
                 };
-                let _ = r.reply.send(Err(err));
+                r.answer(Err(err));
             }
         }
     }
 }
 
+/// Write one group: look up which of its event identities the database already holds, keep
+/// only first copies, then one INSERT per table. Returns the statuses of each request (empty
+/// for derived writes).
+///
+/// Only this task inserts events, one group at a time, so within one reckon process an
+/// identity is never inserted twice and the lookup is exact. Two processes appending the same
+/// identity at the same instant can both insert it; `load_events` then keeps the copy written
+/// first.
+async fn write_group(
+    client: &::clickhouse::Client,
+    retry: &RetryPolicy,
+    clock: &Clock,
+    batch: &[Request],
+) -> Result<Vec<Vec<Appended>>, ClickHouseError> {
+    let stored = lookup(client, retry, batch).await?;
+    let mut known: HashMap<Identity<'_>, &EventRow> = HashMap::with_capacity(stored.len());
+    for r in &stored {
+        // `stored` is in write order: an identity stored twice is known by its first copy.
+        known.entry(r.identity()).or_insert(r);
+    }
+    let n_events = batch
+        .iter()
+        .map(|r| match r {
+            Request::Append { events, .. } => events.len(),
+            Request::Write { .. } => 0,
+        })
+        .sum::<usize>();
+    let mut fresh = Rows::default();
+    let mut statuses = Vec::with_capacity(batch.len());
+    let mut at = clock.take(n_events as u64);
+    for r in batch {
+        let Request::Append { events, .. } = r else {
+            statuses.push(Vec::new());
+            continue;
+        };
+        let mut out = Vec::with_capacity(events.len());
+        for e in events {
+            let status = match known.get(&e.identity()) {
+                None => {
+                    known.insert(e.identity(), e);
+                    let mut row = e.clone();
+                    row.set_ingested_ns(at);
+                    at += 1;
+                    match row {
+                        EventRow::Attempt(r) => fresh.attempts.push(r),
+                        EventRow::Readback(r) => fresh.readbacks.push(r),
+                        EventRow::Record(r) => fresh.records.push(r),
+                    }
+                    Appended::New
+                }
+                Some(first) => match (first.event(), e.event()) {
+                    (Ok(a), Ok(b)) if a == b => Appended::Duplicate,
+                    // A stored row that does not decode is not this event either.
+                    _ => Appended::Conflict,
+                },
+            };
+            out.push(status);
+        }
+        statuses.push(out);
+    }
+    let mut parts: Vec<&Rows> = vec![&fresh];
+    for r in batch {
+        if let Request::Write { rows, .. } = r {
+            parts.push(rows);
+        }
+    }
+    insert_all(client, retry, &parts).await?;
+    Ok(statuses)
+}
+
+/// Lookups per query: small enough for 18.16's `max_query_size` (256 KiB) and AST limit.
+const LOOKUP_CHUNK: usize = 500;
+const LOOKUP_BYTES: usize = 128 * 1024;
+
+/// `SELECT` the stored rows of every event identity in the group. Attempts and read-backs are
+/// looked up by `(intent_id, trace_id, span_id)`, their tables' sorting key, so the lookup reads
+/// only the granules of the group's intents: a re-send that changed a span's intent id is not
+/// found, and is stored a second time under the other intent (`load_events` still returns the
+/// first copy only). Records are looked up by their whole identity, which is their sorting key.
+async fn lookup(
+    client: &::clickhouse::Client,
+    retry: &RetryPolicy,
+    batch: &[Request],
+) -> Result<Vec<EventRow>, ClickHouseError> {
+    let mut attempts: Vec<(&str, &str, &str)> = Vec::new();
+    let mut readbacks: Vec<(&str, &str, &str)> = Vec::new();
+    let mut records: Vec<(&str, &str, &str, u64)> = Vec::new();
+    for r in batch {
+        if let Request::Append { events, .. } = r {
+            for e in events {
+                match e {
+                    EventRow::Attempt(a) => attempts.push((&a.intent_id, &a.trace_id, &a.span_id)),
+                    EventRow::Readback(b) => {
+                        readbacks.push((&b.intent_id, &b.trace_id, &b.span_id))
+                    }
+                    EventRow::Record(c) => {
+                        records.push((&c.source, &c.object_id, &c.status, c.observed_ns))
+                    }
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for keys in chunks(&attempts, |k| k.0.len() + k.1.len() + k.2.len()) {
+        let rows: Vec<AttemptRow> = fetch_keys(
+            client,
+            retry,
+            ATTEMPTS,
+            "(intent_id, trace_id, span_id)",
+            keys,
+        )
+        .await?;
+        out.extend(rows.into_iter().map(EventRow::Attempt));
+    }
+    for keys in chunks(&readbacks, |k| k.0.len() + k.1.len() + k.2.len()) {
+        let rows: Vec<ReadbackRow> = fetch_keys(
+            client,
+            retry,
+            READBACKS,
+            "(intent_id, trace_id, span_id)",
+            keys,
+        )
+        .await?;
+        out.extend(rows.into_iter().map(EventRow::Readback));
+    }
+    for keys in chunks(&records, |k| k.0.len() + k.1.len() + k.2.len() + 20) {
+        let rows: Vec<RecordRow> = fetch_keys(
+            client,
+            retry,
+            RECORDS,
+            "(source, object_id, status, observed_ns)",
+            keys,
+        )
+        .await?;
+        out.extend(rows.into_iter().map(EventRow::Record));
+    }
+    // Rows stored twice (by two processes, or before this lookup existed): the first written
+    // is the copy that counts.
+    out.sort_by_key(|r| r.ingested_ns());
+    Ok(out)
+}
+
+fn chunks<T>(keys: &[T], size: impl Fn(&T) -> usize) -> Vec<&[T]> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, k) in keys.iter().enumerate() {
+        let b = size(k) * 2 + 16;
+        if i > start && (i - start >= LOOKUP_CHUNK || bytes + b > LOOKUP_BYTES) {
+            out.push(&keys[start..i]);
+            start = i;
+            bytes = 0;
+        }
+        bytes += b;
+    }
+    if start < keys.len() {
+        out.push(&keys[start..]);
+    }
+    out
+}
+
+/// A SQL tuple of values, `(a, b, c)`: what `IN` takes on every server (18.16 refuses an array
+/// on the right of a tuple `IN`).
+struct SqlTuple<'a, T>(&'a [T]);
+
+impl<T: serde::Serialize> serde::Serialize for SqlTuple<'_, T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeTuple;
+        let mut t = s.serialize_tuple(self.0.len())?;
+        for x in self.0 {
+            t.serialize_element(x)?;
+        }
+        t.end()
+    }
+}
+
+async fn fetch_keys<T, K>(
+    client: &::clickhouse::Client,
+    retry: &RetryPolicy,
+    table: &'static str,
+    key: &'static str,
+    keys: &[K],
+) -> Result<Vec<T>, ClickHouseError>
+where
+    T: ::clickhouse::RowOwned + ::clickhouse::RowRead,
+    K: serde::Serialize,
+{
+    let q = client
+        .query(&format!("SELECT ?fields FROM {table} WHERE {key} IN ?"))
+        .bind(SqlTuple(keys));
+    retry
+        .run(
+            || format!("look up stored identities in {table}"),
+            || q.clone().fetch_all::<T>(),
+        )
+        .await
+}
+
+/// Insert `rows` now, from the caller's task, instead of queueing them behind the group commit
+/// (a compare-and-set wants its read and its write as close together as possible).
+pub async fn insert_now(
+    client: &::clickhouse::Client,
+    retry: &RetryPolicy,
+    rows: &Rows,
+) -> Result<(), ClickHouseError> {
+    insert_all(client, retry, &[rows]).await
+}
+
 /// One INSERT per table, in an order that keeps reads consistent if the group fails midway:
-/// events before anything derived from them, findings before the verdict version that makes
-/// them current.
+/// events before anything derived from them, escalations before the verdicts that name them,
+/// findings before the verdict version that makes them current.
 async fn insert_all(
     client: &::clickhouse::Client,
     retry: &RetryPolicy,
@@ -121,9 +366,9 @@ async fn insert_all(
     insert(client, retry, ATTEMPTS, parts, |r| &r.attempts).await?;
     insert(client, retry, READBACKS, parts, |r| &r.readbacks).await?;
     insert(client, retry, RECORDS, parts, |r| &r.records).await?;
+    insert(client, retry, ESCALATIONS, parts, |r| &r.escalations).await?;
     insert(client, retry, FINDINGS, parts, |r| &r.findings).await?;
     insert(client, retry, VERDICTS, parts, |r| &r.verdicts).await?;
-    insert(client, retry, ESCALATIONS, parts, |r| &r.escalations).await?;
     Ok(())
 }
 

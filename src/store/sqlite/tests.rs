@@ -8,7 +8,7 @@ use tempfile::TempDir;
 use super::{schema, SqliteStore, FILE_NAME};
 use crate::codec::VerdictDoc;
 use crate::model::*;
-use crate::store::{Store, StoreError, VerdictFilter};
+use crate::store::{Appended, Store, StoreError, VerdictFilter};
 
 fn span(n: u64) -> SpanRef {
     let mut trace_id = [0u8; 16];
@@ -209,9 +209,18 @@ async fn append_is_idempotent() {
     let dir = TempDir::new().unwrap();
     let store = SqliteStore::open(dir.path()).unwrap();
     let batch = mixed(0..30);
-    assert_eq!(store.append(batch.clone()).await.unwrap(), vec![true; 30]);
-    assert_eq!(store.append(batch.clone()).await.unwrap(), vec![false; 30]);
-    assert_eq!(store.append(batch.clone()).await.unwrap(), vec![false; 30]);
+    assert_eq!(
+        store.append(batch.clone()).await.unwrap(),
+        vec![Appended::New; 30]
+    );
+    assert_eq!(
+        store.append(batch.clone()).await.unwrap(),
+        vec![Appended::Duplicate; 30]
+    );
+    assert_eq!(
+        store.append(batch.clone()).await.unwrap(),
+        vec![Appended::Duplicate; 30]
+    );
     assert_eq!(
         store.load_events().await.unwrap(),
         batch,
@@ -233,9 +242,10 @@ async fn mixed_batch_reports_new_and_old() {
         readback(101),
         record(5),
     ];
+    use Appended::{Duplicate, New};
     assert_eq!(
         store.append(batch).await.unwrap(),
-        vec![false, true, false, false, true, false]
+        vec![Duplicate, New, Duplicate, Duplicate, New, Duplicate]
     );
     // A record observation differing only in status is a new observation of the same object.
     let Event::Record(mut r) = record(2) else {
@@ -244,7 +254,7 @@ async fn mixed_batch_reports_new_and_old() {
     r.status = "failed".into();
     assert_eq!(
         store.append(vec![Event::Record(r)]).await.unwrap(),
-        vec![true]
+        vec![New]
     );
     assert_eq!(store.load_events().await.unwrap().len(), 9);
 }
@@ -266,8 +276,8 @@ async fn many_concurrent_appenders_all_durable() {
                     with_retry.extend(mixed(start - 10..start));
                 }
                 let news = store.append(with_retry).await.expect("acknowledged");
-                assert!(news[..20].iter().all(|n| *n));
-                assert!(news[20..].iter().all(|n| !*n));
+                assert!(news[..20].iter().all(|n| n.is_new()));
+                assert!(news[20..].iter().all(|n| *n == Appended::Duplicate));
             }
         }));
     }

@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::schema::CLASS_COLUMNS;
 use crate::model::{AttemptClass, Escalation, Event, Verdict};
-use crate::store::StoreError;
+use crate::store::{Appended, StoreError, Swap};
 
 /// Upper bound on rows written per transaction, so one commit (and the latency of everyone
 /// waiting on it) stays bounded when a backlog has built up.
@@ -36,10 +36,21 @@ pub struct EncodedVerdict {
 }
 
 pub enum Request {
-    Append(Vec<Event>, Reply<Vec<bool>>),
+    Append(Vec<Event>, Reply<Vec<Appended>>),
     PutVerdicts(Vec<EncodedVerdict>, Reply<()>),
     DeleteVerdicts(Vec<String>, Reply<()>),
     PutEscalations(Vec<Escalation>, Reply<()>),
+    /// Escalations, removals and verdicts in one savepoint: all or nothing.
+    PutDerived(EncodedDerived, Reply<()>),
+    /// Compare-and-set of one escalation: (what must be stored, what to store).
+    SwapEscalation(Box<(Escalation, Escalation)>, Reply<Swap>),
+}
+
+/// [`crate::store::Derived`] with its verdict documents encoded.
+pub struct EncodedDerived {
+    pub escalations: Vec<Escalation>,
+    pub removed: Vec<String>,
+    pub verdicts: Vec<EncodedVerdict>,
 }
 
 impl Request {
@@ -49,14 +60,17 @@ impl Request {
             Request::PutVerdicts(v, _) => v.len(),
             Request::DeleteVerdicts(v, _) => v.len(),
             Request::PutEscalations(v, _) => v.len(),
+            Request::PutDerived(d, _) => d.escalations.len() + d.removed.len() + d.verdicts.len(),
+            Request::SwapEscalation(..) => 1,
         }
     }
 }
 
 /// A request's result, held until the batch has committed.
 enum Done {
-    Append(Result<Vec<bool>, StoreError>, Reply<Vec<bool>>),
+    Append(Result<Vec<Appended>, StoreError>, Reply<Vec<Appended>>),
     Unit(Result<(), StoreError>, Reply<()>),
+    Swap(Result<Swap, StoreError>, Reply<Swap>),
 }
 
 impl Done {
@@ -64,6 +78,7 @@ impl Done {
         match self {
             Done::Append(r, _) if r.is_ok() => *r = Err(StoreError::WriteFailed(msg.to_string())),
             Done::Unit(r, _) if r.is_ok() => *r = Err(StoreError::WriteFailed(msg.to_string())),
+            Done::Swap(r, _) if r.is_ok() => *r = Err(StoreError::WriteFailed(msg.to_string())),
             _ => {}
         }
     }
@@ -73,6 +88,7 @@ impl Done {
         match self {
             Done::Append(r, tx) => drop(tx.send(r)),
             Done::Unit(r, tx) => drop(tx.send(r)),
+            Done::Swap(r, tx) => drop(tx.send(r)),
         }
     }
 }
@@ -126,10 +142,16 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Request>, seq: &mut i64) {
             Request::PutVerdicts(v, tx) => Done::Unit(put_verdicts(conn, &v), tx),
             Request::DeleteVerdicts(ids, tx) => Done::Unit(delete_verdicts(conn, &ids), tx),
             Request::PutEscalations(e, tx) => Done::Unit(put_escalations(conn, &e), tx),
+            Request::PutDerived(d, tx) => Done::Unit(put_derived(conn, &d), tx),
+            Request::SwapEscalation(pair, tx) => {
+                Done::Swap(swap_escalation(conn, &pair.0, &pair.1), tx)
+            }
         };
         let ok = match &d {
             Done::Append(r, _) => r.is_ok(),
             Done::Unit(r, _) => r.is_ok(),
+            // A conflict wrote nothing; only an error rolls the savepoint back.
+            Done::Swap(r, _) => r.is_ok(),
         };
         let end = if ok {
             "RELEASE request"
@@ -165,7 +187,9 @@ fn unanswered(r: Request) -> Done {
         Request::Append(_, tx) => Done::Append(Ok(Vec::new()), tx),
         Request::PutVerdicts(_, tx)
         | Request::DeleteVerdicts(_, tx)
-        | Request::PutEscalations(_, tx) => Done::Unit(Ok(()), tx),
+        | Request::PutEscalations(_, tx)
+        | Request::PutDerived(_, tx) => Done::Unit(Ok(()), tx),
+        Request::SwapEscalation(_, tx) => Done::Swap(Ok(Swap::Written), tx),
     }
 }
 
@@ -189,7 +213,56 @@ fn hex_into<'a>(bytes: &[u8], buf: &'a mut [u8]) -> &'a str {
     std::str::from_utf8(out).unwrap_or("")
 }
 
-fn append(conn: &Connection, events: &[Event], seq: &mut i64) -> Result<Vec<bool>, StoreError> {
+/// Stored copies by identity, for telling a re-send (same content) from a conflicting one.
+const STORED_ATTEMPT: &str = "WHERE trace_id = ?1 AND span_id = ?2";
+const STORED_READBACK: &str = "WHERE trace_id = ?1 AND span_id = ?2";
+const STORED_RECORD: &str =
+    "WHERE source = ?1 AND object_id = ?2 AND status = ?3 AND observed_at = ?4";
+
+/// The stored copy of `e`'s identity: it exists, since the insert found the identity taken.
+fn stored_copy(conn: &Connection, e: &Event) -> Result<Event, StoreError> {
+    let (mut tbuf, mut sbuf) = ([0u8; 32], [0u8; 16]);
+    let found = match e {
+        Event::Attempt(a) => {
+            let sql = format!(
+                "SELECT {} FROM reckon_attempts {STORED_ATTEMPT}",
+                super::ATTEMPT_COLS
+            );
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let mut rows = stmt.query(params![
+                hex_into(&a.span.trace_id, &mut tbuf),
+                hex_into(&a.span.span_id, &mut sbuf)
+            ])?;
+            rows.next()?.map(super::decode_attempt).transpose()?
+        }
+        Event::Readback(r) => {
+            let sql = format!(
+                "SELECT {} FROM reckon_readbacks {STORED_READBACK}",
+                super::READBACK_COLS
+            );
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let mut rows = stmt.query(params![
+                hex_into(&r.span.trace_id, &mut tbuf),
+                hex_into(&r.span.span_id, &mut sbuf)
+            ])?;
+            rows.next()?.map(super::decode_readback).transpose()?
+        }
+        Event::Record(r) => {
+            let sql = format!(
+                "SELECT {} FROM reckon_records {STORED_RECORD}",
+                super::RECORD_COLS
+            );
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let mut rows = stmt.query(params![r.source, r.object_id, r.status, r.observed_at.0])?;
+            rows.next()?.map(super::decode_record).transpose()?
+        }
+    };
+    found.map(|(_, e)| e).ok_or_else(|| {
+        StoreError::WriteFailed("an identity the insert found taken is not stored".into())
+    })
+}
+
+fn append(conn: &Connection, events: &[Event], seq: &mut i64) -> Result<Vec<Appended>, StoreError> {
     // Cached: prepared once per connection, then only re-bound per event.
     let mut attempt = conn.prepare_cached(INSERT_ATTEMPT)?;
     let mut readback = conn.prepare_cached(INSERT_READBACK)?;
@@ -254,10 +327,17 @@ fn append(conn: &Connection, events: &[Event], seq: &mut i64) -> Result<Vec<bool
                 ])?
             }
         };
-        if changed == 1 {
+        let status = if changed == 1 {
             *seq = next;
-        }
-        out.push(changed == 1);
+            Appended::New
+        } else if stored_copy(conn, e)? == *e {
+            // Compared as events, so by value: a record amount re-sent as 45.0 instead of
+            // 45.00 is the same observation.
+            Appended::Duplicate
+        } else {
+            Appended::Conflict
+        };
+        out.push(status);
     }
     Ok(out)
 }
@@ -349,6 +429,13 @@ fn put_verdicts(conn: &Connection, verdicts: &[EncodedVerdict]) -> Result<(), St
     Ok(())
 }
 
+/// Escalations before the verdicts that name them; the request's savepoint makes it atomic.
+fn put_derived(conn: &Connection, d: &EncodedDerived) -> Result<(), StoreError> {
+    put_escalations(conn, &d.escalations)?;
+    delete_verdicts(conn, &d.removed)?;
+    put_verdicts(conn, &d.verdicts)
+}
+
 fn delete_verdicts(conn: &Connection, ids: &[String]) -> Result<(), StoreError> {
     let mut verdict = conn.prepare_cached("DELETE FROM reckon_verdicts WHERE intent_id = ?1")?;
     let mut findings = conn.prepare_cached(DELETE_FINDINGS)?;
@@ -371,35 +458,97 @@ const UPSERT_ESCALATION: &str = "INSERT INTO reckon_escalations (id, intent_id, 
         version = excluded.version, covered = excluded.covered
     WHERE excluded.version >= reckon_escalations.version";
 
+/// The stored form of an escalation's findings.
+fn findings_json(e: &Escalation) -> Result<String, StoreError> {
+    let findings: Vec<crate::codec::EscalationFindingDoc> = e
+        .findings
+        .iter()
+        .map(crate::codec::EscalationFindingDoc::from_finding)
+        .collect();
+    serde_json::to_string(&findings).map_err(|e| StoreError::WriteFailed(e.to_string()))
+}
+
+/// The stored form of the evidence a resolution covered.
+fn covered_json(e: &Escalation) -> Result<String, StoreError> {
+    serde_json::to_string(&e.covered).map_err(|e| StoreError::WriteFailed(e.to_string()))
+}
+
+/// Versions beyond i64 are not a real case; saturating keeps "highest wins" intact.
+fn version(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
 fn put_escalations(conn: &Connection, escalations: &[Escalation]) -> Result<(), StoreError> {
     let mut upsert = conn.prepare_cached(UPSERT_ESCALATION)?;
     for e in escalations {
-        let findings: Vec<crate::codec::EscalationFindingDoc> = e
-            .findings
-            .iter()
-            .map(crate::codec::EscalationFindingDoc::from_finding)
-            .collect();
-        let findings =
-            serde_json::to_string(&findings).map_err(|e| StoreError::WriteFailed(e.to_string()))?;
-        let covered = serde_json::to_string(&e.covered)
-            .map_err(|e| StoreError::WriteFailed(e.to_string()))?;
         upsert.execute(params![
             e.id,
             e.intent_id,
             e.status.as_str(),
             e.severity.as_str(),
             e.opened_at.0,
-            findings,
+            findings_json(e)?,
             e.claimed_by,
             e.claimed_at.map(|t| t.0),
             e.resolved_by,
             e.resolved_at.map(|t| t.0),
             e.resolution,
             e.note,
-            // Versions beyond i64 are not a real case; saturating keeps "highest wins" intact.
-            i64::try_from(e.version).unwrap_or(i64::MAX),
-            covered,
+            version(e.version),
+            covered_json(e)?,
         ])?;
     }
     Ok(())
+}
+
+/// Only a row still as the caller saw it is changed (its version, status, people and how many
+/// findings it holds: an engine write of an equal version may have replaced a person's action,
+/// and a finding joins by appending). The writer thread runs one statement at a time, and
+/// another process's writer holds the file's write lock for its whole transaction, so the
+/// comparison and the write are one atomic step.
+const SWAP_ESCALATION: &str = "UPDATE reckon_escalations SET intent_id = ?2, status = ?3,
+    severity = ?4, opened_at = ?5, findings = ?6, claimed_by = ?7, claimed_at = ?8,
+    resolved_by = ?9, resolved_at = ?10, resolution = ?11, note = ?12, version = ?13,
+    covered = ?19
+    WHERE id = ?1 AND version = ?14 AND status = ?15 AND claimed_by IS ?16
+        AND resolved_by IS ?17 AND json_array_length(findings) = ?18";
+
+fn swap_escalation(
+    conn: &Connection,
+    current: &Escalation,
+    e: &Escalation,
+) -> Result<Swap, StoreError> {
+    let mut update = conn.prepare_cached(SWAP_ESCALATION)?;
+    let changed = update.execute(params![
+        e.id,
+        e.intent_id,
+        e.status.as_str(),
+        e.severity.as_str(),
+        e.opened_at.0,
+        findings_json(e)?,
+        e.claimed_by,
+        e.claimed_at.map(|t| t.0),
+        e.resolved_by,
+        e.resolved_at.map(|t| t.0),
+        e.resolution,
+        e.note,
+        version(e.version),
+        version(current.version),
+        current.status.as_str(),
+        current.claimed_by,
+        current.resolved_by,
+        current.findings.len() as i64,
+        covered_json(e)?,
+    ])?;
+    if changed == 1 {
+        return Ok(Swap::Written);
+    }
+    let sql = format!(
+        "SELECT {} FROM reckon_escalations WHERE id = ?1",
+        super::ESCALATION_COLS
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut rows = stmt.query([&e.id])?;
+    let current = rows.next()?.map(super::decode_escalation).transpose()?;
+    Ok(Swap::Conflict(current.map(Box::new)))
 }
