@@ -197,6 +197,16 @@ impl Engine {
         self.lock().intents()
     }
 
+    /// Everything known about one intent (its events and its objects' observations), read-only.
+    pub fn history(&self, intent_id: &str) -> Option<audit::History> {
+        self.lock().history(intent_id)
+    }
+
+    /// The earliest re-audit booked: when it lies in the past for long, the timer is stuck.
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        self.lock().next_deadline()
+    }
+
     /// A person claims an escalation. Durable before it returns, and before anyone else sees it.
     pub async fn claim(self: &Arc<Self>, id: &str, by: &str) -> Result<Escalation, EngineError> {
         let (id, by) = (id.to_string(), by.to_string());
