@@ -3,6 +3,7 @@
 //! `{"error": {"code", "message"}}`.
 
 mod error;
+mod ui;
 
 use std::sync::Arc;
 
@@ -53,6 +54,7 @@ pub fn router(state: ApiState) -> Router {
             get(|| async { Json(serde_json::json!({ "status": "ok" })) }),
         )
         .route("/readyz", get(ready))
+        .merge(ui::routes())
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(max))

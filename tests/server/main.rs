@@ -5,6 +5,7 @@ mod bad_input;
 mod otlp_export;
 mod otlp_json;
 mod overload;
+mod paging;
 mod python_sdk;
 mod restart;
 mod seed_matrix;
