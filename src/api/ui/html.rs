@@ -93,6 +93,7 @@ pub fn page(title: &str, body: &str) -> String {
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <title>{} · reckon</title>\
+         <link rel=\"icon\" type=\"image/svg+xml\" href=\"/ui/favicon.svg\">\
          <link rel=\"stylesheet\" href=\"{}\"></head><body>\
          <header class=\"top\"><a class=\"brand\" href=\"/\">reckon</a>\
          <span class=\"sub\">escalation queue</span>\

@@ -59,6 +59,25 @@ pub fn routes() -> Router<ApiState> {
         .route("/escalations/{id}/claim", post(claim))
         .route("/escalations/{id}/resolve", post(resolve))
         .route("/ui/reckon.css", get(css))
+        .route("/ui/favicon.svg", get(favicon))
+}
+
+/// A mark for the browser tab: the queue's red "open" badge.
+const FAVICON: &str = "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 16 16\">\
+    <rect width=\"16\" height=\"16\" rx=\"4\" fill=\"#1d2330\"/>\
+    <circle cx=\"8\" cy=\"8\" r=\"4\" fill=\"#e53935\"/></svg>";
+
+async fn favicon() -> Response {
+    let mut r = FAVICON.into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("image/svg+xml"),
+    );
+    r.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=86400"),
+    );
+    r
 }
 
 async fn css() -> Response {

@@ -122,18 +122,23 @@ impl Timeline {
             s,
             "<line class=\"axis\" x1=\"{PLOT_LEFT}\" y1=\"{bottom}\" x2=\"{PLOT_RIGHT}\" y2=\"{bottom}\"/>"
         );
-        // The escalation's moments, labels staggered when close.
-        let mut last_end = [f64::MIN; 2];
+        // The escalation's moments. Labels right of their rule, or left of it near the right edge; on the first of two
+        // rows where they overlap no other label.
+        let mut rows: [Vec<(f64, f64)>; 2] = Default::default();
         for (at, label) in &self.moments {
             let mx = x(*at);
-            let row = usize::from(mx < last_end[0] + 6.0);
             let width = label.chars().count() as f64 * CHAR;
-            let (anchor, lx, end) = if mx + width > WIDTH - 4.0 {
-                ("end", mx - 4.0, mx)
+            let (anchor, lx, extent) = if mx + 4.0 + width > WIDTH - 4.0 {
+                ("end", mx - 4.0, (mx - 4.0 - width, mx - 4.0))
             } else {
-                ("start", mx + 4.0, mx + 4.0 + width)
+                ("start", mx + 4.0, (mx + 4.0, mx + 4.0 + width))
             };
-            last_end[row] = end;
+            let clear = |r: &Vec<(f64, f64)>| {
+                r.iter()
+                    .all(|(a, b)| extent.1 + 6.0 < *a || extent.0 - 6.0 > *b)
+            };
+            let row = if clear(&rows[0]) { 0 } else { 1 };
+            rows[row].push(extent);
             let _ = write!(
                 s,
                 "<g class=\"moment\"><title>{}</title><line x1=\"{mx:.1}\" y1=\"{}\" x2=\"{mx:.1}\" y2=\"{bottom}\"/>\
@@ -382,6 +387,34 @@ mod tests {
         assert!(svg.contains("class=\"life\""));
         // Ticks labelled as offsets from the first event.
         assert!(svg.contains(">0<") && svg.contains(">+1 s<"), "{svg}");
+    }
+
+    #[test]
+    fn close_moments_take_two_rows() {
+        let s = 1_000_000_000i64;
+        let t = Timeline {
+            lanes: vec![Lane {
+                name: "attempt 1".into(),
+                tip: String::new(),
+                items: vec![item(0, Shape::Dot, "x")],
+                life: false,
+            }],
+            moments: vec![
+                (Timestamp(0), "escalation opened".into()),
+                (Timestamp(60 * s), "claimed by ana".into()),
+                (Timestamp(61 * s), "resolved by ana".into()),
+            ],
+        };
+        let svg = t.render().unwrap();
+        let y_of = |label: &str| {
+            let at = svg.find(&format!(">{label}</text>")).unwrap();
+            let open = svg[..at].rfind("<text").unwrap();
+            let tag = &svg[open..at];
+            let y = tag.split("y=\"").nth(1).unwrap();
+            y[..y.find('"').unwrap()].to_string()
+        };
+        assert_eq!(y_of("escalation opened"), "16");
+        assert_ne!(y_of("claimed by ana"), y_of("resolved by ana"), "{svg}");
     }
 
     #[test]
