@@ -11,8 +11,8 @@ use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 /// The `Content-Type` of `render`'s output.
@@ -183,6 +183,10 @@ pub struct Metrics {
     records_received: Family,
     conflicting_resends: Family,
     escalations: [AtomicU64; 3],
+    escalations_unresolved: Mutex<BTreeMap<[String; 3], u64>>,
+    /// 1: the store answered the last probe, 0: it did not, 2: never probed.
+    store_up: AtomicU8,
+    deadline_overdue_ns: AtomicU64,
     intents: AtomicI64,
     verdict_latency: Histogram,
     store_append: Histogram,
@@ -208,6 +212,9 @@ impl Metrics {
             records_received: Family::new(&["source"]),
             conflicting_resends: Family::new(&["kind"]),
             escalations: Default::default(),
+            escalations_unresolved: Mutex::new(BTreeMap::new()),
+            store_up: AtomicU8::new(2),
+            deadline_overdue_ns: AtomicU64::new(0),
             intents: AtomicI64::new(0),
             verdict_latency: Histogram::new(&LATENCY_BUCKETS),
             store_append: Histogram::new(&LATENCY_BUCKETS),
@@ -249,6 +256,41 @@ impl Metrics {
         for (g, v) in self.escalations.iter().zip([open, claimed, resolved]) {
             g.store(v, Relaxed);
         }
+    }
+
+    /// `reckon_escalations_unresolved{tool, finding, severity}`: per combination, the intents whose
+    /// open or claimed escalation carries that finding. Replaces the previous counts; a
+    /// combination seen before and absent now reads 0 (the series falls to zero when a person
+    /// resolves, rather than vanishing). At most `MAX_SERIES` combinations are kept; later new
+    /// ones are counted under `_overflow`.
+    pub fn set_escalations_unresolved(&self, counts: impl IntoIterator<Item = ([String; 3], u64)>) {
+        let mut series = self
+            .escalations_unresolved
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for n in series.values_mut() {
+            *n = 0;
+        }
+        for (labels, n) in counts {
+            let labels = if series.contains_key(&labels) || series.len() < MAX_SERIES {
+                labels
+            } else {
+                [OVERFLOW, OVERFLOW, OVERFLOW].map(String::from)
+            };
+            *series.entry(labels).or_default() += n;
+        }
+    }
+
+    /// Whether the store answered a read just now (the `/readyz` probe).
+    pub fn set_store_up(&self, up: bool) {
+        self.store_up.store(u8::from(up), Relaxed);
+    }
+
+    /// How long ago the earliest booked deadline (a re-audit the engine owes) fell due; zero
+    /// when none is due. Above zero for more than a moment, the deadline timer is stuck.
+    pub fn set_deadline_overdue(&self, d: Duration) {
+        self.deadline_overdue_ns
+            .store(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX), Relaxed);
     }
 
     /// `n` items refused at ingest, e.g. `malformed_span`, `decode_error`, `body_too_large`,
@@ -341,6 +383,27 @@ impl Metrics {
         for (status, n) in [("claimed", claimed), ("open", open), ("resolved", resolved)] {
             let _ = writeln!(out, "reckon_escalations{{status=\"{status}\"}} {n}");
         }
+        header(
+            &mut out,
+            "reckon_escalations_unresolved",
+            "Intents whose open or claimed escalation carries the finding, by tool, finding and severity; falls to zero when a person resolves them.",
+            "gauge",
+        );
+        for (labels, n) in self
+            .escalations_unresolved
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            out.push_str("reckon_escalations_unresolved");
+            push_labels(
+                &mut out,
+                ["tool", "finding", "severity"]
+                    .into_iter()
+                    .zip(labels.iter().map(String::as_str)),
+            );
+            let _ = writeln!(out, " {n}");
+        }
         self.ingest_rejections.render(
             &mut out,
             "reckon_ingest_rejections_total",
@@ -376,6 +439,27 @@ impl Metrics {
             "gauge",
         );
         let _ = writeln!(out, "reckon_intents {}", self.intents.load(Relaxed));
+        if let up @ (0 | 1) = self.store_up.load(Relaxed) {
+            header(
+                &mut out,
+                "reckon_store_up",
+                "1 when the store answered a read during this scrape (the /readyz probe), else 0.",
+                "gauge",
+            );
+            let _ = writeln!(out, "reckon_store_up {up}");
+        }
+        header(
+            &mut out,
+            "reckon_deadline_overdue_seconds",
+            "How long ago the earliest re-audit the engine has booked fell due; 0 when none is due. Stays above 0 only when the deadline timer is stuck.",
+            "gauge",
+        );
+        let overdue = self.deadline_overdue_ns.load(Relaxed) as f64 / 1e9;
+        let _ = writeln!(
+            out,
+            "reckon_deadline_overdue_seconds {}",
+            format_float(overdue)
+        );
         header(
             &mut out,
             "reckon_build_info",
@@ -653,6 +737,75 @@ mod tests {
         // Still one sample per line.
         parse(&text);
         assert_eq!(escape_help("a\\b\nc"), "a\\\\b\\nc");
+    }
+
+    fn labels(tool: &str, finding: &str, severity: &str) -> [String; 3] {
+        [tool, finding, severity].map(String::from)
+    }
+
+    #[test]
+    fn unresolved_escalations_fall_to_zero_instead_of_vanishing() {
+        let m = Metrics::new();
+        let text = m.render();
+        assert!(text.contains("# TYPE reckon_escalations_unresolved gauge\n"));
+        assert!(!text.contains("reckon_escalations_unresolved{"));
+        m.set_escalations_unresolved([
+            (labels("issue_refund", "duplicate_effect", "critical"), 2),
+            (labels("issue_refund", "new_key_retry", "high"), 1),
+        ]);
+        let samples = parse(&m.render());
+        let dup = "reckon_escalations_unresolved{tool=\"issue_refund\",finding=\"duplicate_effect\",severity=\"critical\"}";
+        let nkr = "reckon_escalations_unresolved{tool=\"issue_refund\",finding=\"new_key_retry\",severity=\"high\"}";
+        assert_eq!(value(&samples, dup), Some(2.0));
+        assert_eq!(value(&samples, nkr), Some(1.0));
+        // A person resolved both duplicate effects; the key retry is still open elsewhere.
+        m.set_escalations_unresolved([(labels("issue_refund", "new_key_retry", "high"), 1)]);
+        let samples = parse(&m.render());
+        assert_eq!(value(&samples, dup), Some(0.0));
+        assert_eq!(value(&samples, nkr), Some(1.0));
+        m.set_escalations_unresolved([]);
+        let samples = parse(&m.render());
+        assert_eq!(value(&samples, dup), Some(0.0));
+        assert_eq!(value(&samples, nkr), Some(0.0));
+    }
+
+    #[test]
+    fn unresolved_escalation_series_are_capped() {
+        let m = Metrics::new();
+        let many = (0..MAX_SERIES + 5)
+            .map(|i| (labels(&format!("t{i}"), "duplicate_effect", "critical"), 1));
+        m.set_escalations_unresolved(many);
+        let samples = parse(&m.render());
+        let series = samples
+            .iter()
+            .filter(|(s, _)| s.starts_with("reckon_escalations_unresolved{"))
+            .count();
+        assert_eq!(series, MAX_SERIES + 1);
+        assert_eq!(
+            value(&samples, "reckon_escalations_unresolved{tool=\"_overflow\",finding=\"_overflow\",severity=\"_overflow\"}"),
+            Some(5.0)
+        );
+    }
+
+    #[test]
+    fn store_probe_and_deadline_gauges() {
+        let m = Metrics::new();
+        // Not probed yet: no sample claims the store is up or down.
+        assert!(!m.render().contains("reckon_store_up"));
+        assert_eq!(
+            value(&parse(&m.render()), "reckon_deadline_overdue_seconds"),
+            Some(0.0)
+        );
+        m.set_store_up(false);
+        m.set_deadline_overdue(Duration::from_millis(1500));
+        let samples = parse(&m.render());
+        assert_eq!(value(&samples, "reckon_store_up"), Some(0.0));
+        assert_eq!(
+            value(&samples, "reckon_deadline_overdue_seconds"),
+            Some(1.5)
+        );
+        m.set_store_up(true);
+        assert_eq!(value(&parse(&m.render()), "reckon_store_up"), Some(1.0));
     }
 
     #[test]

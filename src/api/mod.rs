@@ -3,6 +3,7 @@
 //! `{"error": {"code", "message"}}`.
 
 mod error;
+mod ui;
 
 use std::sync::Arc;
 
@@ -53,6 +54,7 @@ pub fn router(state: ApiState) -> Router {
             get(|| async { Json(serde_json::json!({ "status": "ok" })) }),
         )
         .route("/readyz", get(ready))
+        .merge(ui::routes())
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(max))
@@ -286,25 +288,82 @@ async fn report(
 }
 
 async fn metrics(State(s): State<ApiState>) -> Response {
+    // The gauges that describe the engine's and the store's state are read at scrape time, so
+    // they are always what the queue and the store say now.
+    // From the store, like the queue: an escalation counts once it is durable, and every
+    // instance sharing the store reports the same. A store that cannot answer leaves the last
+    // values (and `reckon_store_up` says why).
+    if let Ok(counts) = unresolved_by_finding(&s).await {
+        s.metrics.set_escalations_unresolved(counts);
+    }
+    let overdue = s
+        .engine
+        .next_deadline()
+        .map_or(0, |at| (wall_now().0 - at.0).max(0));
+    s.metrics
+        .set_deadline_overdue(std::time::Duration::from_nanos(overdue as u64));
+    s.metrics.set_store_up(store_probe(&s).await.is_ok());
     (
         StatusCode::OK,
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         s.metrics.render(),
     )
         .into_response()
 }
 
+/// `reckon_escalations_unresolved{tool, finding, severity}`: for every open or claimed
+/// escalation, each finding kind it carries (the findings that opened or joined it, also when the
+/// verdict no longer shows them) counts its intent once. An intent has at most one unresolved
+/// escalation, so this counts intents.
+async fn unresolved_by_finding(
+    s: &ApiState,
+) -> Result<Vec<([String; 3], u64)>, crate::store::StoreError> {
+    let mut counts: std::collections::BTreeMap<[String; 3], u64> = Default::default();
+    let mut unresolved = s
+        .store
+        .list_escalations(Some(EscalationStatus::Open), VerdictFilter::MAX_LIMIT)
+        .await?;
+    unresolved.extend(
+        s.store
+            .list_escalations(Some(EscalationStatus::Claimed), VerdictFilter::MAX_LIMIT)
+            .await?,
+    );
+    for e in unresolved {
+        let tool = s
+            .engine
+            .cached_verdict(&e.intent_id)
+            .and_then(|v| v.tool.clone())
+            .unwrap_or_else(|| "(none)".to_string());
+        let kinds: std::collections::BTreeSet<(&str, &str)> = e
+            .findings
+            .iter()
+            .map(|f| (f.kind.as_str(), f.severity.as_str()))
+            .collect();
+        for (kind, severity) in kinds {
+            *counts
+                .entry([tool.clone(), kind.to_string(), severity.to_string()])
+                .or_default() += 1;
+        }
+    }
+    Ok(counts.into_iter().collect())
+}
+
+/// The store answers a read within 2 s (what `/readyz` and `reckon_store_up` report).
+async fn store_probe(s: &ApiState) -> Result<(), crate::store::StoreError> {
+    match tokio::time::timeout(std::time::Duration::from_secs(2), s.store.get_verdict("")).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(crate::store::StoreError::Task(
+            "the store did not answer within 2 s".into(),
+        )),
+    }
+}
+
 async fn ready(State(s): State<ApiState>) -> Response {
     // The engine exists only once its state was rebuilt from the store; the store must also
     // answer a read now, or a load balancer should send exports elsewhere.
-    let probe =
-        tokio::time::timeout(std::time::Duration::from_secs(2), s.store.get_verdict("")).await;
-    match probe {
-        Ok(Ok(_)) => Json(serde_json::json!({ "status": "ready", "intents": s.engine.intents(), "at": rfc3339(wall_now()) })).into_response(),
-        Ok(Err(e)) => ApiError::Store(e).into_response(),
-        Err(_) => ApiError::Store(crate::store::StoreError::Task("the store did not answer within 2 s".into())).into_response(),
+    match store_probe(&s).await {
+        Ok(()) => Json(serde_json::json!({ "status": "ready", "intents": s.engine.intents(), "at": rfc3339(wall_now()) })).into_response(),
+        Err(e) => ApiError::Store(e).into_response(),
     }
 }

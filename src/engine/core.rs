@@ -130,6 +130,12 @@ impl EngineCore {
         self.verdicts.len()
     }
 
+    /// Everything known about one intent, as the audit sees it (read-only; for the evidence
+    /// page's object status histories).
+    pub fn history(&self, intent_id: &str) -> Option<audit::History> {
+        self.ledger.history(intent_id)
+    }
+
     pub fn book(&self) -> &EscalationBook {
         &self.book
     }

@@ -343,6 +343,12 @@ impl Engine {
         }
     }
 
+    /// The verdict the engine holds now, without waiting for an escalation write in flight: for
+    /// figures (a gauge's tool label), never to show a person or an executor.
+    pub fn cached_verdict(&self, intent_id: &str) -> Option<Arc<Verdict>> {
+        self.lock().shared_verdict(intent_id)
+    }
+
     /// The intent's verdict as the engine holds it. While a change of its escalation is being
     /// written, waits for it (the verdict names the escalation and says `escalate`); `None` if
     /// the engine does not hold the intent, or the write takes longer than the API should wait.
@@ -373,6 +379,16 @@ impl Engine {
 
     pub fn intents(&self) -> usize {
         self.lock().intents()
+    }
+
+    /// Everything known about one intent (its events and its objects' observations), read-only.
+    pub fn history(&self, intent_id: &str) -> Option<audit::History> {
+        self.lock().history(intent_id)
+    }
+
+    /// The earliest re-audit booked: when it lies in the past for long, the timer is stuck.
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        self.lock().next_deadline()
     }
 
     /// A person claims an escalation. Checked against the store and durable before it returns,

@@ -101,12 +101,64 @@ def test_dashboard_provider_points_at_the_mounted_dashboards():
     assert mounts.get("/etc/grafana/provisioning") == "./grafana/provisioning"
 
 
-def alert_rules():
+def _alerting(key):
+    """Every `key` entry of the alerting provisioning files (rules, contact points and
+    policies may share a directory and a file)."""
     out = []
-    for p in (reckon_sql.PROVISIONING_DIR / "alerting").glob("*.yaml"):
-        for g in _yaml(p)["groups"]:
-            out += g["rules"]
+    for p in sorted((reckon_sql.PROVISIONING_DIR / "alerting").glob("*.yaml")):
+        doc = _yaml(p)
+        assert doc.get("apiVersion") == 1, p
+        assert set(doc) - {"apiVersion"} <= {"groups", "contactPoints", "policies", "templates",
+                                             "muteTimes", "deleteRules", "deleteContactPoints",
+                                             "resetPolicies"}, (p, set(doc))
+        out += doc.get(key, [])
     return out
+
+
+def alert_rules():
+    return [r for g in _alerting("groups") for r in g["rules"]]
+
+
+def test_contact_point_and_policy_page_through_the_compose_alertmanager():
+    """Grafana's alerts reach someone: one policy tree whose receivers are provisioned contact
+    points, and the contact point is the Alertmanager service of docker-compose.yml."""
+    points = _alerting("contactPoints")
+    assert points, "no contact point provisioned"
+    names = {c["name"] for c in points}
+    uids = [r["uid"] for c in points for r in c["receivers"]]
+    assert len(uids) == len(set(uids))
+    for uid in uids:
+        assert re.fullmatch(r"[A-Za-z0-9_-]{1,40}", uid), uid
+    policies = _alerting("policies")
+    assert len(policies) == 1, "one notification policy tree per organisation"
+
+    def receivers(policy):
+        yield policy["receiver"]
+        for route in policy.get("routes", []):
+            yield from receivers({"receiver": policy["receiver"], **route})
+
+    for policy in policies:
+        assert policy["orgId"] == 1
+        for r in receivers(policy):
+            assert r in names, f"policy routes to {r!r}, not a provisioned contact point"
+    compose = _yaml(reckon_sql.ROOT / "docker-compose.yml")["services"]
+    am = [r for c in points for r in c["receivers"] if r["type"] == "prometheus-alertmanager"]
+    assert am, "Grafana forwards to the stack's Alertmanager"
+    for r in am:
+        m = re.fullmatch(r"http://([a-z0-9-]+):(\d+)/?", r["settings"]["url"])
+        assert m and m.group(1) in compose, r["settings"]["url"]
+        assert m.group(2) == "9093"
+        assert r.get("disableResolveMessage") is False, "resolutions must end the page"
+    # Grafana only forwards; it must re-send firing alerts before Alertmanager's default
+    # resolve_timeout (5m) would let them lapse.
+    for policy in policies:
+        assert _seconds(policy["repeat_interval"]) < 300
+    assert "alertmanager" in compose["grafana"].get("depends_on", {})
+
+
+def _seconds(d: str) -> int:
+    units = {"s": 1, "m": 60, "h": 3600}
+    return sum(int(n) * units[u] for n, u in re.findall(r"(\d+)([smh])", d))
 
 
 def test_alert_rules_are_consistent():

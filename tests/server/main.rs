@@ -6,6 +6,7 @@ mod loadgen;
 mod otlp_export;
 mod otlp_json;
 mod overload;
+mod paging;
 mod python_sdk;
 mod restart;
 mod seed_matrix;
