@@ -200,6 +200,11 @@ ALTER TABLE reckon_escalations
     ADD COLUMN finding_details Array(String) COMMENT 'each finding explained as it read when it joined',
     ADD COLUMN covered Array(String) COMMENT 'evidence ids the resolution covered'";
 
+/// Current servers keep a view's column types from when it was created: recreated after the
+/// enums grow, the views see the new value instead of failing on it.
+pub const V3_DROP_CURRENT_FINDINGS: &str = "DROP TABLE IF EXISTS reckon_current_findings";
+pub const V3_DROP_CURRENT_VERDICTS: &str = "DROP TABLE IF EXISTS reckon_current_verdicts";
+
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
@@ -225,6 +230,10 @@ pub const MIGRATIONS: &[Migration] = &[
             V3_ESCALATION_FINDING_KINDS,
             V3_FINDING_KIND,
             V3_ESCALATION_EVIDENCE,
+            V3_DROP_CURRENT_FINDINGS,
+            V3_DROP_CURRENT_VERDICTS,
+            V2_CURRENT_VERDICTS,
+            V2_CURRENT_FINDINGS,
         ],
     },
 ];
