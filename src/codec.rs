@@ -34,6 +34,10 @@ pub struct AttemptDoc {
     pub object_id: Option<String>,
     pub object_status: Option<String>,
     pub reported_outcome: Option<String>,
+    /// `captured`, `redacted` or `absent`: whether the span carried the call's arguments.
+    /// Absent in documents written before it was kept.
+    #[serde(default)]
+    pub arguments: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -111,6 +115,7 @@ impl VerdictDoc {
                     object_id: a.object_id.clone(),
                     object_status: a.object_status.clone(),
                     reported_outcome: a.reported_outcome.map(|o| o.as_str().into()),
+                    arguments: Some(a.arguments.as_str().into()),
                 })
                 .collect(),
             readbacks: v

@@ -301,7 +301,41 @@ pub struct Attempt {
     pub arguments: Option<String>,
 }
 
+/// What instrumentations write in place of redacted content, as reckon keeps it in
+/// [`Attempt::arguments`] (a JSON string): the audit reads no parameters from it, and the verdict
+/// says the content was redacted rather than absent.
+pub const REDACTED_ARGUMENTS: &str = "__REDACTED__";
+pub const REDACTED_ARGUMENTS_JSON: &str = "\"__REDACTED__\"";
+
+/// What a span carried of the tool call's arguments: parameter checks need them captured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ArgumentsSeen {
+    Captured,
+    /// Content capture wrote a redaction marker: the call's arguments are unknown.
+    Redacted,
+    /// Content capture was off: the span carries no arguments.
+    Absent,
+}
+
+impl ArgumentsSeen {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ArgumentsSeen::Captured => "captured",
+            ArgumentsSeen::Redacted => "redacted",
+            ArgumentsSeen::Absent => "absent",
+        }
+    }
+}
+
 impl Attempt {
+    pub fn arguments_seen(&self) -> ArgumentsSeen {
+        match self.arguments.as_deref() {
+            None => ArgumentsSeen::Absent,
+            Some(REDACTED_ARGUMENTS_JSON) => ArgumentsSeen::Redacted,
+            Some(_) => ArgumentsSeen::Captured,
+        }
+    }
+
     /// The downstream's HTTP status: the span's, or, when it has none, a semconv `error.type`
     /// of `500`..`599` (some instrumentations only record the status there).
     pub fn effective_status(&self) -> Option<u16> {
@@ -626,6 +660,8 @@ pub struct AttemptView {
     pub object_id: Option<String>,
     pub object_status: Option<String>,
     pub reported_outcome: Option<ReportedOutcome>,
+    /// Whether the span carried the call's arguments (parameter checks need them).
+    pub arguments: ArgumentsSeen,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

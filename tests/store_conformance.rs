@@ -647,6 +647,7 @@ fn verdict(id: &str, tool: Option<&str>, state: IntentState, last_event: i64) ->
             object_id: None,
             object_status: None,
             reported_outcome: Some(ReportedOutcome::Unknown),
+            arguments: ArgumentsSeen::Absent,
         }],
         readbacks: vec![],
         objects: vec![],

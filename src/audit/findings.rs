@@ -240,6 +240,9 @@ fn key_reuse_mismatch(x: &Ctx, out: &mut Vec<Finding>) {
 /// Arguments compared as the downstream would see them: key order and spacing don't count, and
 /// numbers compare by value whether sent as `45`, `45.0` or `"45.00"`.
 fn parsed_arguments(a: &Attempt) -> Option<serde_json::Value> {
+    if a.arguments_seen() != ArgumentsSeen::Captured {
+        return None;
+    }
     let v: serde_json::Value = serde_json::from_str(a.arguments.as_deref()?).ok()?;
     Some(by_value(v))
 }

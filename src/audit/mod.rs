@@ -281,6 +281,7 @@ pub fn audit(history: &History, contract: Option<&Contract>, now: Timestamp) -> 
                 object_id: a.object_id.clone(),
                 object_status: a.object_status.clone(),
                 reported_outcome: a.reported_outcome,
+                arguments: a.arguments_seen(),
             })
             .collect(),
         readbacks: h

@@ -68,7 +68,14 @@ pub struct IngestService {
     stripe_tolerance: Dur,
     /// Which times from other clocks are accepted (`ingest::bounds`).
     time_bounds: TimeBounds,
+    /// Contracted tool spans dropped for want of an intent id since the last warning, and when
+    /// that was (unix seconds): one line per interval, not one per span.
+    no_intent_unlogged: std::sync::atomic::AtomicU64,
+    no_intent_logged_at: std::sync::atomic::AtomicI64,
 }
+
+/// At most one "no intent id" warning per this many seconds.
+const NO_INTENT_LOG_EVERY_SECS: i64 = 60;
 
 impl IngestService {
     pub fn new(
@@ -89,6 +96,8 @@ impl IngestService {
             stripe_secret,
             stripe_tolerance,
             time_bounds: TimeBounds::DEFAULT,
+            no_intent_unlogged: Default::default(),
+            no_intent_logged_at: std::sync::atomic::AtomicI64::new(i64::MIN),
         }
     }
 
@@ -137,6 +146,32 @@ impl IngestService {
         Ok(())
     }
 
+    /// A contracted tool span without an intent id is dropped, not audited: the executor is not
+    /// tagging its spans (or tags a span that is not the tool's). Counted in
+    /// `reckon_spans_dropped_total{reason="no_intent_id"}`, and said in the log at most once a
+    /// minute with one example to follow.
+    fn warn_no_intent(&self, trace: &str, tool: &str, n: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let pending = self.no_intent_unlogged.fetch_add(n, Relaxed) + n;
+        let now = crate::engine::wall_now().0 / 1_000_000_000;
+        let last = self.no_intent_logged_at.load(Relaxed);
+        if now.saturating_sub(last) < NO_INTENT_LOG_EVERY_SECS
+            || self
+                .no_intent_logged_at
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        self.no_intent_unlogged.fetch_sub(pending, Relaxed);
+        tracing::warn!(
+            spans = pending,
+            example_trace_id = trace,
+            tool,
+            "contracted tool spans without reckon.intent.id were not audited: set it on the tool's own span, or read it from the arguments with the contract's intent_id pointer"
+        );
+    }
+
     pub async fn traces(
         &self,
         admitted: Admission,
@@ -152,6 +187,9 @@ impl IngestService {
                 .spans_dropped("not_audited", decoded.dropped - decoded.dropped_no_intent);
             self.metrics
                 .spans_dropped("no_intent_id", decoded.dropped_no_intent);
+        }
+        if let Some((trace, tool)) = &decoded.no_intent_example {
+            self.warn_no_intent(trace, tool, decoded.dropped_no_intent);
         }
         if decoded.rejected > bad_time {
             self.metrics

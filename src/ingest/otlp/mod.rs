@@ -44,6 +44,8 @@ pub struct Decoded {
     /// and none readable through the contract's pointer). Worth a metric: it means the executor
     /// is not tagging its spans.
     pub dropped_no_intent: u64,
+    /// The first such span, as (trace id, tool): for a log line an operator can follow.
+    pub no_intent_example: Option<(String, String)>,
     /// Malformed items refused alone (OTLP `rejected_spans` / `rejected_log_records`).
     pub rejected: u64,
     /// Why, for the first `MAX_REASONS` rejections.
@@ -90,8 +92,8 @@ pub enum DecodeError {
 pub(crate) enum Outcome {
     Event(Event),
     Dropped,
-    /// A tool span that would be audited but names no intent.
-    DroppedNoIntent,
+    /// A tool span that would be audited but names no intent: (trace id, tool).
+    DroppedNoIntent(String, String),
     Rejected(String),
 }
 
@@ -101,9 +103,12 @@ impl Decoded {
         match outcome {
             Outcome::Event(e) => self.events.push(e),
             Outcome::Dropped => self.dropped += 1,
-            Outcome::DroppedNoIntent => {
+            Outcome::DroppedNoIntent(trace, tool) => {
                 self.dropped += 1;
                 self.dropped_no_intent += 1;
+                if self.no_intent_example.is_none() {
+                    self.no_intent_example = Some((trace, tool));
+                }
             }
             Outcome::Rejected(reason) => self.reject(reason),
         }
@@ -239,6 +244,9 @@ impl Decoded {
         self.seen += other.seen;
         self.dropped += other.dropped;
         self.dropped_no_intent += other.dropped_no_intent;
+        if self.no_intent_example.is_none() {
+            self.no_intent_example = other.no_intent_example;
+        }
         self.rejected += other.rejected;
         let room = MAX_REASONS.saturating_sub(self.reasons.len());
         self.reasons.extend(other.reasons.into_iter().take(room));

@@ -16,7 +16,10 @@ use super::attr;
 use super::value::{find, int_of, json_of, json_text, nanos, str_of, text_of};
 use super::Outcome;
 use crate::contract::{Contract, Contracts};
-use crate::model::{Attempt, Event, Readback, ReportedOutcome, SpanRef, Timestamp};
+use crate::model::{
+    Attempt, Event, Readback, ReportedOutcome, SpanRef, Timestamp, REDACTED_ARGUMENTS,
+    REDACTED_ARGUMENTS_JSON,
+};
 
 /// Span name prefix of the OTel GenAI execute-tool span (`execute_tool {gen_ai.tool.name}`).
 const EXECUTE_TOOL: &str = "execute_tool";
@@ -212,7 +215,7 @@ fn tool_span_to_event(span: &Span, id: SpanRef, contracts: &Contracts) -> Outcom
             contract.and_then(|c| c.intent_id_pointer.as_deref()),
         ) {
             Some(i) => i,
-            None => return Outcome::DroppedNoIntent,
+            None => return Outcome::DroppedNoIntent(id.trace_hex(), tool.into_owned()),
         },
     };
     let start = Timestamp(nanos(span.start_time_unix_nano));
@@ -267,7 +270,11 @@ fn tool_span_to_event(span: &Span, id: SpanRef, contracts: &Contracts) -> Outcom
         object_id: scan.object_id.and_then(text_of).map(Cow::into_owned),
         object_status: scan.object_status.and_then(text_of).map(Cow::into_owned),
         reported_outcome,
-        arguments: args.map(|a| a.to_string()),
+        arguments: args.map(|a| match a {
+            // Kept as the marker, so the verdict can say the content was redacted.
+            J::String(s) if s == REDACTED_ARGUMENTS => REDACTED_ARGUMENTS_JSON.to_string(),
+            a => a.to_string(),
+        }),
     }))
 }
 
@@ -310,6 +317,14 @@ fn tool_name<'a>(scan: &Scan<'a>, span_name: &'a str) -> Cow<'a, str> {
 
 /// The call's arguments, from wherever this emitter put them.
 fn arguments(scan: &Scan<'_>, span: &Span) -> Option<J> {
+    let candidates = [
+        scan.genai_args,
+        scan.adk_args,
+        scan.vercel_args,
+        scan.pydantic_args,
+        scan.traceloop_input,
+        scan.openinference_input,
+    ];
     let direct = [
         scan.genai_args,
         scan.adk_args,
@@ -319,14 +334,63 @@ fn arguments(scan: &Scan<'_>, span: &Span) -> Option<J> {
     .into_iter()
     .flatten()
     .find_map(json_of)
+    .map(langchain_arguments)
     .or_else(|| {
         scan.traceloop_input
             .and_then(json_of)
+            .map(langchain_arguments)
             .map(traceloop_arguments)
     })
     // `tool.parameters` is the tool's JSON schema; the call itself is `input.value`.
     .or_else(|| scan.openinference_input.and_then(json_of));
-    direct.or_else(|| event_arguments(span))
+    direct.or_else(|| event_arguments(span)).or_else(|| {
+        // Content capture off in a way that still writes the attribute: say so rather than
+        // pretend there were no arguments to capture.
+        candidates
+            .into_iter()
+            .flatten()
+            .any(|v| text_of(v).is_some_and(|t| is_redacted(&t)))
+            .then(|| J::String(REDACTED_ARGUMENTS.to_string()))
+    })
+}
+
+/// What instrumentations write instead of the content when capture of sensitive data is off
+/// (OpenAI Agents SDK through OpenInference: `__REDACTED__`).
+fn is_redacted(text: &str) -> bool {
+    let t = text.trim().trim_matches('"');
+    ["__REDACTED__", "[REDACTED]", "<REDACTED>", "REDACTED"]
+        .iter()
+        .any(|m| t.eq_ignore_ascii_case(m))
+}
+
+/// LangChain's tool callbacks (both its OpenInference and its OpenLLMetry instrumentation)
+/// record the callback's envelope, not the call: `{"input_str": "<python repr>", "inputs":
+/// {...}, "kwargs": {...}, "tags": [...], "metadata": {...}}`. The call's arguments are
+/// `inputs`, else non-empty `kwargs`, else `input_str` when it is JSON.
+fn langchain_arguments(v: J) -> J {
+    let J::Object(mut m) = v else {
+        return v;
+    };
+    if !m.contains_key("input_str") || !(m.contains_key("inputs") || m.contains_key("kwargs")) {
+        return J::Object(m);
+    }
+    if let Some(J::Object(inputs)) = m.remove("inputs") {
+        if !inputs.is_empty() {
+            return J::Object(inputs);
+        }
+    }
+    if let Some(J::Object(kwargs)) = m.remove("kwargs") {
+        if !kwargs.is_empty() {
+            return J::Object(kwargs);
+        }
+    }
+    match m.remove("input_str") {
+        Some(J::String(s)) => match serde_json::from_str::<J>(&s) {
+            Ok(parsed @ J::Object(_)) => parsed,
+            _ => J::Object(Default::default()),
+        },
+        _ => J::Object(Default::default()),
+    }
 }
 
 /// Strands (and other event-based GenAI emitters) put the arguments in span events.

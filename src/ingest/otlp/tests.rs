@@ -367,6 +367,75 @@ fn openllmetry_tool_span_takes_kwargs() {
     );
 }
 
+/// LangChain's callback envelope, as both its OpenLLMetry instrumentation
+/// (`traceloop.entity.input`) and GenAI-convention emitters (`gen_ai.tool.call.arguments`)
+/// record it: the call's arguments are its `inputs`.
+#[test]
+fn langchain_callback_envelope_yields_the_calls_arguments() {
+    let envelope = r#"{\"input_str\": \"{'order_id': '1042', 'amount': 46.0}\", \"inputs\": {\"order_id\": \"1042\", \"amount\": 46.0, \"currency\": \"usd\"}, \"kwargs\": {\"color\": \"green\"}, \"tags\": [], \"metadata\": {\"langgraph_step\": 2}}"#;
+    for attr in ["traceloop.entity.input", "gen_ai.tool.call.arguments"] {
+        let doc = traces_doc(
+            "opentelemetry.instrumentation.langchain",
+            &format!(
+                r#"{{"traceId":"{TRACE}","spanId":"{SPAN}","name":"execute_tool issue_refund","kind":1,
+                "startTimeUnixNano":"{START}","endTimeUnixNano":"{END}",
+                "attributes":[
+                  {{"key":"gen_ai.operation.name","value":{{"stringValue":"execute_tool"}}}},
+                  {{"key":"gen_ai.tool.name","value":{{"stringValue":"issue_refund"}}}},
+                  {{"key":"{attr}","value":{{"stringValue":"{envelope}"}}}},
+                  {{"key":"reckon.intent.id","value":{{"stringValue":"int_lc"}}}}]}}"#
+            ),
+        );
+        let a = one_attempt(&doc);
+        let args: serde_json::Value =
+            serde_json::from_str(a.arguments.as_deref().expect("arguments")).unwrap();
+        assert_eq!(
+            args,
+            serde_json::json!({"order_id": "1042", "amount": 46.0, "currency": "usd"}),
+            "{attr}"
+        );
+    }
+    // Without `inputs`, non-empty kwargs; else `input_str` when it is JSON.
+    let only_str = r#"{\"input_str\": \"{\\\"amount\\\": 45}\", \"kwargs\": {}}"#;
+    let doc = traces_doc(
+        "x",
+        &format!(
+            r#"{{"traceId":"{TRACE}","spanId":"{SPAN}","name":"execute_tool issue_refund",
+            "startTimeUnixNano":"{START}","endTimeUnixNano":"{END}",
+            "attributes":[
+              {{"key":"gen_ai.tool.call.arguments","value":{{"stringValue":"{only_str}"}}}},
+              {{"key":"reckon.intent.id","value":{{"stringValue":"int_lc"}}}}]}}"#
+        ),
+    );
+    assert_eq!(
+        one_attempt(&doc).arguments.as_deref(),
+        Some(r#"{"amount":45}"#)
+    );
+}
+
+/// OpenAI Agents SDK through OpenInference with sensitive data off writes `__REDACTED__`: no
+/// arguments, and the verdict can say they were redacted rather than never captured.
+#[test]
+fn redacted_content_is_absent_and_marked() {
+    let doc = traces_doc(
+        "openinference.instrumentation.openai_agents",
+        &format!(
+            r#"{{"traceId":"{TRACE}","spanId":"{SPAN}","name":"issue_refund",
+            "startTimeUnixNano":"{START}","endTimeUnixNano":"{END}",
+            "attributes":[
+              {{"key":"openinference.span.kind","value":{{"stringValue":"TOOL"}}}},
+              {{"key":"tool.name","value":{{"stringValue":"issue_refund"}}}},
+              {{"key":"input.value","value":{{"stringValue":"__REDACTED__"}}}},
+              {{"key":"output.value","value":{{"stringValue":"__REDACTED__"}}}},
+              {{"key":"reckon.intent.id","value":{{"stringValue":"int_oa"}}}}]}}"#
+        ),
+    );
+    let a = one_attempt(&doc);
+    assert_eq!(a.arguments_seen(), crate::model::ArgumentsSeen::Redacted);
+    let c = crate::contract::Contract::example("c", "issue_refund");
+    assert!(crate::audit::Params::of_attempt(&a, &c).is_empty());
+}
+
 /// Vercel AI SDK up to 6: span name `ai.toolCall`, `ai.toolCall.*` attributes. The JS exporter
 /// writes 64-bit integers as numbers, which is tolerated.
 #[test]
@@ -587,6 +656,9 @@ fn contract_tool_span_without_intent_is_dropped_and_counted() {
         (d.seen, d.dropped, d.dropped_no_intent, d.events.len()),
         (1, 1, 1, 0)
     );
+    // One example to log: the trace to follow and the tool.
+    let (trace, tool) = d.no_intent_example.expect("an example");
+    assert_eq!((trace.len(), tool.as_str()), (32, "issue_refund"));
     // With the pointer contract, arguments that lack the pointed-at member name no intent either.
     let doc = rule_span(
         "execute_tool create_invoice_draft",

@@ -108,6 +108,7 @@ fn view(n: u64, class: AttemptClass) -> AttemptView {
         object_id: None,
         object_status: None,
         reported_outcome: Some(ReportedOutcome::Unknown),
+        arguments: ArgumentsSeen::Absent,
     }
 }
 
