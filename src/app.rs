@@ -71,9 +71,14 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let contracts = Arc::new(Contracts::new(contracts));
     let store = Arc::new(open_store(&config).await?);
     let metrics = Arc::new(Metrics::new());
-    let (engine, tasks) = Engine::start(contracts.clone(), store.clone(), metrics.clone())
-        .await
-        .context("rebuilding state from the store")?;
+    let options = crate::engine::EngineOptions {
+        evict_after: config.evict_after,
+        ..Default::default()
+    };
+    let (engine, tasks) =
+        Engine::start_with(contracts.clone(), store.clone(), metrics.clone(), options)
+            .await
+            .context("rebuilding state from the store")?;
     let ingest = Arc::new(IngestService::new(
         engine.clone(),
         store.clone(),

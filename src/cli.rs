@@ -23,6 +23,8 @@ use std::time::Duration;
 // ---------------------------------------------------------------------------------------------
 
 /// What the user asked for, with every setting resolved.
+// Built once per process: boxing the large variant buys nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
     Serve(Config),
@@ -204,6 +206,7 @@ const ENV_STRIPE_TOLERANCE: &str = "RECKON_STRIPE_TOLERANCE";
 const ENV_MAX_REQUEST_BYTES: &str = "RECKON_MAX_REQUEST_BYTES";
 const ENV_MAX_CONCURRENT_EXPORTS: &str = "RECKON_MAX_CONCURRENT_EXPORTS";
 const ENV_SHUTDOWN_GRACE: &str = "RECKON_SHUTDOWN_GRACE";
+const ENV_EVICT_AFTER: &str = "RECKON_EVICT_AFTER";
 const ENV_LOG_FORMAT: &str = "RECKON_LOG_FORMAT";
 const ENV_LOG_FILTER: &str = "RECKON_LOG_FILTER";
 const ENV_SERVER: &str = "RECKON_SERVER";
@@ -266,6 +269,10 @@ fn non_empty_path(s: &str) -> Result<PathBuf, ValueError> {
 fn store(s: &str) -> Result<StoreConfig, ValueError> {
     Ok(value::parse_store(s)?)
 }
+
+/// `--evict-after`: clap reads a bare `Option<Option<_>>` as a flag with an optional value.
+#[derive(Clone, Debug)]
+struct EvictAfter(Option<Duration>);
 
 fn set<T>(dst: &mut T, v: Option<T>) {
     if let Some(v) = v {
@@ -349,6 +356,10 @@ struct ServeCli {
     /// How long shutdown waits for in-flight requests [default: 10s] [env: RECKON_SHUTDOWN_GRACE]
     #[arg(long, value_name = "DURATION", value_parser = value::parse_duration)]
     shutdown_grace: Option<Duration>,
+    /// How long a settled intent stays in memory before it leaves for the store (`never`: keep
+    /// it) [default: 60s] [env: RECKON_EVICT_AFTER]
+    #[arg(long, value_name = "DURATION", value_parser = |s: &str| value::parse_evict_after(s).map(EvictAfter))]
+    evict_after: Option<EvictAfter>,
     /// `text` or `json` [default: text] [env: RECKON_LOG_FORMAT]
     #[arg(long, value_name = "FORMAT", value_parser = value::parse_log_format)]
     log_format: Option<LogFormat>,
@@ -418,6 +429,14 @@ impl ServeCli {
                 self.shutdown_grace,
                 ENV_SHUTDOWN_GRACE,
                 value::parse_duration,
+            )?,
+        );
+        set(
+            &mut c.evict_after,
+            env.or(
+                self.evict_after.map(|e| e.0),
+                ENV_EVICT_AFTER,
+                value::parse_evict_after,
             )?,
         );
         set(

@@ -50,6 +50,9 @@ pub struct Config {
     pub max_concurrent_exports: usize,
     /// How long shutdown waits for in-flight requests (default 10 s).
     pub shutdown_grace: Duration,
+    /// How long a settled intent stays in memory before it leaves for the store (default 60 s;
+    /// `None`: never). It comes back when an event touches it.
+    pub evict_after: Option<Duration>,
     pub log_format: LogFormat,
     /// A `tracing` env-filter directive (default `info`).
     pub log_filter: String,
@@ -69,6 +72,7 @@ impl Default for Config {
             max_request_bytes: 16 * 1024 * 1024,
             max_concurrent_exports: 64,
             shutdown_grace: Duration::from_secs(10),
+            evict_after: Some(Duration::from_secs(60)),
             log_format: LogFormat::Text,
             log_filter: "info".into(),
         }

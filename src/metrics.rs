@@ -188,6 +188,7 @@ pub struct Metrics {
     store_up: AtomicU8,
     deadline_overdue_ns: AtomicU64,
     intents: AtomicI64,
+    intents_evicted: AtomicI64,
     verdict_latency: Histogram,
     store_append: Histogram,
     version: &'static str,
@@ -216,6 +217,7 @@ impl Metrics {
             store_up: AtomicU8::new(2),
             deadline_overdue_ns: AtomicU64::new(0),
             intents: AtomicI64::new(0),
+            intents_evicted: AtomicI64::new(0),
             verdict_latency: Histogram::new(&LATENCY_BUCKETS),
             store_append: Histogram::new(&LATENCY_BUCKETS),
             version: env!("CARGO_PKG_VERSION"),
@@ -322,6 +324,12 @@ impl Metrics {
     }
 
     /// Intents the engine currently holds.
+    /// Settled intents out of memory, waiting in the store (process-local).
+    pub fn set_intents_evicted(&self, n: u64) {
+        self.intents_evicted
+            .store(i64::try_from(n).unwrap_or(i64::MAX), Relaxed);
+    }
+
     pub fn set_intents(&self, n: u64) {
         self.intents
             .store(i64::try_from(n).unwrap_or(i64::MAX), Relaxed);
@@ -439,6 +447,17 @@ impl Metrics {
             "gauge",
         );
         let _ = writeln!(out, "reckon_intents {}", self.intents.load(Relaxed));
+        header(
+            &mut out,
+            "reckon_intents_evicted",
+            "Settled intents that left memory for the store; an event on one brings it back.",
+            "gauge",
+        );
+        let _ = writeln!(
+            out,
+            "reckon_intents_evicted {}",
+            self.intents_evicted.load(Relaxed)
+        );
         if let up @ (0 | 1) = self.store_up.load(Relaxed) {
             header(
                 &mut out,

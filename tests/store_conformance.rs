@@ -194,6 +194,11 @@ macro_rules! conformance {
                 run(|h| async move { super::unholdable_times_are_refused_alone(&*h).await }).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn events_touching_intents_keys_and_objects() {
+                run(|h| async move { super::events_touching_intents_keys_and_objects(&*h).await })
+                    .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn known_observations_come_from_the_store() {
                 run(|h| async move { super::known_observations_come_from_the_store(&*h).await })
                     .await
@@ -1040,6 +1045,63 @@ async fn unholdable_times_are_refused_alone<H: Harness>(h: &H) {
     );
 }
 
+/// `events_touching` brings back what an intent that left memory needs: its attempts and
+/// read-backs, and the records naming it, carrying a key or observing an object, first copies
+/// only, each once, and nothing else.
+async fn events_touching_intents_keys_and_objects<H: Harness>(h: &H) {
+    use reckon::store::EventQuery;
+    let store = h.open().await;
+    let mine = vec![
+        A {
+            key: Some("k-a"),
+            object: Some("re_a"),
+            status: Some("pending"),
+            ..A::new(1, "intent-a", 0)
+        }
+        .event(),
+        readback(2, "intent-a", 5, &["re_a"]),
+        record("re_a", None, Some("k-a"), "succeeded", 6),
+        record("re_x", Some("intent-a"), None, "failed", 7),
+        // Found by object only, and by key only.
+        record("re_a", None, None, "requires_action", 4),
+        record("re_k", None, Some("k-a"), "pending", 8),
+    ];
+    let others = vec![
+        A {
+            key: Some("k-b"),
+            ..A::new(3, "intent-b", 0)
+        }
+        .event(),
+        readback(4, "intent-b", 5, &["re_a"]),
+        record("re_b", Some("intent-b"), Some("k-b"), "succeeded", 9),
+    ];
+    let mut all = mine.clone();
+    all.extend(others);
+    store.append(all).await.unwrap();
+    let got = store
+        .events_touching(EventQuery {
+            intents: vec!["intent-a".into()],
+            keys: vec!["k-a".into()],
+            objects: vec!["re_a".into()],
+        })
+        .await
+        .unwrap();
+    assert_eq!(sorted_events(got), sorted_events(mine));
+    assert!(store
+        .events_touching(EventQuery::default())
+        .await
+        .unwrap()
+        .is_empty());
+    let by_intent = store
+        .events_touching(EventQuery {
+            intents: vec!["intent-b".into(), "nobody".into()],
+            ..EventQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(by_intent.len(), 3, "{by_intent:?}");
+}
+
 /// `known_observations` answers "has this (source, object_id, status) ever been observed?" from
 /// the store, so it holds across a restart.
 async fn known_observations_come_from_the_store<H: Harness>(h: &H) {
@@ -1377,6 +1439,7 @@ async fn escalations_are_durable_before_visible<H: Harness>(h: &H) {
         metrics.clone(),
         EngineOptions {
             persist_linger: Duration::from_secs(3600),
+            ..EngineOptions::default()
         },
     )
     .await

@@ -462,6 +462,113 @@ impl Ledger {
             .map(|(_, c)| c)
     }
 
+    /// Everything this intent may see: objects named by its records, carrying its keys,
+    /// returned by its responses or listed by its read-backs, and the keys it sent.
+    fn reach(&self, id: &str) -> (BTreeSet<&str>, BTreeSet<&str>) {
+        let mut objects: BTreeSet<&str> = BTreeSet::new();
+        let mut keys: BTreeSet<&str> = BTreeSet::new();
+        objects.extend(
+            self.named_objects
+                .get(id)
+                .into_iter()
+                .flat_map(|f| f.iter().map(String::as_str)),
+        );
+        if let Some(e) = self.intents.get(id) {
+            for a in &e.attempts {
+                keys.extend(a.idempotency_key.as_deref());
+                objects.extend(a.object_id.as_deref());
+            }
+            for r in &e.readbacks {
+                objects.extend(r.object_ids.iter().map(String::as_str));
+            }
+        }
+        for k in &keys {
+            objects.extend(
+                self.key_objects
+                    .get(*k)
+                    .into_iter()
+                    .flat_map(|f| f.iter().map(String::as_str)),
+            );
+        }
+        (objects, keys)
+    }
+
+    /// The routes by which later evidence can concern this intent (DESIGN.md "Memory and
+    /// history"): its id (`i:`), every key it sent or its objects' records carry (`k:`), every
+    /// object it may see (`o:`). [`event_routes`] gives an incoming event's.
+    pub fn routes(&self, id: &str) -> Vec<String> {
+        let (objects, keys) = self.reach(id);
+        let mut out = vec![format!("i:{id}")];
+        let mut all_keys: BTreeSet<&str> = keys;
+        for o in &objects {
+            for r in self.records.get(*o).into_iter().flatten() {
+                all_keys.extend(r.idempotency_key.as_deref());
+            }
+        }
+        out.extend(all_keys.into_iter().map(|k| format!("k:{k}")));
+        out.extend(objects.into_iter().map(|o| format!("o:{o}")));
+        out
+    }
+
+    /// Whether nothing this intent may see concerns another intent in memory: it can leave
+    /// memory without changing anyone else's evidence.
+    pub fn is_isolated(&self, id: &str) -> bool {
+        if !self.intents.contains_key(id) {
+            return false;
+        }
+        let (objects, keys) = self.reach(id);
+        let alone = |uses: Option<&Vec<Use>>| uses.into_iter().flatten().all(|u| u.intent == id);
+        keys.iter().all(|k| alone(self.key_senders.get(*k)))
+            && objects.iter().all(|o| {
+                let mut others = BTreeSet::new();
+                self.stakeholders(o, &mut others);
+                others.iter().all(|x| x == id) && !self.orphans.contains(*o)
+            })
+    }
+
+    /// Take an isolated intent and the evidence only it holds out of memory; its events stay in
+    /// the store, and [`Ledger::add`] of them brings it back identical. Returns false (and
+    /// changes nothing) when the intent is not isolated.
+    pub fn evict(&mut self, id: &str) -> bool {
+        if !self.is_isolated(id) {
+            return false;
+        }
+        let (objects, keys) = {
+            let (o, k) = self.reach(id);
+            (
+                o.into_iter().map(str::to_string).collect::<Vec<_>>(),
+                k.into_iter().map(str::to_string).collect::<Vec<_>>(),
+            )
+        };
+        if let Some(e) = self.intents.remove(id) {
+            for a in &e.attempts {
+                self.attempt_spans.remove(&a.span);
+            }
+            for r in &e.readbacks {
+                self.readback_spans.remove(&r.span);
+            }
+        }
+        self.named_objects.remove(id);
+        for k in &keys {
+            self.key_senders.remove(k);
+        }
+        for o in &objects {
+            self.responders.remove(o);
+            self.readers.remove(o);
+            if let Some(records) = self.records.remove(o) {
+                for key in records.iter().filter_map(|r| r.idempotency_key.as_deref()) {
+                    if let Some(f) = self.key_objects.get_mut(key) {
+                        f.0.retain(|x| x != o);
+                        if f.0.is_empty() {
+                            self.key_objects.remove(key);
+                        }
+                    }
+                }
+            }
+        }
+        true
+    }
+
     /// Add one event. A re-sent event (same identity) changes nothing.
     pub fn add(&mut self, event: Event) -> LedgerChange {
         let mut change = LedgerChange::default();
@@ -562,4 +669,47 @@ fn same_record(a: &RecordObservation, b: &RecordObservation) -> bool {
         && a.object_id == b.object_id
         && a.status == b.status
         && a.observed_at == b.observed_at
+}
+
+/// The routes an incoming event travels by (see [`Ledger::routes`]).
+pub fn event_routes(e: &Event) -> Vec<String> {
+    let mut out = Vec::with_capacity(3);
+    match e {
+        Event::Attempt(a) => {
+            out.push(format!("i:{}", a.intent_id));
+            out.extend(a.idempotency_key.iter().map(|k| format!("k:{k}")));
+            out.extend(a.object_id.iter().map(|o| format!("o:{o}")));
+        }
+        Event::Readback(r) => {
+            out.push(format!("i:{}", r.intent_id));
+            out.extend(r.object_ids.iter().map(|o| format!("o:{o}")));
+        }
+        Event::Record(r) => {
+            out.extend(r.intent_id.iter().map(|i| format!("i:{i}")));
+            out.extend(r.idempotency_key.iter().map(|k| format!("k:{k}")));
+            out.push(format!("o:{}", r.object_id));
+        }
+    }
+    out
+}
+
+/// The keys and objects some events name: what else to load from the store with them (the
+/// records that carry those keys or observe those objects).
+pub fn keys_and_objects(events: &[Event]) -> (Vec<String>, Vec<String>) {
+    let mut keys: BTreeSet<String> = BTreeSet::new();
+    let mut objects: BTreeSet<String> = BTreeSet::new();
+    for e in events {
+        match e {
+            Event::Attempt(a) => {
+                keys.extend(a.idempotency_key.clone());
+                objects.extend(a.object_id.clone());
+            }
+            Event::Readback(r) => objects.extend(r.object_ids.iter().cloned()),
+            Event::Record(r) => {
+                keys.extend(r.idempotency_key.clone());
+                objects.insert(r.object_id.clone());
+            }
+        }
+    }
+    (keys.into_iter().collect(), objects.into_iter().collect())
 }

@@ -12,7 +12,7 @@ mod objects;
 mod params;
 
 pub use classify::classify;
-pub use ledger::{Ledger, LedgerChange, ORPHAN_PREFIX};
+pub use ledger::{event_routes, keys_and_objects, Ledger, LedgerChange, ORPHAN_PREFIX};
 pub use params::Params;
 
 use crate::contract::{Contract, Idempotency};

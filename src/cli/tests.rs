@@ -57,6 +57,7 @@ stripe_tolerance = "1m"
 max_request_bytes = 1001
 max_concurrent_exports = 1
 shutdown_grace = "1s"
+evict_after = "never"
 log_format = "json"
 log_filter = "warn"
 "#,
@@ -82,6 +83,7 @@ const ENV: &[(&str, &str)] = &[
     ("RECKON_MAX_REQUEST_BYTES", "2002"),
     ("RECKON_MAX_CONCURRENT_EXPORTS", "2"),
     ("RECKON_SHUTDOWN_GRACE", "2s"),
+    ("RECKON_EVICT_AFTER", "2m"),
     ("RECKON_LOG_FORMAT", "text"),
     ("RECKON_LOG_FILTER", "error"),
 ];
@@ -98,6 +100,7 @@ const FLAGS: &[&str] = &[
     "--max-request-bytes=3KiB",
     "--max-concurrent-exports=3",
     "--shutdown-grace=3s",
+    "--evict-after=3m",
     "--log-format=json",
     "--log-filter=debug",
 ];
@@ -115,6 +118,7 @@ fn defaults_without_anything() {
     assert_eq!(c.store, StoreConfig::Sqlite);
     assert_eq!(c.stripe_tolerance, std::time::Duration::from_secs(300));
     assert_eq!(c.stripe_webhook_secret, None);
+    assert_eq!(c.evict_after, Some(std::time::Duration::from_secs(60)));
 }
 
 #[test]
@@ -137,6 +141,7 @@ fn flag_beats_env_beats_file_beats_default() {
             max_request_bytes: 1001,
             max_concurrent_exports: 1,
             shutdown_grace: Duration::from_secs(1),
+            evict_after: None,
             log_format: LogFormat::Json,
             log_filter: "warn".into(),
         }
@@ -157,6 +162,7 @@ fn flag_beats_env_beats_file_beats_default() {
             max_request_bytes: 2002,
             max_concurrent_exports: 2,
             shutdown_grace: Duration::from_secs(2),
+            evict_after: Some(Duration::from_secs(120)),
             log_format: LogFormat::Text,
             log_filter: "error".into(),
         }
@@ -179,6 +185,7 @@ fn flag_beats_env_beats_file_beats_default() {
             max_request_bytes: 3 << 10,
             max_concurrent_exports: 3,
             shutdown_grace: Duration::from_secs(3),
+            evict_after: Some(Duration::from_secs(180)),
             log_format: LogFormat::Json,
             log_filter: "debug".into(),
         }

@@ -63,6 +63,7 @@ pub struct FileConfig {
     pub max_request_bytes: Option<usize>,
     pub max_concurrent_exports: Option<usize>,
     pub shutdown_grace: Option<Duration>,
+    pub evict_after: Option<Option<Duration>>,
     pub log_format: Option<LogFormat>,
     pub log_filter: Option<String>,
 }
@@ -91,6 +92,7 @@ impl FileConfig {
             &self.max_concurrent_exports,
         );
         set(&mut cfg.shutdown_grace, &self.shutdown_grace);
+        set(&mut cfg.evict_after, &self.evict_after);
         set(&mut cfg.log_format, &self.log_format);
         set(&mut cfg.log_filter, &self.log_filter);
     }
@@ -112,6 +114,7 @@ struct RawFile {
     // i64 rather than usize so zero and negatives get our message, not serde's.
     max_concurrent_exports: Option<Spanned<i64>>,
     shutdown_grace: Option<Spanned<String>>,
+    evict_after: Option<Spanned<String>>,
     log_format: Option<Spanned<String>>,
     log_filter: Option<Spanned<String>>,
 }
@@ -216,6 +219,7 @@ pub fn parse_file(file: &Path, text: &str) -> Result<FileConfig, ConfigFileError
         max_request_bytes,
         max_concurrent_exports,
         shutdown_grace: src.value("shutdown_grace", &raw.shutdown_grace, value::parse_duration)?,
+        evict_after: src.value("evict_after", &raw.evict_after, value::parse_evict_after)?,
         log_format: src.value("log_format", &raw.log_format, value::parse_log_format)?,
         log_filter: src.value("log_filter", &raw.log_filter, value::parse_log_filter)?,
     })

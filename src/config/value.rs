@@ -81,6 +81,14 @@ pub fn parse_duration(s: &str) -> Result<Duration, ValueError> {
     }
 }
 
+/// `evict_after`: a duration, or `never` to keep settled intents in memory.
+pub fn parse_evict_after(s: &str) -> Result<Option<Duration>, ValueError> {
+    match s.trim() {
+        "never" | "off" => Ok(None),
+        other => parse_duration(other).map(Some),
+    }
+}
+
 /// A duration that must not be zero (a zero Stripe tolerance would refuse every webhook).
 pub fn parse_positive_duration(s: &str) -> Result<Duration, ValueError> {
     let d = parse_duration(s)?;

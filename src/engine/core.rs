@@ -4,7 +4,7 @@
 //! deadlines, reordering and restarts are tested without sleeping. The async service around it
 //! owns the clock, the store and the timer.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 
 use foldhash::{HashMap, HashMapExt, HashSet};
 use std::sync::Arc;
@@ -41,6 +41,35 @@ pub struct EngineCore {
     /// Re-audit instants, ordered, and the one currently booked per intent.
     schedule: BTreeSet<(Timestamp, String)>,
     booked: HashMap<String, Timestamp>,
+    /// How long a settled intent stays in memory after it settled (`None`: for ever).
+    evict_after: Option<Dur>,
+    /// Intents that were settled when last audited, oldest first (an intent may appear more
+    /// than once; the eviction re-checks).
+    settled: VecDeque<(Timestamp, String)>,
+    /// Settled intents that left memory, by the hashes of the routes that reach them
+    /// (`Ledger::routes`): a later event on one of them brings the intent back from the store.
+    evicted: HashMap<u64, Vec<Arc<str>>>,
+    evicted_count: usize,
+}
+
+/// A route's key in the evicted index: 8 bytes instead of the route's text. A collision only
+/// brings an intent back that the event did not concern, which changes no verdict.
+fn route_hash(route: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    route.hash(&mut h);
+    h.finish()
+}
+
+/// Nothing can change this verdict without new evidence: terminal, no deadline booked.
+fn settled(v: &Verdict) -> bool {
+    matches!(
+        v.state,
+        IntentState::Completed
+            | IntentState::FailedAfterExecution
+            | IntentState::FailedBeforeExecution
+    ) && v.next_change.is_none()
+        && !v.intent_id.starts_with(audit::ORPHAN_PREFIX)
 }
 
 impl EngineCore {
@@ -52,6 +81,138 @@ impl EngineCore {
             verdicts: HashMap::new(),
             schedule: BTreeSet::new(),
             booked: HashMap::new(),
+            evict_after: None,
+            settled: VecDeque::new(),
+            evicted: HashMap::new(),
+            evicted_count: 0,
+        }
+    }
+
+    /// Let settled intents leave memory `after` they settled (see [`EngineCore::evict_idle`]).
+    pub fn with_eviction(mut self, after: Option<Dur>) -> Self {
+        self.evict_after = after;
+        self
+    }
+
+    /// Intents out of memory, waiting in the store.
+    pub fn evicted(&self) -> usize {
+        self.evicted_count
+    }
+
+    /// When the next settled intent is due to leave memory.
+    pub fn next_eviction(&self) -> Option<Timestamp> {
+        let after = self.evict_after?;
+        self.settled.front().map(|(t, _)| *t + after)
+    }
+
+    /// Take out of memory every intent settled for `evict_after` that still is, has no open
+    /// escalation and shares no key or object with an intent in memory. Its events, verdict
+    /// and escalations are in the store; what stays is the hash of each route that can reach
+    /// it. Returns how many left.
+    pub fn evict_idle(&mut self, now: Timestamp) -> usize {
+        let Some(after) = self.evict_after else {
+            return 0;
+        };
+        let mut n = 0;
+        while let Some((t, _)) = self.settled.front() {
+            if *t + after > now {
+                break;
+            }
+            let Some((_, id)) = self.settled.pop_front() else {
+                break;
+            };
+            let still = self.verdicts.get(&id).is_some_and(|v| settled(v))
+                && self.book.open_for(&id).is_none();
+            if !still {
+                continue;
+            }
+            let routes = self.ledger.routes(&id);
+            if !self.ledger.evict(&id) {
+                continue;
+            }
+            let shared: Arc<str> = Arc::from(id.as_str());
+            for r in routes {
+                let entry = self.evicted.entry(route_hash(&r)).or_default();
+                if !entry.iter().any(|x| **x == *id) {
+                    entry.push(shared.clone());
+                }
+            }
+            self.verdicts.remove(&id);
+            self.unbook(&id);
+            self.evicted_count += 1;
+            n += 1;
+        }
+        n
+    }
+
+    /// Intents out of memory that these events may concern: they must come back (with
+    /// [`EngineCore::rehydrate`]) before the events are taken in.
+    pub fn evicted_hits(&self, events: &[Event]) -> Vec<String> {
+        if self.evicted.is_empty() {
+            return Vec::new();
+        }
+        let mut out: BTreeSet<String> = BTreeSet::new();
+        for e in events {
+            for r in audit::event_routes(e) {
+                if let Some(ids) = self.evicted.get(&route_hash(&r)) {
+                    out.extend(
+                        ids.iter()
+                            .filter(|id| !self.verdicts.contains_key(&***id))
+                            .map(|id| id.to_string()),
+                    );
+                }
+            }
+        }
+        out.into_iter().collect()
+    }
+
+    /// Bring intents back from the store: their events (and the records of their objects) go
+    /// back into the ledger and their verdicts are recomputed quietly, as a restart would, so
+    /// the events that follow are judged against the same history as if they had never left.
+    ///
+    /// `pending` are the events about to be ingested: the store already holds them (durable
+    /// first), but they must arrive through [`EngineCore::ingest`], which judges what they
+    /// change, not slip in here unjudged.
+    pub fn rehydrate(
+        &mut self,
+        ids: &[String],
+        events: Vec<Event>,
+        pending: &[Event],
+        now: Timestamp,
+    ) {
+        let pending: HashSet<&Event> = pending.iter().collect();
+        for e in events {
+            if !pending.contains(&e) {
+                self.ledger.add(e);
+            }
+        }
+        for id in ids {
+            for r in self.ledger.routes(id) {
+                let h = route_hash(&r);
+                if let Some(entry) = self.evicted.get_mut(&h) {
+                    let before = entry.len();
+                    entry.retain(|x| **x != **id);
+                    let removed = entry.len() < before;
+                    if entry.is_empty() {
+                        self.evicted.remove(&h);
+                    }
+                    if removed && r.starts_with("i:") {
+                        self.evicted_count = self.evicted_count.saturating_sub(1);
+                    }
+                }
+            }
+            let Some(history) = self.ledger.history(id) else {
+                continue;
+            };
+            let contract = Ledger::contract_for(&history, &self.contracts);
+            let mut v = audit::audit(&history, contract, now);
+            self.book.apply(&mut v);
+            self.unbook(id);
+            if let Some(at) = v.next_change {
+                self.schedule.insert((at, id.clone()));
+                self.booked.insert(id.clone(), at);
+            }
+            self.verdicts.insert(id.clone(), Arc::new(v));
         }
     }
 
@@ -97,6 +258,7 @@ impl EngineCore {
 
     /// Re-audit every intent whose deadline has come.
     pub fn tick(&mut self, now: Timestamp) -> Outcome {
+        self.evict_idle(now);
         let mut out = Outcome::default();
         while let Some((at, id)) = self.schedule.first().cloned() {
             if at > now {
@@ -193,6 +355,9 @@ impl EngineCore {
         if let Some(at) = v.next_change {
             self.schedule.insert((at, id.to_string()));
             self.booked.insert(id.to_string(), at);
+        }
+        if self.evict_after.is_some() && settled(&v) {
+            self.settled.push_back((now, id.to_string()));
         }
         // Callers audit each intent at most once per step (ids come from sets), so no dedup here.
         let v = Arc::new(v);
@@ -438,6 +603,50 @@ mod tests {
             (v.attempts.len(), v.readbacks.len()),
             (1, 1),
             "the store keeps both kinds apart, so does the ledger"
+        );
+    }
+
+    /// A settled refund leaves memory once idle, keeps only routes, and a later event on its
+    /// key (a duplicate under the same key, from another intent) brings it back so the
+    /// finding lands on both.
+    #[test]
+    fn a_settled_intent_leaves_memory_and_comes_back_when_touched() {
+        let mut core = EngineCore::new(contracts()).with_eviction(Some(Dur::secs(60)));
+        let stored = vec![
+            timeout("a", 1, 0, "k1"),
+            record("re_1", Some("k1"), "succeeded", 40),
+        ];
+        core.ingest(stored.clone(), t(50));
+        assert_eq!(
+            core.verdict("a").map(|v| v.state),
+            Some(IntentState::Completed)
+        );
+        assert_eq!(core.evict_idle(t(100)), 0, "not idle long enough");
+        assert_eq!(core.next_eviction(), Some(t(110)));
+        assert_eq!(core.evict_idle(t(111)), 1);
+        assert!(core.verdict("a").is_none());
+        assert_eq!((core.evicted(), core.intents()), (1, 0));
+
+        // Intent b sends a's key: the key's route reaches a.
+        let late = timeout("b", 2, 200, "k1");
+        let hits = core.evicted_hits(std::slice::from_ref(&late));
+        assert_eq!(hits, ["a"]);
+        assert!(core.evicted_hits(&[timeout("c", 3, 200, "k9")]).is_empty());
+        core.rehydrate(&hits, stored, std::slice::from_ref(&late), t(230));
+        assert_eq!(core.evicted(), 0);
+        let out = core.ingest(vec![late], t(240));
+        for id in ["a", "b"] {
+            let v = core.verdict(id).unwrap();
+            assert!(
+                v.findings
+                    .iter()
+                    .any(|f| f.kind == FindingKind::KeySharedAcrossIntents),
+                "{id}: {v:?}"
+            );
+        }
+        assert!(
+            out.verdicts.iter().any(|v| v.intent_id == "a"),
+            "a's new verdict is written"
         );
     }
 }

@@ -24,7 +24,7 @@ use crate::contract::Contracts;
 use crate::escalation::{EscalationBook, EscalationError};
 use crate::metrics::Metrics;
 use crate::model::*;
-use crate::store::{event_kind, AnyStore, Appended, Derived, Store, StoreError, Swap};
+use crate::store::{event_kind, AnyStore, Appended, Derived, EventQuery, Store, StoreError, Swap};
 
 /// The only place reckon reads the wall clock.
 pub fn wall_now() -> Timestamp {
@@ -75,15 +75,24 @@ pub struct EngineOptions {
     /// How long the persister gathers verdicts before writing them (default 50 ms): an intent's
     /// events tend to arrive together, and each write of its verdict costs a row and a document.
     pub persist_linger: Duration,
+    /// How long a settled intent (terminal, no deadline, no open escalation) stays in memory
+    /// before it leaves, to come back from the store when an event touches it (default 60 s:
+    /// late webhooks and read-backs usually arrive sooner). `None`: never.
+    pub evict_after: Option<Duration>,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions {
             persist_linger: Duration::from_millis(50),
+            evict_after: Some(Duration::from_secs(60)),
         }
     }
 }
+
+/// Rounds of bringing intents back for one batch: each round may name intents the previous
+/// one's events concern. Linked evidence rarely chains beyond two.
+const REHYDRATE_ROUNDS: usize = 16;
 
 /// Escalation changes computed but not yet durable, and who waits for them. A step registers
 /// its changes while it still holds the core lock, so a reader that takes the lock and finds
@@ -189,8 +198,12 @@ impl Engine {
         let escalations = store.load_escalations().await?;
         let n_events = events.len();
         let for_core = contracts.clone();
+        let evict_after = options
+            .evict_after
+            .map(|d| Dur(d.as_nanos().min(i64::MAX as u128) as i64));
         let (core, restored) = tokio::task::spawn_blocking(move || {
-            EngineCore::restore(for_core, events, escalations, wall_now())
+            let (core, out) = EngineCore::restore(for_core, events, escalations, wall_now());
+            (core.with_eviction(evict_after), out)
         })
         .await
         .map_err(|e| StoreError::Task(e.to_string()))?;
@@ -299,7 +312,40 @@ impl Engine {
         // Exact re-sends go to the core too, not only what the store called new: the ledger
         // ignores what it already has, and an event the store has but the engine missed is
         // taken in on its next re-send. Conflicting copies do not: the store dropped them.
-        self.step(|core| core.ingest(kept, wall_now())).await;
+        //
+        // Settled intents these events concern come back from the store first, so the events
+        // are judged against the whole history; the check is repeated under the lock of the
+        // step itself, so nothing can leave in between.
+        let mut kept = Some(kept);
+        for _ in 0..=REHYDRATE_ROUNDS {
+            let batch = kept.take().unwrap_or_default();
+            let hits = self.lock().evicted_hits(&batch);
+            if !hits.is_empty() {
+                self.rehydrate(hits, &batch).await?;
+            }
+            let mut leftover = None;
+            self.step(|core| {
+                if core.evicted_hits(&batch).is_empty() {
+                    core.ingest(batch, wall_now())
+                } else {
+                    leftover = Some(batch);
+                    Outcome::default()
+                }
+            })
+            .await;
+            match leftover {
+                None => break,
+                Some(b) => kept = Some(b),
+            }
+        }
+        if let Some(batch) = kept {
+            // Still touching intents that keep leaving: take it in as it is rather than never.
+            tracing::warn!(
+                events = batch.len(),
+                "ingesting without bringing every settled intent back"
+            );
+            self.step(|core| core.ingest(batch, wall_now())).await;
+        }
         self.metrics.verdict_latency(received.elapsed());
         self.wake.notify_one();
         Ok(new)
@@ -483,6 +529,8 @@ impl Engine {
                 };
                 if let Some(concluded) = concluded {
                     engine.finish(concluded).await;
+                    // A resolution may settle the intent: the timer books its eviction.
+                    engine.wake.notify_one();
                     return Ok(e);
                 }
             }
@@ -596,6 +644,7 @@ impl Engine {
                 book.count(EscalationStatus::Resolved) as u64,
             );
             self.metrics.set_intents(core.intents() as u64);
+            self.metrics.set_intents_evicted(core.evicted() as u64);
         }
         for e in &c.opened {
             tracing::warn!(escalation = %e.id, intent = %e.intent_id, severity = e.severity.as_str(), findings = ?e.findings.iter().map(|f| f.kind.as_str()).collect::<Vec<_>>(), "escalation opened");
@@ -612,7 +661,70 @@ impl Engine {
 
     async fn tick(&self) -> Option<Timestamp> {
         self.step(|core| core.tick(wall_now())).await;
-        self.lock().next_deadline()
+        let core = self.lock();
+        // Evictions change no verdict, so the step announces nothing: count them here.
+        self.metrics.set_intents(core.intents() as u64);
+        self.metrics.set_intents_evicted(core.evicted() as u64);
+        match (core.next_deadline(), core.next_eviction()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Bring settled intents back from the store, with every record of the keys and objects
+    /// their events name (until nothing new comes back), and whatever other settled intents
+    /// those concern. `pending` (already in the store) is left for the step that ingests it.
+    async fn rehydrate(&self, mut ids: Vec<String>, pending: &[Event]) -> Result<(), StoreError> {
+        for _ in 0..REHYDRATE_ROUNDS {
+            let mut loaded = self
+                .store
+                .events_touching(EventQuery {
+                    intents: ids.clone(),
+                    ..EventQuery::default()
+                })
+                .await?;
+            let mut asked_keys: std::collections::HashSet<String> = Default::default();
+            let mut asked_objects: std::collections::HashSet<String> = Default::default();
+            loop {
+                let (keys, objects) = audit::keys_and_objects(&loaded);
+                let keys: Vec<String> = keys
+                    .into_iter()
+                    .filter(|k| !asked_keys.contains(k))
+                    .collect();
+                let objects: Vec<String> = objects
+                    .into_iter()
+                    .filter(|o| !asked_objects.contains(o))
+                    .collect();
+                if keys.is_empty() && objects.is_empty() {
+                    break;
+                }
+                asked_keys.extend(keys.iter().cloned());
+                asked_objects.extend(objects.iter().cloned());
+                let more = self
+                    .store
+                    .events_touching(EventQuery {
+                        intents: Vec::new(),
+                        keys,
+                        objects,
+                    })
+                    .await?;
+                let fresh: Vec<Event> = {
+                    let known: std::collections::HashSet<&Event> = loaded.iter().collect();
+                    more.into_iter().filter(|e| !known.contains(e)).collect()
+                };
+                loaded.extend(fresh);
+            }
+            let next = {
+                let mut core = self.lock();
+                core.rehydrate(&ids, loaded.clone(), pending, wall_now());
+                core.evicted_hits(&loaded)
+            };
+            if next.is_empty() {
+                break;
+            }
+            ids = next;
+        }
+        Ok(())
     }
 }
 

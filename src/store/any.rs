@@ -76,4 +76,7 @@ impl Store for AnyStore {
     ) -> Result<std::collections::HashSet<RecordKey>, StoreError> {
         dispatch!(self, s => s.known_observations(keys))
     }
+    async fn events_touching(&self, q: super::EventQuery) -> Result<Vec<Event>, StoreError> {
+        dispatch!(self, s => s.events_touching(q))
+    }
 }

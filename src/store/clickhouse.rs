@@ -836,6 +836,58 @@ impl Store for ClickHouseStore {
         }
         Ok(known)
     }
+
+    async fn events_touching(&self, q: super::EventQuery) -> Result<Vec<Event>, StoreError> {
+        // Attempts and read-backs by their sorting key's prefix; records by a filter (their key
+        // starts with the source), which scans but runs only when a settled intent comes back.
+        const CHUNK: usize = 500;
+        let mut all: Vec<EventRow> = Vec::new();
+        let marks = |n: usize| vec!["?"; n].join(", ");
+        for chunk in q.intents.chunks(CHUNK) {
+            let m = marks(chunk.len());
+            let mut a = self.client.query(&format!(
+                "SELECT ?fields FROM {ATTEMPTS} WHERE intent_id IN ({m})"
+            ));
+            let mut r = self.client.query(&format!(
+                "SELECT ?fields FROM {READBACKS} WHERE intent_id IN ({m})"
+            ));
+            for id in chunk {
+                a = a.bind(id.as_str());
+                r = r.bind(id.as_str());
+            }
+            let attempts: Vec<AttemptRow> = self.fetch("attempts of intents", a).await?;
+            let readbacks: Vec<ReadbackRow> = self.fetch("read-backs of intents", r).await?;
+            all.extend(attempts.into_iter().map(EventRow::Attempt));
+            all.extend(readbacks.into_iter().map(EventRow::Readback));
+        }
+        for (column, ids) in [
+            ("intent_id", &q.intents),
+            ("idempotency_key", &q.keys),
+            ("object_id", &q.objects),
+        ] {
+            for chunk in ids.chunks(CHUNK) {
+                let mut rq = self.client.query(&format!(
+                    "SELECT ?fields FROM {RECORDS} WHERE {column} IN ({})",
+                    marks(chunk.len())
+                ));
+                for id in chunk {
+                    rq = rq.bind(id.as_str());
+                }
+                let records: Vec<RecordRow> = self.fetch("records touching intents", rq).await?;
+                all.extend(records.into_iter().map(EventRow::Record));
+            }
+        }
+        // First copies only, as `load_events` keeps them.
+        all.sort_by_key(EventRow::ingested_ns);
+        let mut seen = HashSet::with_capacity(all.len());
+        let mut out = Vec::with_capacity(all.len());
+        for r in &all {
+            if seen.insert(r.identity()) {
+                out.push(r.event()?);
+            }
+        }
+        Ok(out)
+    }
 }
 
 #[cfg(test)]

@@ -528,6 +528,28 @@ pub trait Store: Send + Sync {
         &self,
         keys: Vec<RecordKey>,
     ) -> impl Future<Output = Result<HashSet<RecordKey>, StoreError>> + Send;
+
+    /// The stored events an intent that left memory needs back (see [`EventQuery`]), first
+    /// copies only, in no particular order.
+    fn events_touching(
+        &self,
+        q: EventQuery,
+    ) -> impl Future<Output = Result<Vec<Event>, StoreError>> + Send;
+}
+
+/// What [`Store::events_touching`] returns: the attempts and read-backs of `intents`, and the
+/// records that name one of `intents`, carry one of `keys` or observe one of `objects`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EventQuery {
+    pub intents: Vec<String>,
+    pub keys: Vec<String>,
+    pub objects: Vec<String>,
+}
+
+impl EventQuery {
+    pub fn is_empty(&self) -> bool {
+        self.intents.is_empty() && self.keys.is_empty() && self.objects.is_empty()
+    }
 }
 
 /// The page size rule shared by escalation listings.

@@ -934,4 +934,76 @@ impl Store for SqliteStore {
         })
         .await
     }
+
+    async fn events_touching(&self, q: super::EventQuery) -> Result<Vec<Event>, StoreError> {
+        if q.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.read(move |conn| events_touching(conn, &q)).await
+    }
+}
+
+/// [`Store::events_touching`]: indexed lookups (v4's indexes), one statement per chunk of ids.
+fn events_touching(conn: &Connection, q: &super::EventQuery) -> Result<Vec<Event>, StoreError> {
+    const CHUNK: usize = 500;
+    let tx = conn.unchecked_transaction()?;
+    let mut out: Vec<(i64, Event)> = Vec::new();
+    let mut by = |table: &str,
+                  cols: &str,
+                  column: &str,
+                  ids: &[String],
+                  decode: fn(&rusqlite::Row<'_>) -> Result<(i64, Event), StoreError>|
+     -> Result<(), StoreError> {
+        for chunk in ids.chunks(CHUNK) {
+            let marks = vec!["?"; chunk.len()].join(", ");
+            let mut stmt = conn.prepare(&format!(
+                "SELECT {cols} FROM {table} WHERE {column} IN ({marks})"
+            ))?;
+            let mut rows = stmt.query(rusqlite::params_from_iter(chunk.iter()))?;
+            while let Some(row) = rows.next()? {
+                out.push(decode(row)?);
+            }
+        }
+        Ok(())
+    };
+    by(
+        "reckon_attempts",
+        ATTEMPT_COLS,
+        "intent_id",
+        &q.intents,
+        decode_attempt,
+    )?;
+    by(
+        "reckon_readbacks",
+        READBACK_COLS,
+        "intent_id",
+        &q.intents,
+        decode_readback,
+    )?;
+    by(
+        "reckon_records",
+        RECORD_COLS,
+        "intent_id",
+        &q.intents,
+        decode_record,
+    )?;
+    by(
+        "reckon_records",
+        RECORD_COLS,
+        "idempotency_key",
+        &q.keys,
+        decode_record,
+    )?;
+    by(
+        "reckon_records",
+        RECORD_COLS,
+        "object_id",
+        &q.objects,
+        decode_record,
+    )?;
+    tx.finish()?;
+    // A record found by two of its columns is one event; ingest order, for a faithful replay.
+    out.sort_by_key(|(seq, e)| (*seq, matches!(e, Event::Record(_))));
+    out.dedup_by(|a, b| a.0 == b.0 && std::mem::discriminant(&a.1) == std::mem::discriminant(&b.1));
+    Ok(out.into_iter().map(|(_, e)| e).collect())
 }

@@ -2,6 +2,7 @@
 
 mod api;
 mod bad_input;
+mod eviction;
 mod loadgen;
 mod otlp_export;
 mod otlp_json;

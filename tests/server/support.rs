@@ -112,9 +112,13 @@ impl Server {
     }
 
     pub async fn start_in(dir: tempfile::TempDir) -> Server {
-        let running = app::start(test_config(dir.path().join("data")))
-            .await
-            .expect("reckon starts");
+        let config = test_config(dir.path().join("data"));
+        Self::start_with(dir, config).await
+    }
+
+    /// With a config of the test's own (built on [`test_config`] for the same directory).
+    pub async fn start_with(dir: tempfile::TempDir, config: Config) -> Server {
+        let running = app::start(config).await.expect("reckon starts");
         Server {
             running: Some(running),
             dir,

@@ -139,6 +139,16 @@ pub const V3_SQL: &str = "
 ALTER TABLE reckon_escalations ADD COLUMN covered TEXT;
 ";
 
+/// v4: lookups by intent, key and object, so an intent that left memory is brought back from
+/// the store when later evidence touches it (`Store::events_touching`).
+pub const V4_SQL: &str = "
+CREATE INDEX reckon_attempts_intent ON reckon_attempts (intent_id);
+CREATE INDEX reckon_readbacks_intent ON reckon_readbacks (intent_id);
+CREATE INDEX reckon_records_intent ON reckon_records (intent_id);
+CREATE INDEX reckon_records_key ON reckon_records (idempotency_key);
+CREATE INDEX reckon_records_object ON reckon_records (object_id);
+";
+
 /// The attempt-class count columns of `reckon_verdicts`, in [`AttemptClass::ALL`] order.
 pub const CLASS_COLUMNS: [&str; 6] = [
     "attempts_rejected",
@@ -166,6 +176,12 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 3,
         name: "evidence covered by a resolution",
         sql: V3_SQL,
+        backfill: None,
+    },
+    Migration {
+        version: 4,
+        name: "event lookups by intent, key and object",
+        sql: V4_SQL,
         backfill: None,
     },
 ];

@@ -1,0 +1,112 @@
+//! DESIGN.md "Memory and history" end to end: a settled intent leaves memory, its verdict is
+//! still served from the store, and later evidence that concerns it (another intent sending its
+//! key, a late record of its refund) brings it back and is judged against its whole history.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::support::*;
+
+async fn evicted(s: &Server) -> u64 {
+    let text = s
+        .http
+        .get(s.api("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("reckon_intents_evicted "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+async fn until_evicted(s: &Server, at_least: u64) {
+    for _ in 0..200 {
+        if evicted(s).await >= at_least {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no intent left memory");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settled_intent_leaves_memory_and_later_evidence_brings_it_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(dir.path().join("data"));
+    config.evict_after = Some(Duration::from_millis(200));
+    let s = Server::start_with(dir, config).await;
+
+    let (a, b, key, re) = (unique("int"), unique("int"), unique("k"), unique("re"));
+    export_http(
+        &s,
+        &[&ToolSpan::new("issue_refund", ago(3.0 * MIN), 0.4)
+            .intent(&a)
+            .key(&key)
+            .args(refund_args("45.00"))
+            .http(200)
+            .object(&re, "succeeded")],
+    )
+    .await;
+    assert_verdict(&s.verdict(&a).await, "completed / none / -");
+    until_evicted(&s, 1).await;
+    // Out of memory, still answered (from the store).
+    let (code, v) = s.get(&format!("/api/v1/intents/{a}")).await;
+    assert_eq!(code, 200, "{v}");
+    assert_verdict(&v, "completed / none / -");
+
+    // Another intent sends A's key: the key's route brings A back, and both carry the finding.
+    export_http(
+        &s,
+        &[&ToolSpan::new("issue_refund", ago(MIN), 30.0)
+            .intent(&b)
+            .key(&key)
+            .args(refund_args("45.00"))
+            .timeout()],
+    )
+    .await;
+    assert_verdict(
+        &s.verdict(&b).await,
+        "unknown / escalate / key_shared_across_intents",
+    );
+    let v = s.verdict(&a).await;
+    assert_verdict(&v, "completed / escalate / key_shared_across_intents");
+    assert_eq!(
+        v["objects"][0]["object_id"],
+        re.as_str(),
+        "A's history came back whole: {v}"
+    );
+    assert!(s.escalation_of(&a, "open").await.is_some());
+
+    // While B shares its key, A stays: leaving would change what B's verdict rests on.
+
+    // Another refund completes and leaves; a late record says it failed after all.
+    let (c, key_c, re_c) = (unique("int"), unique("k"), unique("re"));
+    export_http(
+        &s,
+        &[&ToolSpan::new("issue_refund", ago(2.0 * MIN), 0.4)
+            .intent(&c)
+            .key(&key_c)
+            .args(refund_args("45.00"))
+            .http(200)
+            .object(&re_c, "succeeded")],
+    )
+    .await;
+    assert_verdict(&s.verdict(&c).await, "completed / none / -");
+    let before = evicted(&s).await;
+    until_evicted(&s, before + 1).await;
+    s.records(
+        &json!({"kind": "refund", "object_id": re_c, "status": "failed",
+                      "amount": "45.00", "currency": "usd", "target": "1042",
+                      "observed_at": rfc3339(std::time::SystemTime::now())}),
+    )
+    .await;
+    let v: Value = s.verdict(&c).await;
+    assert_verdict(&v, "failed_after_execution / new_intent / -");
+    assert_eq!(v["attempts"].as_array().map(Vec::len), Some(1), "{v}");
+    s.stop().await;
+}
