@@ -18,6 +18,8 @@ mod overload;
 mod restart;
 #[path = "server/seed_matrix.rs"]
 mod seed_matrix;
+#[path = "server/stall.rs"]
+mod stall;
 #[path = "server/support.rs"]
 mod support;
 

@@ -61,6 +61,7 @@ pub struct Engine {
     /// Taken on shutdown so the persister sees the end of the stream and finishes.
     persist: Mutex<Option<mpsc::UnboundedSender<Outcome>>>,
     durability: Durability,
+    append_deadline: Duration,
 }
 
 /// The engine's background tasks; awaited on shutdown so nothing concluded is left unwritten.
@@ -79,6 +80,10 @@ pub struct EngineOptions {
     /// before it leaves, to come back from the store when an event touches it (default 60 s:
     /// late webhooks and read-backs usually arrive sooner). `None`: never.
     pub evict_after: Option<Duration>,
+    /// How long an export waits for the store to make it durable before it is refused as
+    /// retryable (UNAVAILABLE / 503 with a retry hint; default 5 s). Exporters time out after
+    /// 10-30 s: refusing sooner keeps their queues moving and their retries honest.
+    pub append_deadline: Duration,
 }
 
 impl Default for EngineOptions {
@@ -86,6 +91,7 @@ impl Default for EngineOptions {
         EngineOptions {
             persist_linger: Duration::from_millis(50),
             evict_after: Some(Duration::from_secs(60)),
+            append_deadline: Duration::from_secs(5),
         }
     }
 }
@@ -230,6 +236,7 @@ impl Engine {
             person_actions: tokio::sync::Mutex::new(()),
             persist: Mutex::new(Some(tx)),
             durability: Durability::default(),
+            append_deadline: options.append_deadline,
         });
         let concluded = {
             let core = engine.lock();
@@ -263,13 +270,19 @@ impl Engine {
             return Ok(0);
         }
         let engine = self.clone();
-        tokio::spawn(async move {
+        let deadline = self.append_deadline;
+        let work = tokio::spawn(async move {
             let done = engine.ingest_to_completion(events, received).await;
             drop(hold);
             done
-        })
-        .await
-        .map_err(|e| StoreError::Task(e.to_string()))?
+        });
+        // The work goes on (holding its admission permit, so new exports are refused while the
+        // store hangs), but the client hears within the deadline, plus a moment for the
+        // escalations an append may open: they are written before anything is acknowledged.
+        match tokio::time::timeout(deadline + Duration::from_secs(1), work).await {
+            Ok(joined) => joined.map_err(|e| StoreError::Task(e.to_string()))?,
+            Err(_) => Err(StoreError::Timeout(deadline)),
+        }
     }
 
     async fn ingest_to_completion(
@@ -278,7 +291,15 @@ impl Engine {
         received: Instant,
     ) -> Result<usize, StoreError> {
         let began = Instant::now();
-        let stored = self.store.append(events.clone()).await?;
+        // A write that outlives the deadline may still land: the client's retry then finds it
+        // stored (a duplicate) and the engine takes it in then.
+        let stored =
+            match tokio::time::timeout(self.append_deadline, self.store.append(events.clone()))
+                .await
+            {
+                Ok(stored) => stored?,
+                Err(_) => return Err(StoreError::Timeout(self.append_deadline)),
+            };
         self.metrics.store_append(began.elapsed());
         let mut new = 0;
         let mut kept = Vec::with_capacity(events.len());

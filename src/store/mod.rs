@@ -90,6 +90,10 @@ pub enum StoreError {
     /// A blocking store task panicked or was cancelled.
     #[error("store task failed: {0}")]
     Task(String),
+    /// The store did not answer in time (a hung server, a partition): the caller refuses
+    /// retryably instead of holding its client until the client gives up.
+    #[error("the store did not confirm within {0:?}; nothing was acknowledged")]
+    Timeout(std::time::Duration),
 }
 
 impl StoreError {

@@ -1,0 +1,154 @@
+//! A store that stalls or dies (DESIGN.md "Architecture" 3, issue "Safe to expose" 2): an export
+//! is refused retryably within a few seconds, never held until the exporter gives up, and
+//! ingest resumes by itself once the store answers again. Against a ClickHouse server of the
+//! test's own, stopped with SIGSTOP (a hung server or a partition looks like this). (A server
+//! killed and restarted is not covered yet: see the closing note of the session that added this.)
+//! Run in the ClickHouse suite only: it needs Debian's clickhouse-server.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::support::*;
+
+struct OwnClickHouse {
+    dir: tempfile::TempDir,
+    url: String,
+}
+
+impl OwnClickHouse {
+    fn start_in(dir: &Path) -> String {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/clickhouse-test-server");
+        let out = Command::new(script)
+            .arg("start")
+            .arg(dir)
+            // Away from the shared test server's ports; the script moves on when one is taken.
+            .env("RECKON_CH_HTTP_PORT", "18723")
+            .env("RECKON_CH_TCP_PORT", "19723")
+            .output()
+            .expect("run scripts/clickhouse-test-server");
+        assert!(
+            out.status.success(),
+            "clickhouse did not start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    fn start() -> OwnClickHouse {
+        let dir = tempfile::tempdir().unwrap();
+        let url = Self::start_in(dir.path());
+        OwnClickHouse { dir, url }
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = std::fs::read_to_string(self.dir.path().join("pid")).unwrap();
+        // The script starts the server in its own session: signal the whole group.
+        // `kill -STOP -PID` is silently misread by procps' kill: name the signal and end the
+        // options before the (negative) process group.
+        let status = Command::new("kill")
+            .args(["-s", sig, "--"])
+            .arg(format!("-{}", pid.trim()))
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{sig} failed");
+    }
+}
+
+impl Drop for OwnClickHouse {
+    fn drop(&mut self) {
+        let _ = std::fs::read_to_string(self.dir.path().join("pid")).map(|pid| {
+            Command::new("kill")
+                .args(["-s", "CONT", "--"])
+                .arg(format!("-{}", pid.trim()))
+                .status()
+        });
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/clickhouse-test-server");
+        let _ = Command::new(script)
+            .arg("stop")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+fn export_json(intent: &str) -> serde_json::Value {
+    let t0 = unix_nanos(ago(2.0 * MIN));
+    json!({"resourceSpans": [{"scopeSpans": [{"spans": [{
+        "traceId": format!("{:032x}", rand_u128()),
+        "spanId": format!("{:016x}", rand_u128() as u64 | 1),
+        "name": "execute_tool issue_refund",
+        "startTimeUnixNano": t0.to_string(),
+        "endTimeUnixNano": (t0 + 400_000_000).to_string(),
+        "attributes": [
+            {"key": "gen_ai.operation.name", "value": {"stringValue": "execute_tool"}},
+            {"key": "gen_ai.tool.name", "value": {"stringValue": "issue_refund"}},
+            {"key": "reckon.intent.id", "value": {"stringValue": intent}},
+            {"key": "reckon.idempotency_key", "value": {"stringValue": format!("key-{intent}")}},
+            {"key": "http.response.status_code", "value": {"intValue": "200"}},
+            {"key": "reckon.downstream.object_id", "value": {"stringValue": format!("re-{intent}")}},
+            {"key": "reckon.downstream.status", "value": {"stringValue": "succeeded"}}]}]}]}]})
+}
+
+async fn send(s: &Server, doc: &serde_json::Value) -> (u16, Option<String>, Duration) {
+    let began = Instant::now();
+    let resp = s
+        .http
+        .post(format!("{}/v1/traces", s.r().http_url()))
+        .header("content-type", "application/json")
+        .body(doc.to_string())
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .expect("an answer, not a hang");
+    let retry = resp
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_string());
+    (resp.status().as_u16(), retry, began.elapsed())
+}
+
+/// Sends until acknowledged, as an exporter retrying on 503 does.
+async fn send_until_acknowledged(s: &Server, doc: &serde_json::Value) {
+    for _ in 0..60 {
+        if send(s, doc).await.0 == 200 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    panic!("ingest did not resume");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_or_dead_store_is_refused_quickly_and_ingest_resumes() {
+    let ch = OwnClickHouse::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(dir.path().join("data"));
+    config.store = reckon::config::StoreConfig::ClickHouse {
+        url: ch.url.clone(),
+        user: "default".into(),
+        password: String::new(),
+        database: "reckon_stall".into(),
+    };
+    let s = Server::start_with(dir, config).await;
+    let (a, b) = (unique("int"), unique("int"));
+    assert_eq!(send(&s, &export_json(&a)).await.0, 200);
+
+    // Hung: the process is there, answers nothing.
+    ch.signal("STOP");
+    let stalled = export_json(&b);
+    let (status, retry, took) = send(&s, &stalled).await;
+    assert_eq!(status, 503, "a stalled store is a retryable refusal");
+    assert!(retry.is_some(), "with a retry hint");
+    assert!(
+        took < Duration::from_secs(15),
+        "refused within a few seconds, before exporters (10-30 s) give up: {took:?}"
+    );
+    ch.signal("CONT");
+    send_until_acknowledged(&s, &stalled).await;
+    assert_verdict(&s.verdict(&b).await, "completed / none / -");
+
+    assert_verdict(&s.verdict(&a).await, "completed / none / -");
+    s.stop().await;
+}
