@@ -53,6 +53,11 @@ pub struct Config {
     pub log_format: LogFormat,
     /// A `tracing` env-filter directive (default `info`).
     pub log_filter: String,
+    /// Where people open reckon: links in notifications (`{public_url}/escalations/{id}`).
+    /// Default `http://{api_addr}` (the bound address; `localhost` for an unspecified IP).
+    pub public_url: Option<String>,
+    /// `[[notify]]` targets (config file only): Alertmanager and signed webhooks.
+    pub notify: Vec<crate::notify::Target>,
 }
 
 impl Default for Config {
@@ -71,6 +76,8 @@ impl Default for Config {
             shutdown_grace: Duration::from_secs(10),
             log_format: LogFormat::Text,
             log_filter: "info".into(),
+            public_url: None,
+            notify: Vec::new(),
         }
     }
 }

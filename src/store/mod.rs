@@ -29,6 +29,7 @@ use crate::model::{
     AttemptClass, Decision, Escalation, EscalationStatus, Event, FindingKind, IntentState,
     Severity, Timestamp, Verdict,
 };
+pub use crate::notify::{OutboxItem, OutboxState};
 
 pub use self::clickhouse::{ClickHouseConfig, ClickHouseStore};
 pub use any::AnyStore;
@@ -388,12 +389,27 @@ pub struct Derived {
     /// Intent ids whose stored verdict (and findings) must go.
     pub removed: Vec<String>,
     pub verdicts: Vec<Verdict>,
+    /// Notifications announcing the escalation changes: in the same durable write, so an
+    /// escalation anyone can see always has them (see [`Store::outbox_put`]).
+    pub outbox: Vec<OutboxItem>,
 }
 
 impl Derived {
     pub fn is_empty(&self) -> bool {
-        self.escalations.is_empty() && self.removed.is_empty() && self.verdicts.is_empty()
+        self.escalations.is_empty()
+            && self.removed.is_empty()
+            && self.verdicts.is_empty()
+            && self.outbox.is_empty()
     }
+}
+
+/// One target's pending notifications (see [`Store::outbox_pending`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OutboxPage {
+    /// Oldest first (`created_at`, then id), at most the limit asked for.
+    pub items: Vec<OutboxItem>,
+    /// How many are pending in all (beyond the limit too).
+    pub total: u64,
 }
 
 /// What a compare-and-set of an escalation ([`Store::swap_escalation`]) found.
@@ -499,6 +515,37 @@ pub trait Store: Send + Sync {
         current: Escalation,
         new: Escalation,
     ) -> impl Future<Output = Result<Swap, StoreError>> + Send;
+
+    /// [`Store::swap_escalation`] that, when it writes `new`, writes `outbox` (the notifications
+    /// announcing the change) with it: SQLite in the same transaction; ClickHouse in the same
+    /// insert, before the escalation row (so a crash between the two can announce a change
+    /// that a retry of the person's action then writes, never write one that goes unannounced).
+    fn swap_escalation_notify(
+        &self,
+        current: Escalation,
+        new: Escalation,
+        outbox: Vec<OutboxItem>,
+    ) -> impl Future<Output = Result<Swap, StoreError>> + Send;
+
+    /// Upsert notifications by id. Of two writes of one id the one of higher
+    /// [`OutboxItem::rank`] wins (equal ranks: the later write), so writing an escalation change
+    /// again (same ids, nothing attempted) changes nothing that matters, an attempt's outcome
+    /// replaces the item's earlier state, and nothing brings back an item that was delivered or
+    /// given up. [`Store::put_derived`] writes its `outbox` the same way.
+    fn outbox_put(
+        &self,
+        items: Vec<OutboxItem>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The pending notifications of one target created at or after `since` (older ones are past
+    /// retrying), oldest first, at most `limit` (capped at 1000, 0 means 100), and how many
+    /// there are in all.
+    fn outbox_pending(
+        &self,
+        target: &str,
+        since: Timestamp,
+        limit: usize,
+    ) -> impl Future<Output = Result<OutboxPage, StoreError>> + Send;
 
     /// Every escalation, for rebuilding the escalation book at start-up.
     fn load_escalations(&self) -> impl Future<Output = Result<Vec<Escalation>, StoreError>> + Send;

@@ -139,6 +139,27 @@ pub const V3_SQL: &str = "
 ALTER TABLE reckon_escalations ADD COLUMN covered TEXT;
 ";
 
+/// v4: the notification outbox. One row per notification to one target, written in the same
+/// transaction as the escalation change it announces; `rank` orders writes of one id (see
+/// `OutboxItem::rank`: attempts while pending, then expired, then delivered).
+pub const V4_SQL: &str = "
+CREATE TABLE reckon_outbox (
+    id TEXT PRIMARY KEY,
+    target TEXT NOT NULL,
+    escalation_id TEXT NOT NULL,
+    escalation_version INTEGER NOT NULL,
+    event TEXT NOT NULL,
+    body TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    attempts INTEGER NOT NULL,
+    next_at INTEGER NOT NULL,
+    last_error TEXT,
+    rank INTEGER NOT NULL
+);
+CREATE INDEX reckon_outbox_pending ON reckon_outbox (target, state, created_at, id);
+";
+
 /// The attempt-class count columns of `reckon_verdicts`, in [`AttemptClass::ALL`] order.
 pub const CLASS_COLUMNS: [&str; 6] = [
     "attempts_rejected",
@@ -166,6 +187,12 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 3,
         name: "evidence covered by a resolution",
         sql: V3_SQL,
+        backfill: None,
+    },
+    Migration {
+        version: 4,
+        name: "notification outbox",
+        sql: V4_SQL,
         backfill: None,
     },
 ];
