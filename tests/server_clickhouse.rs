@@ -6,6 +6,8 @@
 mod api;
 #[path = "server/bad_input.rs"]
 mod bad_input;
+#[path = "server/notify.rs"]
+mod notify;
 #[path = "server/otlp_export.rs"]
 mod otlp_export;
 #[path = "server/otlp_json.rs"]

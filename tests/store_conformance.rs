@@ -234,9 +234,9 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn notifications_are_written_with_their_change() {
                 run(|h| async move {
-                            super::notifications_are_written_with_their_change(&*h).await
-                        })
-                        .await
+                                    super::notifications_are_written_with_their_change(&*h).await
+                                })
+                                .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn engine_announces_every_escalation_change() {

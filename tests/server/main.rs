@@ -3,6 +3,7 @@
 mod api;
 mod bad_input;
 mod loadgen;
+mod notify;
 mod otlp_export;
 mod otlp_json;
 mod overload;
