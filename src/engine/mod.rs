@@ -4,10 +4,11 @@
 //! Order of work for every export: append to the store (durable), then audit, then answer.
 //! Verdicts are written behind, by one persister task: they are derived from the events and are
 //! rebuilt on start-up if a crash loses them. Escalations are not: which findings opened one
-//! depends on the order evidence arrived in, and a person (soon a pager) acts on it, so a step
-//! that opens or changes an escalation writes it to the store before anyone can see it (its
-//! intent's verdict, the queue, the gauges, the log) and before the export is acknowledged.
-//! A person's claim or resolution is durable before the API answers.
+//! depends on the order evidence arrived in, and a person acts on it, so a step that opens or
+//! changes an escalation writes it to the store before anyone can see it (its intent's verdict,
+//! the queue, the gauges, the log) and before the export is acknowledged, together with the
+//! notifications that page someone about it (the outbox, see `crate::notify`). A person's claim
+//! or resolution is durable, and announced the same way, before the API answers.
 
 pub mod core;
 
