@@ -66,7 +66,7 @@ pub fn verify(
     if !ok {
         return Err(SignatureError::Mismatch);
     }
-    if (now - t).abs() > tolerance {
+    if now.saturating_sub(t).saturating_abs() > tolerance {
         return Err(SignatureError::Stale { t, now, tolerance });
     }
     Ok(())
@@ -108,7 +108,14 @@ mod tests {
             verify("s3cret", &moved, body, 1_010, 300),
             Err(SignatureError::Mismatch)
         );
-        for bad in ["", "t=x,v1=00", "v1=00", "t=1000", "t=1000,v1=zz"] {
+        for bad in [
+            "",
+            "t=x,v1=00",
+            "v1=00",
+            "t=1000",
+            "t=1000,v1=zz",
+            "t=-9223372036854775808,v1=00",
+        ] {
             assert!(verify("s3cret", bad, body, 1_000, 300).is_err(), "{bad}");
         }
     }

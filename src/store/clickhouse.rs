@@ -633,6 +633,8 @@ impl Store for ClickHouseStore {
         self.write(rows).await
     }
 
+    /// Optimistic, in four steps: see `swap_escalation_notify` (this is it with no
+    /// notifications), which says what it cannot rule out.
     async fn swap_escalation(
         &self,
         current: Escalation,

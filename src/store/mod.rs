@@ -8,7 +8,8 @@
 //! `append` says whether each event was new, a duplicate or a conflicting re-send); derived rows
 //! (verdicts, findings) are upserts where the latest write wins when read back
 //! (ReplacingMergeTree semantics); escalations change either by the engine's upserts (higher
-//! version wins) or by a person's compare-and-set ([`Store::swap_escalation`]).
+//! version wins) or by a person's compare-and-set ([`Store::swap_escalation`]); the notification
+//! outbox keeps each item's furthest state ([`Store::outbox_put`]).
 //!
 //! The app dispatches over an enum of stores, so the trait uses `impl Future + Send` returns
 //! rather than `dyn`-compatible boxed futures.
@@ -475,9 +476,11 @@ pub trait Store: Send + Sync {
         intent_ids: Vec<String>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Escalations, then removals, then verdicts, as one durable unit where the store has one
-    /// (SQLite: one transaction; ClickHouse: one INSERT per table, escalations before the
-    /// verdicts that name them, a removal in the same INSERT as the verdicts beside it).
+    /// Notifications, escalations, removals, then verdicts, as one durable unit where the store
+    /// has one (SQLite: one transaction; ClickHouse: one INSERT per table, notifications before
+    /// the escalation changes they announce, escalations before the verdicts that name them, a
+    /// removal in the same INSERT as the verdicts beside it). Notifications are upserted as by
+    /// [`Store::outbox_put`].
     fn put_derived(&self, derived: Derived) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Intent ids of the stored (not deleted) verdicts that start with `prefix`, sorted.
