@@ -21,6 +21,7 @@
 //! [[notify]]                           # any number of these
 //! kind = "alertmanager"                # one alert per unresolved escalation
 //! url = "http://alertmanager:9093"
+//! resend_interval = "45s"              # optional: re-sent this often; ends 4x this after
 //!
 //! [[notify]]
 //! kind = "webhook"                     # signed JSON events from the durable outbox
@@ -144,6 +145,7 @@ struct RawNotify {
     url: Spanned<String>,
     secret: Option<Spanned<String>>,
     name: Option<Spanned<String>>,
+    resend_interval: Option<Spanned<String>>,
 }
 
 /// The file being parsed, for errors that name file, line and field.
@@ -274,6 +276,13 @@ fn notify_targets(
             t.secret.as_ref().map(|s| s.get_ref().as_str()),
             t.name.as_ref().map(|s| s.get_ref().as_str()),
         )
+        .and_then(|target| match &t.resend_interval {
+            None => Ok(target),
+            Some(raw) => match value::parse_positive_duration(raw.get_ref()) {
+                Ok(every) => target.with_resend_interval(every),
+                Err(_) => Err(TargetError::Resend),
+            },
+        })
         .map_err(|e| {
             let (span, field) = match &e {
                 TargetError::Kind(_) => (t.kind.span(), "notify.kind"),
@@ -285,6 +294,10 @@ fn notify_targets(
                 TargetError::Name(_) | TargetError::Duplicate(_) => match &t.name {
                     Some(n) => (n.span(), "notify.name"),
                     None => (t.url.span(), "notify.name"),
+                },
+                TargetError::Resend | TargetError::UnexpectedResend => match &t.resend_interval {
+                    Some(r) => (r.span(), "notify.resend_interval"),
+                    None => (t.kind.span(), "notify.resend_interval"),
                 },
             };
             src.err(span, field, e)
@@ -553,6 +566,7 @@ public_url = "https://reckon.example/"
 [[notify]]
 kind = "alertmanager"
 url = "http://am:9093"
+resend_interval = "10s"
 
 [[notify]]
 kind = "webhook"
@@ -567,7 +581,10 @@ name = "pager"
         assert_eq!(
             cfg.notify,
             vec![
-                Target::new("alertmanager", "http://am:9093", None, None).unwrap(),
+                Target::new("alertmanager", "http://am:9093", None, None)
+                    .unwrap()
+                    .with_resend_interval(Duration::from_secs(10))
+                    .unwrap(),
                 Target {
                     name: "pager".into(),
                     kind: TargetKind::Webhook {
@@ -626,6 +643,18 @@ name = "pager"
                 4,
                 "notify.secert",
                 "unknown field",
+            ),
+            (
+                "[[notify]]\nkind = \"alertmanager\"\nurl = \"http://x\"\nresend_interval = \"2h\"\n",
+                4,
+                "notify.resend_interval",
+                "between 1s and 1h",
+            ),
+            (
+                "[[notify]]\nkind = \"webhook\"\nurl = \"http://x\"\nsecret = \"s\"\nresend_interval = \"5s\"\n",
+                5,
+                "notify.resend_interval",
+                "only an alertmanager",
             ),
             ("public_url = \"ftp://x\"\n", 1, "public_url", "invalid URL"),
         ];

@@ -7,10 +7,11 @@
 //! answered 2xx, so a crash or a stop at any point means a re-send with the same
 //! `Reckon-Delivery`, never a loss.
 //!
-//! For Alertmanager it also re-sends the whole unresolved set from the store every
-//! [`Settings::resend_every`] (plus escalations resolved within the alert's lifetime, with their
-//! end), so an open escalation's alert does not expire and a late re-send cannot outlive its
-//! resolution. That push is not an outbox item: it is recomputed from the store each time.
+//! For Alertmanager it also re-sends the whole unresolved set from the store every target's
+//! `resend_interval` (plus escalations resolved within an alert's lifetime, with their end), so
+//! an open escalation's alert does not expire (it ends four intervals after it was last sent)
+//! and a late re-send cannot outlive its resolution. That push is not an outbox item: it is
+//! recomputed from the store each time.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -34,10 +35,6 @@ pub struct Settings {
     /// Where people open reckon: the escalation's page is `{public_url}/escalations/{id}`.
     pub public_url: String,
     pub policy: Policy,
-    /// How often every unresolved escalation is re-sent to Alertmanager (default 30 s).
-    pub resend_every: Duration,
-    /// How far ahead an unresolved escalation's alert ends unless re-sent (default 3 min).
-    pub alert_ttl: Dur,
     /// How often the outbox is read when nothing woke the task (default 2 s): retries coming
     /// due, and items other instances sharing the store enqueued.
     pub poll: Duration,
@@ -50,8 +47,6 @@ impl Settings {
         Settings {
             public_url,
             policy: Policy::default(),
-            resend_every: Duration::from_secs(30),
-            alert_ttl: Dur::minutes(3),
             poll: Duration::from_secs(2),
             request_timeout: Duration::from_secs(10),
         }
@@ -134,19 +129,33 @@ pub fn start(
     Ok(Delivery { stop, task })
 }
 
+/// How long an alert lives unless re-sent: four re-send intervals, so one or two lost re-sends
+/// do not end it.
+fn alert_ttl(resend_interval: Duration) -> Dur {
+    Dur(i64::try_from(resend_interval.as_nanos().saturating_mul(4)).unwrap_or(i64::MAX))
+}
+
 async fn run(d: Arc<Deliverer>, mut stopped: watch::Receiver<bool>) {
-    let alertmanager = d
+    // Each Alertmanager target's next re-send: at once, then every its interval.
+    let mut refresh: Vec<(Target, Duration, Instant)> = d
         .notifier
         .targets()
         .iter()
-        .any(|t| matches!(t.kind, TargetKind::Alertmanager { .. }));
-    let mut next_refresh = Instant::now();
+        .filter_map(|t| match t.kind {
+            TargetKind::Alertmanager {
+                resend_interval, ..
+            } => Some((t.clone(), resend_interval, Instant::now())),
+            TargetKind::Webhook { .. } => None,
+        })
+        .collect();
     let mut store_failures = 0u32;
     loop {
         let step = async {
-            if alertmanager && Instant::now() >= next_refresh {
-                d.refresh().await;
-                next_refresh = Instant::now() + d.settings.resend_every;
+            for (t, every, next) in refresh.iter_mut() {
+                if Instant::now() >= *next {
+                    d.refresh(t, *every).await;
+                    *next = Instant::now() + *every;
+                }
             }
             d.pass().await
         };
@@ -168,10 +177,11 @@ async fn run(d: Arc<Deliverer>, mut stopped: watch::Receiver<bool>) {
                     let until = (at.0 - wall_now().0).max(0) as u64;
                     w = w.min(Duration::from_nanos(until));
                 }
-                if alertmanager {
-                    w = w.min(next_refresh.saturating_duration_since(Instant::now()));
+                for (_, _, next) in &refresh {
+                    w = w.min(next.saturating_duration_since(Instant::now()));
                 }
-                w
+                // Never a busy loop, whatever the clock did since the pass read it.
+                w.max(Duration::from_millis(10))
             }
         };
         if wait.is_zero() {
@@ -301,12 +311,16 @@ impl Deliverer {
                     .body(it.body.clone());
                 answer(req.send().await).await
             }
-            TargetKind::Alertmanager { url } => {
+            TargetKind::Alertmanager {
+                url,
+                resend_interval,
+            } => {
                 let draft: Draft = match serde_json::from_str(&it.body) {
                     Ok(d) => d,
                     Err(e) => return Attempt::Failed(format!("stored alert does not decode: {e}")),
                 };
-                let alerts = self.alerts(t, &it.escalation_id, &draft, wall_now());
+                let ttl = alert_ttl(*resend_interval);
+                let alerts = self.alerts(t, &it.escalation_id, &draft, wall_now(), ttl);
                 let sent = answer(
                     self.client
                         .post(format!("{url}/api/v2/alerts"))
@@ -331,6 +345,7 @@ impl Deliverer {
         escalation_id: &str,
         draft: &Draft,
         now: Timestamp,
+        ttl: Dur,
     ) -> Vec<serde_json::Value> {
         let url = alertmanager::generator_url(&self.settings.public_url, escalation_id);
         let mut out = Vec::with_capacity(2);
@@ -340,12 +355,7 @@ impl Deliverer {
                 out.push(alertmanager::ended(old, &url, now));
             }
         }
-        out.push(alertmanager::complete(
-            draft,
-            &url,
-            now,
-            self.settings.alert_ttl,
-        ));
+        out.push(alertmanager::complete(draft, &url, now, ttl));
         out
     }
 
@@ -360,8 +370,12 @@ impl Deliverer {
     }
 
     /// Re-send every unresolved escalation (and those resolved within an alert's lifetime, with
-    /// their end) to every Alertmanager target, from the store.
-    async fn refresh(&self) {
+    /// their end) to Alertmanager target `t`, from the store.
+    async fn refresh(&self, t: &Target, every: Duration) {
+        let TargetKind::Alertmanager { url, .. } = &t.kind else {
+            return;
+        };
+        let ttl = alert_ttl(every);
         let now = wall_now();
         let mut escalations: Vec<Escalation> = Vec::new();
         for status in [
@@ -373,7 +387,7 @@ impl Deliverer {
                 Ok(list) => escalations.extend(list.into_iter().filter(|e| {
                     e.status != EscalationStatus::Resolved
                         || e.resolved_at
-                            .is_some_and(|at| at >= now.saturating_sub(self.settings.alert_ttl))
+                            .is_some_and(|at| at >= now.saturating_sub(ttl))
                 })),
                 Err(e) => {
                     tracing::warn!(error = %e, "reading escalations to re-send to Alertmanager failed");
@@ -395,37 +409,32 @@ impl Deliverer {
             };
             drafts.push((e.id.clone(), alertmanager::draft(e, tool.as_deref())));
         }
-        for t in self.notifier.targets() {
-            let TargetKind::Alertmanager { url } = &t.kind else {
+        for chunk in drafts.chunks(ALERTS_PER_POST) {
+            let alerts: Vec<serde_json::Value> = chunk
+                .iter()
+                .flat_map(|(id, d)| self.alerts(t, id, d, now, ttl))
+                .collect();
+            if alerts.is_empty() {
                 continue;
-            };
-            for chunk in drafts.chunks(ALERTS_PER_POST) {
-                let alerts: Vec<serde_json::Value> = chunk
-                    .iter()
-                    .flat_map(|(id, d)| self.alerts(t, id, d, now))
-                    .collect();
-                if alerts.is_empty() {
-                    continue;
+            }
+            let sent = answer(
+                self.client
+                    .post(format!("{url}/api/v2/alerts"))
+                    .json(&alerts)
+                    .send()
+                    .await,
+            )
+            .await;
+            match sent {
+                Attempt::Delivered => {
+                    self.metrics.notification("alertmanager", "delivered");
+                    for (id, d) in chunk {
+                        self.sent(t, id, d);
+                    }
                 }
-                let sent = answer(
-                    self.client
-                        .post(format!("{url}/api/v2/alerts"))
-                        .json(&alerts)
-                        .send()
-                        .await,
-                )
-                .await;
-                match sent {
-                    Attempt::Delivered => {
-                        self.metrics.notification("alertmanager", "delivered");
-                        for (id, d) in chunk {
-                            self.sent(t, id, d);
-                        }
-                    }
-                    Attempt::Failed(error) => {
-                        self.metrics.notification("alertmanager", "failed");
-                        tracing::warn!(target = %t.name, %error, alerts = alerts.len(), "re-sending unresolved escalations to Alertmanager failed");
-                    }
+                Attempt::Failed(error) => {
+                    self.metrics.notification("alertmanager", "failed");
+                    tracing::warn!(target = %t.name, %error, alerts = alerts.len(), "re-sending unresolved escalations to Alertmanager failed");
                 }
             }
         }

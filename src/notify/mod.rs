@@ -19,6 +19,7 @@ pub mod outbox;
 pub mod sign;
 
 use std::fmt;
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
@@ -30,8 +31,13 @@ use crate::model::{Escalation, Timestamp, Verdict};
 /// Where notifications go.
 #[derive(Clone, PartialEq, Eq)]
 pub enum TargetKind {
-    /// An Alertmanager base URL (`http://alertmanager:9093`): reckon POSTs `/api/v2/alerts`.
-    Alertmanager { url: String },
+    /// An Alertmanager base URL (`http://alertmanager:9093`): reckon POSTs `/api/v2/alerts`,
+    /// and re-sends every unresolved escalation each `resend_interval` with `endsAt` four of
+    /// them ahead (as Prometheus does with its `--rules.alert.resend-delay`).
+    Alertmanager {
+        url: String,
+        resend_interval: Duration,
+    },
     /// A URL reckon POSTs each event to, signed with `secret`.
     Webhook { url: String, secret: String },
 }
@@ -76,6 +82,10 @@ pub enum TargetError {
     Secret,
     #[error("an alertmanager target takes no secret")]
     UnexpectedSecret,
+    #[error("only an alertmanager target is re-sent (resend_interval)")]
+    UnexpectedResend,
+    #[error("resend_interval must be between 1s and 1h")]
+    Resend,
     #[error("name {0:?}: use letters, digits, '-', '_' and '.' (at most 64)")]
     Name(String),
     #[error("two [[notify]] targets are named {0:?}")]
@@ -108,6 +118,9 @@ fn check_name(name: &str) -> Result<String, TargetError> {
     }
 }
 
+/// How often an unresolved escalation is re-sent to Alertmanager by default.
+pub const DEFAULT_RESEND_INTERVAL: Duration = Duration::from_secs(45);
+
 impl Target {
     /// A target from a `[[notify]]` table's fields.
     pub fn new(
@@ -122,7 +135,10 @@ impl Target {
                 if secret.is_some() {
                     return Err(TargetError::UnexpectedSecret);
                 }
-                TargetKind::Alertmanager { url }
+                TargetKind::Alertmanager {
+                    url,
+                    resend_interval: DEFAULT_RESEND_INTERVAL,
+                }
             }
             "webhook" => match secret {
                 Some(s) if !s.trim().is_empty() => TargetKind::Webhook {
@@ -141,7 +157,7 @@ impl Target {
                     TargetKind::Webhook { .. } => "webhook",
                 };
                 let url = match &kind {
-                    TargetKind::Alertmanager { url } | TargetKind::Webhook { url, .. } => url,
+                    TargetKind::Alertmanager { url, .. } | TargetKind::Webhook { url, .. } => url,
                 };
                 let digest = Sha256::digest(url.as_bytes());
                 format!("{kind_str}-{}", hex::encode(&digest[..4]))
@@ -159,8 +175,22 @@ impl Target {
 
     pub fn url(&self) -> &str {
         match &self.kind {
-            TargetKind::Alertmanager { url } | TargetKind::Webhook { url, .. } => url,
+            TargetKind::Alertmanager { url, .. } | TargetKind::Webhook { url, .. } => url,
         }
+    }
+
+    /// An Alertmanager target re-sent every `every` instead of [`DEFAULT_RESEND_INTERVAL`].
+    pub fn with_resend_interval(mut self, every: Duration) -> Result<Target, TargetError> {
+        if !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&every) {
+            return Err(TargetError::Resend);
+        }
+        match &mut self.kind {
+            TargetKind::Alertmanager {
+                resend_interval, ..
+            } => *resend_interval = every,
+            TargetKind::Webhook { .. } => return Err(TargetError::UnexpectedResend),
+        }
+        Ok(self)
     }
 }
 
@@ -278,6 +308,22 @@ mod tests {
             check_unique(&[hook.clone(), am.clone(), hook.clone()]),
             Err(TargetError::Duplicate("pager".into()))
         );
-        assert_eq!(check_unique(&[hook, am]), Ok(()));
+        assert_eq!(check_unique(&[hook.clone(), am.clone()]), Ok(()));
+        let quick = am
+            .clone()
+            .with_resend_interval(Duration::from_secs(2))
+            .unwrap();
+        assert!(matches!(
+            quick.kind,
+            TargetKind::Alertmanager { resend_interval, .. } if resend_interval == Duration::from_secs(2)
+        ));
+        assert_eq!(
+            hook.with_resend_interval(Duration::from_secs(2)),
+            Err(TargetError::UnexpectedResend)
+        );
+        assert_eq!(
+            am.with_resend_interval(Duration::from_millis(10)),
+            Err(TargetError::Resend)
+        );
     }
 }

@@ -220,9 +220,9 @@ fn truncate(mut s: String, max: usize) -> String {
     s
 }
 
-/// Of one target's pending items, those to attempt at `now`: per escalation, only the pending
-/// item of the lowest version (the head), and only once it is due. Returned oldest first.
-pub fn due(pending: &[OutboxItem], now: Timestamp) -> Vec<&OutboxItem> {
+/// Per target and escalation, the pending item of the lowest version: the only one that may be
+/// sent (the rest wait for it).
+fn heads(pending: &[OutboxItem]) -> impl Iterator<Item = &OutboxItem> {
     let mut heads: HashMap<(&str, &str), &OutboxItem> = HashMap::new();
     for it in pending.iter().filter(|i| i.state == OutboxState::Pending) {
         let key = (it.target.as_str(), it.escalation_id.as_str());
@@ -233,18 +233,21 @@ pub fn due(pending: &[OutboxItem], now: Timestamp) -> Vec<&OutboxItem> {
             }
         }
     }
-    let mut out: Vec<&OutboxItem> = heads.into_values().filter(|i| i.next_at <= now).collect();
+    heads.into_values()
+}
+
+/// Of one target's pending items, those to attempt at `now`: per escalation, only the pending
+/// item of the lowest version (the head), and only once it is due. Returned oldest first.
+pub fn due(pending: &[OutboxItem], now: Timestamp) -> Vec<&OutboxItem> {
+    let mut out: Vec<&OutboxItem> = heads(pending).filter(|i| i.next_at <= now).collect();
     out.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
     out
 }
 
-/// When the earliest head of `pending` falls due (`None`: nothing pending).
+/// When the earliest head of `pending` falls due (`None`: nothing pending). Items behind a head
+/// do not count, however early their own time: they go after it.
 pub fn next_due(pending: &[OutboxItem]) -> Option<Timestamp> {
-    pending
-        .iter()
-        .filter(|i| i.state == OutboxState::Pending)
-        .map(|i| i.next_at)
-        .min()
+    heads(pending).map(|i| i.next_at).min()
 }
 
 #[cfg(test)]
@@ -365,7 +368,11 @@ mod tests {
         waiting.next_at = Timestamp(30 * S);
         let held = [waiting.clone(), claimed.clone()];
         assert!(due(&held, now).is_empty());
-        assert_eq!(next_due(&[waiting, claimed.clone()]), Some(Timestamp(0)));
+        assert_eq!(
+            next_due(&held),
+            Some(Timestamp(30 * S)),
+            "the head decides when its escalation is next due"
+        );
         // Once the head is delivered (not pending), the next version is the head.
         let mut done = opened.clone();
         done.state = OutboxState::Delivered;

@@ -3,8 +3,8 @@
 - Debian's Alertmanager (`prometheus-alertmanager`, the repository's alertmanager/alertmanager.yml,
   a free loopback port, storage in a temporary directory) and a real `reckon serve` configured
   with `[[notify]] kind = "alertmanager"`: a demo duplicate refund appears in Alertmanager's
-  `/api/v2/alerts` with the labels DESIGN.md pins, and ends when a person resolves the
-  escalation through the API.
+  `/api/v2/alerts` with the labels DESIGN.md pins, is re-sent while open (it outlives the end
+  it was first sent with), and ends when a person resolves the escalation through the API.
 - The same reckon also has a `[[notify]] kind = "webhook"` pointing at a receiver here: every
   delivery verifies with the Python verifier printed in the README (extracted from it, so the
   README cannot drift from what reckon sends).
@@ -29,6 +29,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -140,6 +141,10 @@ def reckon_alerts(am: str, escalation_id: str | None = None) -> list[dict]:
     return json.loads(body)
 
 
+def ends(alert: dict) -> float:
+    return datetime.fromisoformat(alert["endsAt"].replace("Z", "+00:00")).timestamp()
+
+
 def check_alert(alert: dict, escalation: dict, base: str):
     labels = alert["labels"]
     assert labels == {
@@ -205,6 +210,7 @@ def test_serve_pages_through_alertmanager_until_resolved(alertmanager, tmp_path)
 [[notify]]
 kind = "alertmanager"
 url = "{alertmanager}"
+resend_interval = "1s"
 
 [[notify]]
 kind = "webhook"
@@ -236,6 +242,13 @@ name = "hooks"
                           lambda: reckon_alerts(alertmanager, escalation["id"]))
         assert len(alerts) == 1, alerts
         check_alert(alerts[0], escalation, base)
+
+        # Re-sent while open: it outlives the end it was first sent with (4 intervals ahead).
+        first_end = ends(alerts[0])
+        assert first_end > time.time(), alerts[0]
+        wait_for("the alert re-sent past its first end",
+                 lambda: time.time() > first_end + 1
+                 and [a for a in reckon_alerts(alertmanager, escalation["id"]) if ends(a) > first_end])
 
         # A person works it through the API; the alert ends.
         status, body = http("POST", f"{base}/api/v1/escalations/{escalation['id']}/claim", {"by": "ana"})
