@@ -326,8 +326,9 @@ async fn webhooks_are_signed_retried_under_one_id_and_in_order() {
     s.stop().await;
 }
 
-/// Deliveries pending while the receiver is down survive a restart of reckon: after it, with
-/// the receiver up, every event arrives, none is lost, and each keeps its id.
+/// Deliveries pending while the receiver is down survive a restart of reckon: the new process
+/// retries them, and once the receiver is up every event arrives, none is lost, and each keeps
+/// its id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pending_webhooks_survive_a_restart() {
     // A port nobody listens on yet: connections are refused until the receiver starts there.
@@ -359,8 +360,24 @@ async fn pending_webhooks_survive_a_restart() {
     }
     let dir = s.stop().await;
 
-    let rx = Receiver::start_on(addr, 0).await;
+    // The new process takes the pending deliveries up (and fails: still nobody there)...
     let s = start_notifying(dir, &hook_url(addr)).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metric(
+        &s,
+        "reckon_notifications_total{kind=\"webhook\",outcome=\"failed\"}",
+    )
+    .await
+        < 1.0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the restarted reckon never retried"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // ...and delivers them once the receiver is up.
+    let rx = Receiver::start_on(addr, 0).await;
     let claimed = rx
         .wait_for("the claim, sent after the restart", |g| {
             g.json()["escalation"]["claimed_by"] == "bo"
