@@ -174,7 +174,7 @@ async fn run(d: Arc<Deliverer>, mut stopped: watch::Receiver<bool>) {
             } else {
                 let mut w = d.settings.poll;
                 if let Some(at) = pass.next_due {
-                    let until = (at.0 - wall_now().0).max(0) as u64;
+                    let until = at.0.saturating_sub(wall_now().0).max(0) as u64;
                     w = w.min(Duration::from_nanos(until));
                 }
                 for (_, _, next) in &refresh {

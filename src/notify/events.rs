@@ -26,19 +26,19 @@ pub fn event_type(e: &Escalation) -> &'static str {
     }
 }
 
-/// The webhook body for one delivery.
+/// The webhook body for one delivery: `{"id", "type", "at", "escalation"}`, where `bundle` is
+/// the escalation's evidence bundle ([`escalation_bundle`]).
 pub fn webhook_body(
     id: &str,
     e: &Escalation,
-    verdict: Option<&Verdict>,
-    contract: Option<&Contract>,
+    bundle: &serde_json::Value,
     now: Timestamp,
 ) -> String {
     serde_json::json!({
         "id": id,
         "type": event_type(e),
         "at": rfc3339(now),
-        "escalation": escalation_bundle(e, verdict, contract),
+        "escalation": bundle,
     })
     .to_string()
 }
@@ -52,13 +52,17 @@ pub fn items_for(
     now: Timestamp,
 ) -> Vec<OutboxItem> {
     let kind = event_type(e);
+    // Built once for every webhook.
+    let mut bundle = None;
     targets
         .iter()
         .map(|t| {
             let body = match &t.kind {
                 TargetKind::Webhook { .. } => {
                     let id = delivery_id(&e.id, e.version, &t.name);
-                    webhook_body(&id, e, verdict, contract, now)
+                    let bundle =
+                        bundle.get_or_insert_with(|| escalation_bundle(e, verdict, contract));
+                    webhook_body(&id, e, bundle, now)
                 }
                 TargetKind::Alertmanager { .. } => {
                     let d = alertmanager::draft(e, verdict.and_then(|v| v.tool.as_deref()));
