@@ -18,6 +18,7 @@ use crate::ingest::service::IngestService;
 use crate::ingest::{grpc, http};
 use crate::metrics::Metrics;
 use crate::model::Dur;
+use crate::notify::{self, Notifier};
 use crate::store::{AnyStore, ClickHouseConfig, ClickHouseStore, SqliteStore};
 
 /// A started reckon. The addresses are the bound ones (a `:0` port in the config is resolved).
@@ -29,6 +30,8 @@ pub struct Running {
     stop: watch::Sender<bool>,
     servers: Vec<JoinHandle<anyhow::Result<()>>>,
     tasks: EngineTasks,
+    /// Sends the outbox to `[[notify]]` targets, when there are any.
+    delivery: Option<notify::deliver::Delivery>,
     grace: std::time::Duration,
 }
 
@@ -71,14 +74,22 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let contracts = Arc::new(Contracts::new(contracts));
     let store = Arc::new(open_store(&config).await?);
     let metrics = Arc::new(Metrics::new());
+    notify::check_unique(&config.notify)?;
+    let notifier =
+        (!config.notify.is_empty()).then(|| Arc::new(Notifier::new(config.notify.clone())));
     let options = crate::engine::EngineOptions {
         evict_after: config.evict_after,
         ..Default::default()
     };
-    let (engine, tasks) =
-        Engine::start_with(contracts.clone(), store.clone(), metrics.clone(), options)
-            .await
-            .context("rebuilding state from the store")?;
+    let (engine, tasks) = Engine::start_notifying(
+        contracts.clone(),
+        store.clone(),
+        metrics.clone(),
+        options,
+        notifier.clone(),
+    )
+    .await
+    .context("rebuilding state from the store")?;
     let ingest = Arc::new(IngestService::new(
         engine.clone(),
         store.clone(),
@@ -148,6 +159,25 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
                 .context("OTLP HTTP server")
         }
     });
+    let delivery = match notifier {
+        Some(notifier) => {
+            let public_url = config
+                .public_url
+                .clone()
+                .unwrap_or_else(|| default_public_url(api_addr));
+            let lookup = engine.clone();
+            let tool_of: notify::deliver::ToolOf =
+                Arc::new(move |intent: &str| lookup.cached_verdict(intent)?.tool.clone());
+            Some(notify::deliver::start(
+                notifier,
+                store.clone(),
+                metrics.clone(),
+                notify::deliver::Settings::new(public_url),
+                tool_of,
+            )?)
+        }
+        None => None,
+    };
     let api_router = api::router(ApiState {
         engine: engine.clone(),
         ingest,
@@ -173,8 +203,19 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         stop,
         servers: vec![grpc_server, http_server, api_server],
         tasks,
+        delivery,
         grace: config.shutdown_grace,
     })
+}
+
+/// `http://{api_addr}`, with `localhost` for an address that listens everywhere (a link to
+/// `0.0.0.0` opens nothing).
+fn default_public_url(api_addr: SocketAddr) -> String {
+    if api_addr.ip().is_unspecified() {
+        format!("http://localhost:{}", api_addr.port())
+    } else {
+        format!("http://{api_addr}")
+    }
 }
 
 /// HTTP/2 flow-control windows for OTLP/gRPC: one whole export per stream, several per connection.
@@ -216,6 +257,10 @@ impl Running {
                 }
                 Err(_) => tracing::warn!("a server did not drain within the grace period"),
             }
+        }
+        // Pending notifications stay in the store's outbox for the next start.
+        if let Some(d) = self.delivery {
+            d.stop().await;
         }
         self.engine.close();
         drop(self.engine);

@@ -23,7 +23,7 @@ use std::time::Duration;
 // ---------------------------------------------------------------------------------------------
 
 /// What the user asked for, with every setting resolved.
-// Built once per process: boxing the large variant buys nothing.
+// Made once per process: boxing the large `Config` buys nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
@@ -118,6 +118,9 @@ pub struct DemoArgs {
     pub stripe_webhook_secret: Option<String>,
     /// Run only the scenarios whose name contains this text.
     pub only: Option<String>,
+    /// Without `--target`: an Alertmanager base URL the in-process reckon pushes its
+    /// escalations to (a `[[notify]] kind = "alertmanager"` target).
+    pub alertmanager: Option<String>,
 }
 
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8080";
@@ -209,9 +212,11 @@ const ENV_SHUTDOWN_GRACE: &str = "RECKON_SHUTDOWN_GRACE";
 const ENV_EVICT_AFTER: &str = "RECKON_EVICT_AFTER";
 const ENV_LOG_FORMAT: &str = "RECKON_LOG_FORMAT";
 const ENV_LOG_FILTER: &str = "RECKON_LOG_FILTER";
+const ENV_PUBLIC_URL: &str = "RECKON_PUBLIC_URL";
 const ENV_SERVER: &str = "RECKON_SERVER";
 const ENV_DEMO_OTLP: &str = "RECKON_DEMO_OTLP";
 const ENV_DEMO_ONLY: &str = "RECKON_DEMO_ONLY";
+const ENV_DEMO_ALERTMANAGER: &str = "RECKON_DEMO_ALERTMANAGER";
 
 struct Env<'a>(&'a dyn Fn(&str) -> Option<String>);
 
@@ -366,6 +371,10 @@ struct ServeCli {
     /// tracing filter directive; RUST_LOG overrides it [default: info] [env: RECKON_LOG_FILTER]
     #[arg(long, value_name = "FILTER", value_parser = value::parse_log_filter)]
     log_filter: Option<String>,
+    /// Where people open reckon, for links in notifications [default: http://API_ADDR]
+    /// [env: RECKON_PUBLIC_URL]
+    #[arg(long, value_name = "URL", value_parser = value::parse_http_url)]
+    public_url: Option<String>,
 }
 
 impl ServeCli {
@@ -447,6 +456,9 @@ impl ServeCli {
             &mut c.log_filter,
             env.or(self.log_filter, ENV_LOG_FILTER, value::parse_log_filter)?,
         );
+        if let Some(u) = env.or(self.public_url, ENV_PUBLIC_URL, value::parse_http_url)? {
+            c.public_url = Some(u);
+        }
         Ok(c)
     }
 }
@@ -607,6 +619,10 @@ struct DemoCli {
     /// Run only the scenarios whose name contains TEXT [env: RECKON_DEMO_ONLY]
     #[arg(long, value_name = "TEXT")]
     only: Option<String>,
+    /// Without --target: push the in-process reckon's escalations to this Alertmanager
+    /// (http://HOST:9093) [env: RECKON_DEMO_ALERTMANAGER]
+    #[arg(long, value_name = "URL", value_parser = value::parse_http_url, conflicts_with = "target")]
+    alertmanager: Option<String>,
 }
 
 impl DemoCli {
@@ -622,6 +638,11 @@ impl DemoCli {
                 value::parse_secret,
             )?,
             only: env.or(self.only, ENV_DEMO_ONLY, |s| Ok(s.to_string()))?,
+            alertmanager: env.or(
+                self.alertmanager,
+                ENV_DEMO_ALERTMANAGER,
+                value::parse_http_url,
+            )?,
         })
     }
 }

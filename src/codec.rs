@@ -282,3 +282,19 @@ impl ContractDoc {
         }
     }
 }
+
+/// The evidence bundle of `GET /api/v1/escalations/{id}`: the escalation, the intent's verdict
+/// (`null` when it is not known) and the contract it was judged by. The API serves it and the
+/// webhooks carry it, so both say the same.
+pub fn escalation_bundle(
+    e: &Escalation,
+    verdict: Option<&Verdict>,
+    contract: Option<&crate::contract::Contract>,
+) -> serde_json::Value {
+    let mut doc = serde_json::to_value(EscalationDoc::from_escalation(e)).unwrap_or_default();
+    doc["verdict"] =
+        serde_json::to_value(verdict.map(VerdictDoc::from_verdict)).unwrap_or_default();
+    doc["contract"] =
+        serde_json::to_value(contract.map(ContractDoc::from_contract)).unwrap_or_default();
+    doc
+}

@@ -56,6 +56,11 @@ pub struct Config {
     pub log_format: LogFormat,
     /// A `tracing` env-filter directive (default `info`).
     pub log_filter: String,
+    /// Where people open reckon: links in notifications (`{public_url}/escalations/{id}`).
+    /// Default `http://{api_addr}` (the bound address; `localhost` for an unspecified IP).
+    pub public_url: Option<String>,
+    /// `[[notify]]` targets (config file only): Alertmanager and signed webhooks.
+    pub notify: Vec<crate::notify::Target>,
 }
 
 impl Default for Config {
@@ -75,6 +80,8 @@ impl Default for Config {
             evict_after: Some(Duration::from_secs(60)),
             log_format: LogFormat::Text,
             log_filter: "info".into(),
+            public_url: None,
+            notify: Vec::new(),
         }
     }
 }

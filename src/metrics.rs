@@ -182,6 +182,8 @@ pub struct Metrics {
     ingest_rejections: Family,
     records_received: Family,
     conflicting_resends: Family,
+    notifications: Family,
+    outbox_pending: AtomicU64,
     escalations: [AtomicU64; 3],
     escalations_unresolved: Mutex<BTreeMap<[String; 3], u64>>,
     /// 1: the store answered the last probe, 0: it did not, 2: never probed.
@@ -212,6 +214,8 @@ impl Metrics {
             ingest_rejections: Family::new(&["reason"]),
             records_received: Family::new(&["source"]),
             conflicting_resends: Family::new(&["kind"]),
+            notifications: Family::new(&["kind", "outcome"]),
+            outbox_pending: AtomicU64::new(0),
             escalations: Default::default(),
             escalations_unresolved: Mutex::new(BTreeMap::new()),
             store_up: AtomicU8::new(2),
@@ -311,6 +315,18 @@ impl Metrics {
     /// `attempt`, `readback`, `record`). The first copy was kept; this one was dropped.
     pub fn conflicting_resend(&self, kind: &str) {
         self.conflicting_resends.add(&[kind], 1);
+    }
+
+    /// One notification POST to a `[[notify]]` target (`kind`: `alertmanager` or `webhook`):
+    /// `delivered` (2xx), `failed` (anything else; retried), `expired` (failed for the last
+    /// time, given up).
+    pub fn notification(&self, kind: &str, outcome: &str) {
+        self.notifications.add(&[kind, outcome], 1);
+    }
+
+    /// Notifications in the outbox not yet delivered (nor given up), over every target.
+    pub fn set_outbox_pending(&self, n: u64) {
+        self.outbox_pending.store(n, Relaxed);
     }
 
     /// From a deciding event's arrival to its verdict (and escalation) being visible.
@@ -429,6 +445,23 @@ impl Metrics {
             "reckon_conflicting_resends_total",
             "Re-sent events whose identity was stored with different content (the first copy is kept), by kind.",
             "counter",
+        );
+        self.notifications.render(
+            &mut out,
+            "reckon_notifications_total",
+            "Notification POSTs to [[notify]] targets, by kind (alertmanager, webhook) and outcome (delivered, failed, expired).",
+            "counter",
+        );
+        header(
+            &mut out,
+            "reckon_notify_outbox_pending",
+            "Notifications in the outbox not yet delivered (nor given up), over every target.",
+            "gauge",
+        );
+        let _ = writeln!(
+            out,
+            "reckon_notify_outbox_pending {}",
+            self.outbox_pending.load(Relaxed)
         );
         self.verdict_latency.render(
             &mut out,

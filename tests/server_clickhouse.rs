@@ -8,6 +8,8 @@ mod api;
 mod bad_input;
 #[path = "server/eviction.rs"]
 mod eviction;
+#[path = "server/notify.rs"]
+mod notify;
 #[path = "server/otlp_export.rs"]
 mod otlp_export;
 #[path = "server/otlp_json.rs"]

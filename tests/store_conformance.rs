@@ -19,10 +19,12 @@ use reckon::engine::core::{EngineCore, Outcome};
 use reckon::engine::{Engine, EngineOptions, EngineTasks};
 use reckon::metrics::Metrics;
 use reckon::model::*;
+use reckon::notify::outbox::{after_attempt, Attempt as Tried, Policy};
+use reckon::notify::{Notifier, Target};
 use reckon::store::clickhouse::{migrate_to, schema, ErrorClass, RetryPolicy};
 use reckon::store::{
-    AnyStore, Appended, ClickHouseConfig, ClickHouseStore, Derived, RecordKey, Report, SqliteStore,
-    Store, StoreError, Swap, VerdictFilter,
+    AnyStore, Appended, ClickHouseConfig, ClickHouseStore, Derived, OutboxItem, OutboxPage,
+    OutboxState, RecordKey, Report, SqliteStore, Store, StoreError, Swap, VerdictFilter,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -229,6 +231,23 @@ macro_rules! conformance {
             async fn counters_count_what_happened() {
                 run(|h| async move { super::counters_count_what_happened(&*h).await }).await
             }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn outbox_keeps_each_items_furthest_state() {
+                run(|h| async move { super::outbox_keeps_each_items_furthest_state(&*h).await })
+                    .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn notifications_are_written_with_their_change() {
+                run(|h| async move {
+                                    super::notifications_are_written_with_their_change(&*h).await
+                                })
+                                .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn engine_announces_every_escalation_change() {
+                run(|h| async move { super::engine_announces_every_escalation_change(&*h).await })
+                    .await
+            }
         }
     };
 }
@@ -421,6 +440,7 @@ async fn persist<S: Store>(store: &S, out: Outcome) {
             escalations: out.escalations,
             removed: out.removed,
             verdicts: out.verdicts.iter().map(|v| Verdict::clone(v)).collect(),
+            ..Derived::default()
         })
         .await
         .expect("put_derived");
@@ -1930,4 +1950,281 @@ async fn clickhouse_identities_stored_twice_keep_their_first_copy() {
     );
     drop(store);
     ch.finish().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The notification outbox.
+
+fn outbox_item(esc: &str, version: u64, target: &str, created: i64) -> OutboxItem {
+    OutboxItem::new(
+        target,
+        esc,
+        version,
+        "escalation.opened",
+        format!("{{\"version\":{version}}}"),
+        at(created),
+    )
+}
+
+fn ids(p: &OutboxPage) -> Vec<String> {
+    p.items.iter().map(|i| i.id.clone()).collect()
+}
+
+/// Someone gets paged, item 2, at the store: pending items of a target come oldest first with
+/// every field as written; an attempt's outcome replaces the item; writing the same change
+/// again, or a late write of an older attempt, never brings back what was delivered or given
+/// up; and it all survives a reopen.
+async fn outbox_keeps_each_items_furthest_state<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let a = outbox_item("esc-a", 1, "hook", 10);
+    let b = outbox_item("esc-a", 2, "hook", 11);
+    let c = outbox_item("esc-b", 1, "hook", 12);
+    let other = outbox_item("esc-a", 1, "pager", 10);
+    let old = outbox_item("esc-old", 1, "hook", 1);
+    store
+        .outbox_put(vec![
+            c.clone(),
+            a.clone(),
+            b.clone(),
+            other.clone(),
+            old.clone(),
+        ])
+        .await
+        .unwrap();
+    let page = store.outbox_pending("hook", at(5), 100).await.unwrap();
+    assert_eq!(page.items, vec![a.clone(), b.clone(), c.clone()]);
+    assert_eq!(page.total, 3);
+    assert_eq!(
+        store
+            .outbox_pending("hook", at(0), 100)
+            .await
+            .unwrap()
+            .total,
+        4,
+        "`since` bounds the window"
+    );
+    assert_eq!(
+        store
+            .outbox_pending("pager", at(5), 100)
+            .await
+            .unwrap()
+            .items,
+        vec![other.clone()]
+    );
+    let first = store.outbox_pending("hook", at(5), 1).await.unwrap();
+    assert_eq!((ids(&first), first.total), (vec![a.id.clone()], 3));
+
+    // An attempt's outcome replaces the item; the same change written again does not undo it.
+    let p = Policy::default();
+    let failed = after_attempt(&a, Tried::Failed("HTTP 500".into()), at(20), &p);
+    store.outbox_put(vec![failed.clone()]).await.unwrap();
+    store.outbox_put(vec![a.clone()]).await.unwrap();
+    assert_eq!(
+        store
+            .outbox_pending("hook", at(5), 100)
+            .await
+            .unwrap()
+            .items[0],
+        failed
+    );
+    // Delivered: no longer pending, whatever late writes of older states follow.
+    let delivered = after_attempt(&failed, Tried::Delivered, at(21), &p);
+    store.outbox_put(vec![delivered]).await.unwrap();
+    let mut late = failed.clone();
+    late.attempts = 7;
+    store.outbox_put(vec![late, a.clone()]).await.unwrap();
+    let page = store.outbox_pending("hook", at(5), 100).await.unwrap();
+    assert_eq!(
+        (ids(&page), page.total),
+        (vec![b.id.clone(), c.id.clone()], 2)
+    );
+    // Given up: no longer pending either.
+    let mut expired = c.clone();
+    expired.state = OutboxState::Expired;
+    expired.attempts = 90;
+    store.outbox_put(vec![expired]).await.unwrap();
+    store.outbox_put(vec![c.clone()]).await.unwrap();
+    assert_eq!(
+        ids(&store.outbox_pending("hook", at(5), 100).await.unwrap()),
+        vec![b.id.clone()]
+    );
+    // Durable: another handle (a restarted process) reads the same.
+    drop(store);
+    let again = h.open().await;
+    assert_eq!(
+        again
+            .outbox_pending("hook", at(5), 100)
+            .await
+            .unwrap()
+            .items,
+        vec![b]
+    );
+}
+
+/// Someone gets paged, item 2: a notification is written in the same write as the change it
+/// announces: with the escalations of `put_derived`, and with a person's compare-and-set only
+/// when it wins.
+async fn notifications_are_written_with_their_change<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let open = escalation("esc-n", EscalationStatus::Open, 10, 1);
+    let opened = outbox_item("esc-n", 1, "hook", 10);
+    store
+        .put_derived(Derived {
+            escalations: vec![open.clone()],
+            outbox: vec![opened.clone()],
+            ..Derived::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_escalation("esc-n").await.unwrap(),
+        Some(open.clone())
+    );
+    assert_eq!(
+        store
+            .outbox_pending("hook", at(0), 100)
+            .await
+            .unwrap()
+            .items,
+        vec![opened.clone()]
+    );
+    let ana = claimed_by(&open, "ana", 20);
+    let claimed = outbox_item("esc-n", 2, "hook", 20);
+    assert_eq!(
+        store
+            .swap_escalation_notify(open.clone(), ana.clone(), vec![claimed.clone()])
+            .await
+            .unwrap(),
+        Swap::Written
+    );
+    let bo = claimed_by(&open, "bo", 21);
+    let lost = outbox_item("esc-n", 2, "other", 21);
+    assert!(matches!(
+        store
+            .swap_escalation_notify(open.clone(), bo, vec![lost])
+            .await
+            .unwrap(),
+        Swap::Conflict(_)
+    ));
+    assert_eq!(
+        ids(&store.outbox_pending("hook", at(0), 100).await.unwrap()),
+        vec![opened.id.clone(), claimed.id.clone()]
+    );
+    assert!(
+        store
+            .outbox_pending("other", at(0), 100)
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "a lost compare-and-set announces nothing"
+    );
+}
+
+/// Someone gets paged, items 1-2, through the engine: a duplicate refund opens an escalation, a
+/// person claims and resolves it, and each change is in the outbox, with the evidence bundle, as
+/// soon as it is visible: a crash before the persister wrote anything loses none, and a restart
+/// enqueues none twice.
+async fn engine_announces_every_escalation_change<H: Harness>(h: &H) {
+    let hook = Target::new(
+        "webhook",
+        "http://127.0.0.1:9/hook",
+        Some("s3cret"),
+        Some("hook"),
+    )
+    .expect("target");
+    let start = |store: AnyStore| {
+        let notifier = Arc::new(Notifier::new(vec![hook.clone()]));
+        async move {
+            Engine::start_notifying(
+                contracts(),
+                Arc::new(store),
+                Arc::new(Metrics::new()),
+                EngineOptions {
+                    persist_linger: Duration::from_secs(3600),
+                    ..EngineOptions::default()
+                },
+                Some(notifier),
+            )
+            .await
+            .expect("engine starts")
+        }
+    };
+    let (engine, tasks) = start(h.open_any().await).await;
+    let paid = A {
+        http: Some(200),
+        key: Some("k-n"),
+        object: Some("re_n1"),
+        status: Some("succeeded"),
+        outcome: Some(ReportedOutcome::Succeeded),
+        ..A::new(1, "intent-n", 0)
+    }
+    .event();
+    ingest(&engine, vec![paid]).await;
+    ingest(
+        &engine,
+        vec![record("re_n2", Some("intent-n"), None, "succeeded", 60)],
+    )
+    .await;
+    let id = engine
+        .verdict("intent-n")
+        .await
+        .and_then(|v| v.escalation_id.clone())
+        .expect("escalated");
+    engine.claim(&id, "ana").await.expect("claim");
+    engine
+        .resolve(&id, "ana", "reversed_second_refund", Some("voided re_n2"))
+        .await
+        .expect("resolve");
+    // Crash: nothing the persister held is written.
+    tasks.abort().await;
+    drop(engine);
+
+    let store = h.open().await;
+    let mut items = store
+        .outbox_pending("hook", Timestamp(0), 100)
+        .await
+        .unwrap()
+        .items;
+    items.sort_by_key(|i| i.escalation_version);
+    let events: Vec<(u64, &str)> = items
+        .iter()
+        .map(|i| (i.escalation_version, i.event.as_str()))
+        .collect();
+    assert_eq!(
+        events,
+        vec![
+            (1, "escalation.opened"),
+            (2, "escalation.updated"),
+            (3, "escalation.resolved")
+        ]
+    );
+    let statuses = ["open", "claimed", "resolved"];
+    for (it, status) in items.iter().zip(statuses) {
+        assert_eq!(it.id, format!("{id}:{}:hook", it.escalation_version));
+        let body: serde_json::Value = serde_json::from_str(&it.body).expect("JSON body");
+        assert_eq!(body["id"], it.id.as_str());
+        assert_eq!(body["type"], it.event.as_str());
+        let e = &body["escalation"];
+        assert_eq!(e["id"], id.as_str());
+        assert_eq!(e["status"], status);
+        assert_eq!(e["findings"][0]["kind"], "duplicate_effect");
+        assert_eq!(e["verdict"]["intent_id"], "intent-n");
+        assert_eq!(e["contract"]["name"], "payments.refund");
+    }
+    let resolved: serde_json::Value = serde_json::from_str(&items[2].body).unwrap();
+    assert_eq!(resolved["escalation"]["resolved_by"], "ana");
+    assert_eq!(resolved["escalation"]["note"], "voided re_n2");
+
+    // A restart rebuilds the same escalations and announces nothing again.
+    let (engine, tasks) = start(h.open_any().await).await;
+    stop(engine, tasks).await;
+    let after = store
+        .outbox_pending("hook", Timestamp(0), 100)
+        .await
+        .unwrap();
+    assert_eq!(after.total, 3);
+    let mut again = after.items;
+    again.sort_by_key(|i| i.escalation_version);
+    assert_eq!(again, items);
 }

@@ -18,7 +18,7 @@ use serde::Deserialize;
 
 pub use error::ApiError;
 
-use crate::codec::{rfc3339, ContractDoc, EscalationDoc, VerdictDoc};
+use crate::codec::{rfc3339, EscalationDoc, VerdictDoc};
 use crate::engine::{wall_now, Engine};
 use crate::ingest::error::IngestError;
 use crate::ingest::http::{body_of, read_body};
@@ -204,12 +204,7 @@ async fn get_escalation(
 async fn bundle(s: &ApiState, e: &Escalation) -> serde_json::Value {
     let verdict = s.engine.verdict(&e.intent_id).await;
     let contract = verdict.as_ref().and_then(|v| s.engine.contract_of(v));
-    let mut doc = serde_json::to_value(EscalationDoc::from_escalation(e)).unwrap_or_default();
-    doc["verdict"] =
-        serde_json::to_value(verdict.as_deref().map(VerdictDoc::from_verdict)).unwrap_or_default();
-    doc["contract"] =
-        serde_json::to_value(contract.as_ref().map(ContractDoc::from_contract)).unwrap_or_default();
-    doc
+    crate::codec::escalation_bundle(e, verdict.as_deref(), contract.as_ref())
 }
 
 #[derive(Debug, Deserialize)]

@@ -32,6 +32,11 @@ fn ch(host: &str) -> StoreConfig {
     }
 }
 
+/// The config file's `[[notify]]` table (file only: no flag or variable overrides it).
+fn am() -> crate::notify::Target {
+    crate::notify::Target::new("alertmanager", "http://am:9093", None, None).unwrap()
+}
+
 /// Every setting, in the three layers, with a different value in each.
 struct Layers {
     _dir: tempfile::TempDir,
@@ -60,6 +65,11 @@ shutdown_grace = "1s"
 evict_after = "never"
 log_format = "json"
 log_filter = "warn"
+public_url = "http://file.example"
+
+[[notify]]
+kind = "alertmanager"
+url = "http://am:9093"
 "#,
         )
         .unwrap();
@@ -86,6 +96,7 @@ const ENV: &[(&str, &str)] = &[
     ("RECKON_EVICT_AFTER", "2m"),
     ("RECKON_LOG_FORMAT", "text"),
     ("RECKON_LOG_FILTER", "error"),
+    ("RECKON_PUBLIC_URL", "http://env.example"),
 ];
 
 const FLAGS: &[&str] = &[
@@ -103,6 +114,7 @@ const FLAGS: &[&str] = &[
     "--evict-after=3m",
     "--log-format=json",
     "--log-filter=debug",
+    "--public-url=https://flag.example/reckon/",
 ];
 
 #[test]
@@ -144,6 +156,8 @@ fn flag_beats_env_beats_file_beats_default() {
             evict_after: None,
             log_format: LogFormat::Json,
             log_filter: "warn".into(),
+            public_url: Some("http://file.example".into()),
+            notify: vec![am()],
         }
     );
 
@@ -165,6 +179,8 @@ fn flag_beats_env_beats_file_beats_default() {
             evict_after: Some(Duration::from_secs(120)),
             log_format: LogFormat::Text,
             log_filter: "error".into(),
+            public_url: Some("http://env.example".into()),
+            notify: vec![am()],
         }
     );
 
@@ -188,13 +204,21 @@ fn flag_beats_env_beats_file_beats_default() {
             evict_after: Some(Duration::from_secs(180)),
             log_format: LogFormat::Json,
             log_filter: "debug".into(),
+            public_url: Some("https://flag.example/reckon".into()),
+            notify: vec![am()],
         }
     );
 
-    // Flags over the environment alone, without a file.
+    // Flags over the environment alone, without a file (and so without its [[notify]]).
     let mut args = vec!["serve"];
     args.extend_from_slice(FLAGS);
-    assert_eq!(serve(&args, ENV), flags_over_all);
+    assert_eq!(
+        serve(&args, ENV),
+        Config {
+            notify: Vec::new(),
+            ..flags_over_all
+        }
+    );
 }
 
 #[test]
@@ -558,6 +582,7 @@ fn demo_and_check_contracts() {
             otlp: None,
             stripe_webhook_secret: None,
             only: None,
+            alertmanager: None,
         })
     );
     // The demo's target settings come from flags or their variables, flags first.
@@ -584,6 +609,7 @@ fn demo_and_check_contracts() {
             otlp: Some("http://10.0.0.5:14317".into()),
             stripe_webhook_secret: Some("whsec_x".into()),
             only: Some("expiry".into()),
+            alertmanager: None,
         })
     );
     assert_eq!(
@@ -606,8 +632,29 @@ fn demo_and_check_contracts() {
             otlp: None,
             stripe_webhook_secret: None,
             only: None,
+            alertmanager: None,
         })
     );
+    // The in-process reckon can page a local Alertmanager; not with --target (its own config).
+    match run(&["demo", "--alertmanager", "http://127.0.0.1:9093/"], &[]).unwrap() {
+        Command::Demo(d) => assert_eq!(d.alertmanager.as_deref(), Some("http://127.0.0.1:9093")),
+        other => panic!("{other:?}"),
+    }
+    match run(&["demo"], &[("RECKON_DEMO_ALERTMANAGER", "http://am:9093")]).unwrap() {
+        Command::Demo(d) => assert_eq!(d.alertmanager.as_deref(), Some("http://am:9093")),
+        other => panic!("{other:?}"),
+    }
+    assert!(run(
+        &[
+            "demo",
+            "--target",
+            "http://h:8080",
+            "--alertmanager",
+            "http://am:9093"
+        ],
+        &[]
+    )
+    .is_err());
     assert_eq!(
         run(&["check-contracts"], &[]).unwrap(),
         Command::CheckContracts {

@@ -16,6 +16,18 @@
 //! shutdown_grace = "10s"
 //! log_format = "json"                  # or "text"
 //! log_filter = "info,reckon=debug"
+//! public_url = "https://reckon.example.internal"   # links in notifications
+//!
+//! [[notify]]                           # any number of these
+//! kind = "alertmanager"                # one alert per unresolved escalation
+//! url = "http://alertmanager:9093"
+//! resend_interval = "45s"              # optional: re-sent this often; ends 4x this after
+//!
+//! [[notify]]
+//! kind = "webhook"                     # signed JSON events from the durable outbox
+//! url = "http://hooks.internal/reckon"
+//! secret = "..."                       # Reckon-Signature is HMAC-SHA256 with it
+//! name = "pager"                       # optional: names it in delivery ids and logs
 //! ```
 //!
 //! As with contracts, a typo must not silently become a default: unknown keys are errors, and every
@@ -66,6 +78,9 @@ pub struct FileConfig {
     pub evict_after: Option<Option<Duration>>,
     pub log_format: Option<LogFormat>,
     pub log_filter: Option<String>,
+    pub public_url: Option<String>,
+    /// `[[notify]]` tables; `None` when there are none.
+    pub notify: Option<Vec<crate::notify::Target>>,
 }
 
 impl FileConfig {
@@ -95,6 +110,10 @@ impl FileConfig {
         set(&mut cfg.evict_after, &self.evict_after);
         set(&mut cfg.log_format, &self.log_format);
         set(&mut cfg.log_filter, &self.log_filter);
+        if self.public_url.is_some() {
+            cfg.public_url = self.public_url.clone();
+        }
+        set(&mut cfg.notify, &self.notify);
     }
 }
 
@@ -117,6 +136,19 @@ struct RawFile {
     evict_after: Option<Spanned<String>>,
     log_format: Option<Spanned<String>>,
     log_filter: Option<Spanned<String>>,
+    public_url: Option<Spanned<String>>,
+    notify: Option<Vec<Spanned<RawNotify>>>,
+}
+
+/// One `[[notify]]` table.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNotify {
+    kind: Spanned<String>,
+    url: Spanned<String>,
+    secret: Option<Spanned<String>>,
+    name: Option<Spanned<String>>,
+    resend_interval: Option<Spanned<String>>,
 }
 
 /// The file being parsed, for errors that name file, line and field.
@@ -199,6 +231,11 @@ pub fn parse_file(file: &Path, text: &str) -> Result<FileConfig, ConfigFileError
         },
     };
 
+    let notify = match &raw.notify {
+        None => None,
+        Some(tables) => Some(notify_targets(&src, tables)?),
+    };
+
     Ok(FileConfig {
         grpc_addr: src.value("grpc_addr", &raw.grpc_addr, value::parse_addr)?,
         http_addr: src.value("http_addr", &raw.http_addr, value::parse_addr)?,
@@ -222,7 +259,61 @@ pub fn parse_file(file: &Path, text: &str) -> Result<FileConfig, ConfigFileError
         evict_after: src.value("evict_after", &raw.evict_after, value::parse_evict_after)?,
         log_format: src.value("log_format", &raw.log_format, value::parse_log_format)?,
         log_filter: src.value("log_filter", &raw.log_filter, value::parse_log_filter)?,
+        public_url: src.value("public_url", &raw.public_url, value::parse_http_url)?,
+        notify,
     })
+}
+
+/// The `[[notify]]` tables as targets; an error names the table's line and its field
+/// (`notify.url`, ...).
+fn notify_targets(
+    src: &Src<'_>,
+    tables: &[Spanned<RawNotify>],
+) -> Result<Vec<crate::notify::Target>, ConfigFileError> {
+    use crate::notify::{Target, TargetError};
+    let mut out: Vec<Target> = Vec::with_capacity(tables.len());
+    for table in tables {
+        let t = table.get_ref();
+        let target = Target::new(
+            t.kind.get_ref(),
+            t.url.get_ref(),
+            t.secret.as_ref().map(|s| s.get_ref().as_str()),
+            t.name.as_ref().map(|s| s.get_ref().as_str()),
+        )
+        .and_then(|target| match &t.resend_interval {
+            None => Ok(target),
+            Some(raw) => match value::parse_positive_duration(raw.get_ref()) {
+                Ok(every) => target.with_resend_interval(every),
+                Err(_) => Err(TargetError::Resend),
+            },
+        })
+        .map_err(|e| {
+            let (span, field) = match &e {
+                TargetError::Kind(_) => (t.kind.span(), "notify.kind"),
+                TargetError::Url(_) => (t.url.span(), "notify.url"),
+                TargetError::Secret | TargetError::UnexpectedSecret => match &t.secret {
+                    Some(s) => (s.span(), "notify.secret"),
+                    None => (t.kind.span(), "notify.secret"),
+                },
+                TargetError::Name(_) | TargetError::Duplicate(_) => match &t.name {
+                    Some(n) => (n.span(), "notify.name"),
+                    None => (t.url.span(), "notify.name"),
+                },
+                TargetError::Resend | TargetError::UnexpectedResend => match &t.resend_interval {
+                    Some(r) => (r.span(), "notify.resend_interval"),
+                    None => (t.kind.span(), "notify.resend_interval"),
+                },
+            };
+            src.err(span, field, e)
+        })?;
+        if out.iter().any(|o| o.name == target.name) {
+            let span = t.name.as_ref().map_or(t.url.span(), |n| n.span());
+            let e = TargetError::Duplicate(target.name.clone());
+            return Err(src.err(span, "notify.name", e));
+        }
+        out.push(target);
+    }
+    Ok(out)
 }
 
 /// Reads and parses a config file. A missing file is an error naming it: a service started with
@@ -468,6 +559,126 @@ log_filter = "warn,reckon=debug"
         let e = load_file(Path::new("/nonexistent/reckon.toml")).unwrap_err();
         assert!(matches!(&e, ConfigFileError::Io { .. }));
         assert!(e.to_string().contains("/nonexistent/reckon.toml"));
+    }
+
+    #[test]
+    fn notify_tables_become_targets() {
+        use crate::notify::{Target, TargetKind};
+        let text = r#"
+public_url = "https://reckon.example/"
+
+[[notify]]
+kind = "alertmanager"
+url = "http://am:9093"
+resend_interval = "10s"
+
+[[notify]]
+kind = "webhook"
+url = "http://hooks.internal/reckon"
+secret = "s3cret"
+name = "pager"
+"#;
+        let f = parse_file(Path::new(FILE), text).unwrap();
+        let mut cfg = Config::default();
+        f.apply(&mut cfg);
+        assert_eq!(cfg.public_url.as_deref(), Some("https://reckon.example"));
+        assert_eq!(
+            cfg.notify,
+            vec![
+                Target::new("alertmanager", "http://am:9093", None, None)
+                    .unwrap()
+                    .with_resend_interval(Duration::from_secs(10))
+                    .unwrap(),
+                Target {
+                    name: "pager".into(),
+                    kind: TargetKind::Webhook {
+                        url: "http://hooks.internal/reckon".into(),
+                        secret: "s3cret".into()
+                    }
+                }
+            ]
+        );
+        // Without tables, nothing changes.
+        let f = parse_file(Path::new(FILE), "log_filter = \"info\"\n").unwrap();
+        assert_eq!(f.notify, None);
+    }
+
+    #[test]
+    fn bad_notify_tables_name_line_and_field() {
+        let cases: &[(&str, usize, &str, &str)] = &[
+            (
+                "[[notify]]\nkind = \"pagerduty\"\nurl = \"http://x\"\n",
+                2,
+                "notify.kind",
+                "unknown kind",
+            ),
+            (
+                "[[notify]]\nkind = \"webhook\"\nurl = \"https://x\"\nsecret = \"s\"\n",
+                3,
+                "notify.url",
+                "TLS is not built in",
+            ),
+            (
+                "[[notify]]\nkind = \"webhook\"\nurl = \"http://x\"\n",
+                2,
+                "notify.secret",
+                "secret",
+            ),
+            (
+                "[[notify]]\nkind = \"alertmanager\"\nurl = \"http://x\"\nsecret = \"s\"\n",
+                4,
+                "notify.secret",
+                "takes no secret",
+            ),
+            (
+                "[[notify]]\nkind = \"alertmanager\"\nurl = \"http://x\"\nname = \"a b\"\n",
+                4,
+                "notify.name",
+                "letters",
+            ),
+            (
+                "[[notify]]\nkind = \"alertmanager\"\nurl = \"http://x\"\n\n[[notify]]\nkind = \"alertmanager\"\nurl = \"http://x/\"\n",
+                7,
+                "notify.name",
+                "two [[notify]] targets",
+            ),
+            (
+                "[[notify]]\nkind = \"alertmanager\"\nurl = \"http://x\"\nsecert = \"s\"\n",
+                4,
+                "notify.secert",
+                "unknown field",
+            ),
+            (
+                "[[notify]]\nkind = \"alertmanager\"\nurl = \"http://x\"\nresend_interval = \"2h\"\n",
+                4,
+                "notify.resend_interval",
+                "between 1s and 1h",
+            ),
+            (
+                "[[notify]]\nkind = \"webhook\"\nurl = \"http://x\"\nsecret = \"s\"\nresend_interval = \"5s\"\n",
+                5,
+                "notify.resend_interval",
+                "only an alertmanager",
+            ),
+            ("public_url = \"ftp://x\"\n", 1, "public_url", "invalid URL"),
+        ];
+        for (text, want_line, want_field, want_msg) in cases {
+            let (line, field, msg) = invalid(text);
+            assert_eq!(
+                (line, field.as_str()),
+                (*want_line, *want_field),
+                "{text}: {msg}"
+            );
+            assert!(msg.contains(want_msg), "{text}: {msg}");
+        }
+        // A table without its url: the missing field is named.
+        let (_, field, msg) = invalid("[[notify]]\nkind = \"alertmanager\"\n");
+        assert!(field.ends_with("url"), "{field}: {msg}");
+        // The secret is never echoed.
+        let (_, _, msg) = invalid(
+            "[[notify]]\nkind = \"alertmanager\"\nurl = \"http://x\"\nsecret = \"hunter2\"\n",
+        );
+        assert!(!msg.contains("hunter2"), "{msg}");
     }
 
     #[test]

@@ -149,10 +149,17 @@ fn write_contracts(dir: &Path, from: Option<&Path>) -> anyhow::Result<()> {
 async fn start_reckon(
     dir: &Path,
     contracts_from: Option<&Path>,
+    alertmanager: Option<&str>,
 ) -> anyhow::Result<(Target, crate::app::Running)> {
     write_contracts(&dir.join("contracts"), contracts_from)?;
     let secret = format!("whsec_demo_{}", run_tag());
-    let config = in_process_config(dir, &secret);
+    let mut config = in_process_config(dir, &secret);
+    if let Some(url) = alertmanager {
+        config.notify.push(
+            crate::notify::Target::new("alertmanager", url, None, Some("alertmanager"))
+                .with_context(|| format!("--alertmanager {url}"))?,
+        );
+    }
     let running = crate::app::start(config)
         .await
         .context("starting reckon in-process")?;
@@ -190,7 +197,12 @@ pub async fn run(args: crate::cli::DemoArgs) -> anyhow::Result<std::process::Exi
         ),
         None => {
             tmp = tempfile::tempdir().context("creating the demo's temporary directory")?;
-            let (t, s) = start_reckon(tmp.path(), args.contracts_dir.as_deref()).await?;
+            let (t, s) = start_reckon(
+                tmp.path(),
+                args.contracts_dir.as_deref(),
+                args.alertmanager.as_deref(),
+            )
+            .await?;
             (t, Some(s))
         }
     };
@@ -209,9 +221,15 @@ pub async fn run(args: crate::cli::DemoArgs) -> anyhow::Result<std::process::Exi
     if let Some(server) = server {
         if !args.once {
             println!(
-                "\nreckon is still serving: try {}/api/v1/escalations?status=open or {}/api/v1/intents?since=1h\nCtrl-C to stop.",
-                target.api, target.api
+                "\nreckon is still serving: the escalation queue is {}/ (try {}/api/v1/escalations?status=open or {}/api/v1/intents?since=1h)",
+                target.api, target.api, target.api
             );
+            if let Some(am) = &args.alertmanager {
+                println!(
+                    "unresolved escalations are alerts in Alertmanager at {am} (alertname=\"ReckonEscalation\"); resolving one in the queue ends its alert"
+                );
+            }
+            println!("Ctrl-C to stop.");
             tokio::signal::ctrl_c()
                 .await
                 .context("waiting for Ctrl-C")?;

@@ -394,7 +394,7 @@ fn run_tags_make_ids_unique() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fast_scenarios_pass_against_an_in_process_reckon() {
     let dir = tempfile::tempdir().unwrap();
-    let (target, running) = start_reckon(dir.path(), None).await.unwrap();
+    let (target, running) = start_reckon(dir.path(), None, None).await.unwrap();
     let fast: Vec<Scenario> = scenarios::all()
         .into_iter()
         .filter(|s| {

@@ -4,10 +4,11 @@
 //! Order of work for every export: append to the store (durable), then audit, then answer.
 //! Verdicts are written behind, by one persister task: they are derived from the events and are
 //! rebuilt on start-up if a crash loses them. Escalations are not: which findings opened one
-//! depends on the order evidence arrived in, and a person (soon a pager) acts on it, so a step
-//! that opens or changes an escalation writes it to the store before anyone can see it (its
-//! intent's verdict, the queue, the gauges, the log) and before the export is acknowledged.
-//! A person's claim or resolution is durable before the API answers.
+//! depends on the order evidence arrived in, and a person acts on it, so a step that opens or
+//! changes an escalation writes it to the store before anyone can see it (its intent's verdict,
+//! the queue, the gauges, the log) and before the export is acknowledged, together with the
+//! notifications that page someone about it (the outbox, see `crate::notify`). A person's claim
+//! or resolution is durable, and announced the same way, before the API answers.
 
 pub mod core;
 
@@ -24,7 +25,10 @@ use crate::contract::Contracts;
 use crate::escalation::{EscalationBook, EscalationError};
 use crate::metrics::Metrics;
 use crate::model::*;
-use crate::store::{event_kind, AnyStore, Appended, Derived, EventQuery, Store, StoreError, Swap};
+use crate::notify::{Notifier, OutboxItem};
+use crate::store::{
+    event_kind, AnyStore, Appended, Derived, EventQuery, Store, StoreError, Swap,
+};
 
 /// The only place reckon reads the wall clock.
 pub fn wall_now() -> Timestamp {
@@ -62,6 +66,9 @@ pub struct Engine {
     persist: Mutex<Option<mpsc::UnboundedSender<Outcome>>>,
     durability: Durability,
     append_deadline: Duration,
+    /// With `[[notify]]` targets: every escalation change is written together with the
+    /// notifications that announce it (the outbox), in the same durable write.
+    notifier: Option<Arc<Notifier>>,
 }
 
 /// The engine's background tasks; awaited on shutdown so nothing concluded is left unwritten.
@@ -174,6 +181,8 @@ struct Concluded {
     /// Nothing changed: nothing to write, count or log.
     nothing: bool,
     hold: Vec<Escalation>,
+    /// The notifications announcing `hold`, written with it.
+    outbox: Vec<OutboxItem>,
     new_findings: Vec<(Option<String>, Finding)>,
     opened: Vec<Escalation>,
 }
@@ -199,6 +208,18 @@ impl Engine {
         metrics: Arc<Metrics>,
         options: EngineOptions,
     ) -> Result<(Arc<Engine>, EngineTasks), StoreError> {
+        Self::start_notifying(contracts, store, metrics, options, None).await
+    }
+
+    /// [`Engine::start_with`], announcing every escalation change to `notifier`'s targets
+    /// through the store's outbox.
+    pub async fn start_notifying(
+        contracts: Arc<Contracts>,
+        store: Arc<AnyStore>,
+        metrics: Arc<Metrics>,
+        options: EngineOptions,
+        notifier: Option<Arc<Notifier>>,
+    ) -> Result<(Arc<Engine>, EngineTasks), StoreError> {
         let began = Instant::now();
         let events = store.load_events().await?;
         let escalations = store.load_escalations().await?;
@@ -223,7 +244,21 @@ impl Engine {
         // Escalations the rebuild opened (deadlines passed while down, or changes a crash kept
         // from the store): durable before anyone can see them.
         if !restored.escalations.is_empty() {
-            store.put_escalations(restored.escalations.clone()).await?;
+            let outbox = match &notifier {
+                Some(n) => announce_all(n, &core, &contracts, &restored.escalations),
+                None => Vec::new(),
+            };
+            if outbox.is_empty() {
+                store.put_escalations(restored.escalations.clone()).await?;
+            } else {
+                store
+                    .put_derived(Derived {
+                        escalations: restored.escalations.clone(),
+                        outbox,
+                        ..Derived::default()
+                    })
+                    .await?;
+            }
         }
         let (tx, rx) = mpsc::unbounded_channel();
         let wake = Arc::new(Notify::new());
@@ -237,6 +272,7 @@ impl Engine {
             persist: Mutex::new(Some(tx)),
             durability: Durability::default(),
             append_deadline: options.append_deadline,
+            notifier,
         });
         let concluded = {
             let core = engine.lock();
@@ -384,9 +420,10 @@ impl Engine {
         self.finish(concluded).await;
     }
 
-    async fn finish(&self, concluded: Concluded) {
+    async fn finish(&self, mut concluded: Concluded) {
         if !concluded.hold.is_empty() {
-            self.make_durable(&concluded.hold).await;
+            let outbox = std::mem::take(&mut concluded.outbox);
+            self.make_durable(&concluded.hold, outbox).await;
             self.durability.release(&concluded.hold);
         }
         self.announce(concluded);
@@ -396,11 +433,28 @@ impl Engine {
     /// person must look at: never dropped, never shown unwritten. While the store refuses, the
     /// export that caused them stays unacknowledged and keeps its admission permit, so new
     /// exports are refused (retryably) instead of piling up.
-    async fn make_durable(&self, escalations: &[Escalation]) {
+    /// The notifications announcing them (`outbox`) are in the same write.
+    async fn make_durable(&self, escalations: &[Escalation], outbox: Vec<OutboxItem>) {
         let mut failures = 0u32;
         loop {
-            match self.store.put_escalations(escalations.to_vec()).await {
-                Ok(()) => return,
+            let written = if outbox.is_empty() {
+                self.store.put_escalations(escalations.to_vec()).await
+            } else {
+                self.store
+                    .put_derived(Derived {
+                        escalations: escalations.to_vec(),
+                        outbox: outbox.clone(),
+                        ..Derived::default()
+                    })
+                    .await
+            };
+            match written {
+                Ok(()) => {
+                    if !outbox.is_empty() {
+                        self.wake_notifier();
+                    }
+                    return;
+                }
                 Err(e) => {
                     failures += 1;
                     tracing::error!(error = %e, failures, "writing escalations failed; retrying before they are shown");
@@ -528,8 +582,19 @@ impl Engine {
                     // Nothing to change (the same person claiming again).
                     return Ok(e);
                 }
-                match engine.store.swap_escalation(stored, e.clone()).await? {
-                    Swap::Written => {}
+                // Announced in the same write; the verdict is the one the person acted on.
+                let outbox = engine.announce_change(&e, verdict.as_deref());
+                let notifying = !outbox.is_empty();
+                match engine
+                    .store
+                    .swap_escalation_notify(stored, e.clone(), outbox)
+                    .await?
+                {
+                    Swap::Written => {
+                        if notifying {
+                            engine.wake_notifier();
+                        }
+                    }
                     Swap::Conflict(_) => continue,
                 }
                 let concluded = {
@@ -606,7 +671,7 @@ impl Engine {
     /// changes from readers until they are durable. Called with the core locked, so outcomes
     /// reach the persister in the order they were computed and a later verdict can never be
     /// overwritten by an earlier one.
-    fn conclude(&self, _locked: &EngineCore, mut out: Outcome, hold: bool) -> Concluded {
+    fn conclude(&self, locked: &EngineCore, mut out: Outcome, hold: bool) -> Concluded {
         let nothing = out.is_empty() && out.new_findings.is_empty();
         let opened: Vec<Escalation> = out
             .escalations
@@ -622,6 +687,10 @@ impl Engine {
         if !held.is_empty() {
             self.durability.hold(&held);
         }
+        let outbox = match &self.notifier {
+            Some(n) if !held.is_empty() => announce_all(n, locked, &self.contracts, &held),
+            _ => Vec::new(),
+        };
         let new_findings = std::mem::take(&mut out.new_findings);
         if !out.is_empty() {
             if let Some(tx) = self
@@ -637,6 +706,7 @@ impl Engine {
         Concluded {
             nothing,
             hold: held,
+            outbox,
             new_findings,
             opened,
         }
@@ -669,6 +739,22 @@ impl Engine {
         }
         for e in &c.opened {
             tracing::warn!(escalation = %e.id, intent = %e.intent_id, severity = e.severity.as_str(), findings = ?e.findings.iter().map(|f| f.kind.as_str()).collect::<Vec<_>>(), "escalation opened");
+        }
+    }
+
+    /// The notifications announcing `e`, a change about to be written, with `verdict` the
+    /// intent's verdict it was made on.
+    fn announce_change(&self, e: &Escalation, verdict: Option<&Verdict>) -> Vec<OutboxItem> {
+        let Some(n) = &self.notifier else {
+            return Vec::new();
+        };
+        let contract = verdict.and_then(|v| self.contract_of(v));
+        n.items(e, verdict, contract.as_ref(), wall_now())
+    }
+
+    fn wake_notifier(&self) {
+        if let Some(n) = &self.notifier {
+            n.wake();
         }
     }
 
@@ -747,6 +833,28 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// The notifications announcing `escalations` (changes a step made), each with its intent's
+/// verdict as the core holds it now and the contract it was judged by.
+fn announce_all(
+    n: &Notifier,
+    core: &EngineCore,
+    contracts: &Contracts,
+    escalations: &[Escalation],
+) -> Vec<OutboxItem> {
+    let now = wall_now();
+    escalations
+        .iter()
+        .flat_map(|e| {
+            let verdict = core.shared_verdict(&e.intent_id);
+            let contract = verdict
+                .as_deref()
+                .and_then(|v| v.contract.as_deref())
+                .and_then(|name| contracts.by_name(name));
+            n.items(e, verdict.as_deref(), contract, now)
+        })
+        .collect()
 }
 
 /// Make the derived rows in the store converge to the rebuilt engine, whatever point a crash
@@ -854,6 +962,7 @@ impl Pending {
                 escalations: self.escalations.values().cloned().collect(),
                 removed: self.removed.iter().cloned().collect(),
                 verdicts: self.verdicts.values().map(|v| Verdict::clone(v)).collect(),
+                outbox: Vec::new(),
             })
             .await
     }

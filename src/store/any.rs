@@ -54,6 +54,25 @@ impl Store for AnyStore {
     ) -> Result<Swap, StoreError> {
         dispatch!(self, s => s.swap_escalation(current, new))
     }
+    async fn swap_escalation_notify(
+        &self,
+        current: Escalation,
+        new: Escalation,
+        outbox: Vec<OutboxItem>,
+    ) -> Result<Swap, StoreError> {
+        dispatch!(self, s => s.swap_escalation_notify(current, new, outbox))
+    }
+    async fn outbox_put(&self, items: Vec<OutboxItem>) -> Result<(), StoreError> {
+        dispatch!(self, s => s.outbox_put(items))
+    }
+    async fn outbox_pending(
+        &self,
+        target: &str,
+        since: Timestamp,
+        limit: usize,
+    ) -> Result<OutboxPage, StoreError> {
+        dispatch!(self, s => s.outbox_pending(target, since, limit))
+    }
     async fn load_escalations(&self) -> Result<Vec<Escalation>, StoreError> {
         dispatch!(self, s => s.load_escalations())
     }

@@ -44,8 +44,8 @@ pub use self::error::{ClickHouseError, ErrorClass, RetryPolicy};
 use self::rows::*;
 use self::writer::{Request, Rows};
 use super::{
-    escalation_limit, prefix_end, Appended, CursorKey, Derived, Page, Report, Store, StoreError,
-    Swap, VerdictFilter, SEVERITIES,
+    escalation_limit, prefix_end, Appended, CursorKey, Derived, OutboxItem, OutboxPage, Page,
+    Report, Store, StoreError, Swap, VerdictFilter, SEVERITIES,
 };
 use crate::codec::VerdictDoc;
 use crate::model::*;
@@ -492,6 +492,7 @@ impl Store for ClickHouseStore {
                 .iter()
                 .map(escalation_row)
                 .collect::<Result<_, _>>()?,
+            outbox: d.outbox.iter().map(outbox_row).collect::<Result<_, _>>()?,
             ..Rows::default()
         };
         // One INSERT into reckon_verdicts holds the tombstones and the verdicts beside them.
@@ -632,6 +633,16 @@ impl Store for ClickHouseStore {
         self.write(rows).await
     }
 
+    /// Optimistic, in four steps: see `swap_escalation_notify` (this is it with no
+    /// notifications), which says what it cannot rule out.
+    async fn swap_escalation(
+        &self,
+        current: Escalation,
+        new: Escalation,
+    ) -> Result<Swap, StoreError> {
+        self.swap_escalation_notify(current, new, Vec::new()).await
+    }
+
     /// ClickHouse 18.16 has no conditional write, no transactions and (without ZooKeeper) no
     /// lock, so this is optimistic, in four steps:
     ///
@@ -656,10 +667,16 @@ impl Store for ClickHouseStore {
     /// this needs two instances acting on one escalation at the same moment. A lock that closes
     /// it (ZooKeeper through replicated tables, or `CREATE TABLE` as a test-and-set on a single
     /// server) is left to the scale-out.
-    async fn swap_escalation(
+    ///
+    /// `outbox` goes into step 2's insert, before the escalation row. When a late racer loses at
+    /// step 3 or 4, its notifications stay (they carry the same ids as the winner's, and the
+    /// store keeps the last written body): that same rare two-instance race can announce the
+    /// losing action's text.
+    async fn swap_escalation_notify(
         &self,
         current: Escalation,
         new: Escalation,
+        outbox: Vec<OutboxItem>,
     ) -> Result<Swap, StoreError> {
         let began = std::time::Instant::now();
         let stored = self.get_escalation(&new.id).await?;
@@ -668,6 +685,7 @@ impl Store for ClickHouseStore {
         }
         let mine = Rows {
             escalations: vec![escalation_row(&new)?],
+            outbox: outbox.iter().map(outbox_row).collect::<Result<_, _>>()?,
             ..Rows::default()
         };
         writer::insert_now(&self.client, &self.retry, &mine).await?;
@@ -707,6 +725,52 @@ impl Store for ClickHouseStore {
         } else {
             Ok(Swap::Conflict(after.map(Box::new)))
         }
+    }
+
+    async fn outbox_put(&self, items: Vec<OutboxItem>) -> Result<(), StoreError> {
+        let rows = Rows {
+            outbox: items.iter().map(outbox_row).collect::<Result<_, _>>()?,
+            ..Rows::default()
+        };
+        self.write(rows).await
+    }
+
+    async fn outbox_pending(
+        &self,
+        target: &str,
+        since: Timestamp,
+        limit: usize,
+    ) -> Result<OutboxPage, StoreError> {
+        // `target` is part of the sorting key, so it may filter inside FINAL; the state and the
+        // time are filtered on the collapsed rows.
+        const PENDING: &str = "FROM (SELECT * FROM reckon_outbox FINAL WHERE target = ?)
+            WHERE state = 'pending' AND created_ns >= ?";
+        let since = since.0.max(0) as u64;
+        let q = self
+            .client
+            .query(&format!(
+                "SELECT ?fields {PENDING} ORDER BY created_ns, id LIMIT ?"
+            ))
+            .bind(target)
+            .bind(since)
+            .bind(escalation_limit(limit) as u64);
+        let items = self
+            .fetch::<OutboxRow>("list pending notifications", q)
+            .await?
+            .into_iter()
+            .map(outbox_item)
+            .collect::<Result<Vec<_>, _>>()?;
+        let q = self
+            .client
+            .query(&format!("SELECT count() {PENDING}"))
+            .bind(target)
+            .bind(since);
+        let total = self
+            .fetch::<u64>("count pending notifications", q)
+            .await?
+            .pop()
+            .unwrap_or(0);
+        Ok(OutboxPage { items, total })
     }
 
     async fn load_escalations(&self) -> Result<Vec<Escalation>, StoreError> {

@@ -8,7 +8,8 @@
 //! `append` says whether each event was new, a duplicate or a conflicting re-send); derived rows
 //! (verdicts, findings) are upserts where the latest write wins when read back
 //! (ReplacingMergeTree semantics); escalations change either by the engine's upserts (higher
-//! version wins) or by a person's compare-and-set ([`Store::swap_escalation`]).
+//! version wins) or by a person's compare-and-set ([`Store::swap_escalation`]); the notification
+//! outbox keeps each item's furthest state ([`Store::outbox_put`]).
 //!
 //! The app dispatches over an enum of stores, so the trait uses `impl Future + Send` returns
 //! rather than `dyn`-compatible boxed futures.
@@ -29,6 +30,7 @@ use crate::model::{
     AttemptClass, Decision, Escalation, EscalationStatus, Event, FindingKind, IntentState,
     Severity, Timestamp, Verdict,
 };
+pub use crate::notify::{OutboxItem, OutboxState};
 
 pub use self::clickhouse::{ClickHouseConfig, ClickHouseStore};
 pub use any::AnyStore;
@@ -392,12 +394,27 @@ pub struct Derived {
     /// Intent ids whose stored verdict (and findings) must go.
     pub removed: Vec<String>,
     pub verdicts: Vec<Verdict>,
+    /// Notifications announcing the escalation changes: in the same durable write, so an
+    /// escalation anyone can see always has them (see [`Store::outbox_put`]).
+    pub outbox: Vec<OutboxItem>,
 }
 
 impl Derived {
     pub fn is_empty(&self) -> bool {
-        self.escalations.is_empty() && self.removed.is_empty() && self.verdicts.is_empty()
+        self.escalations.is_empty()
+            && self.removed.is_empty()
+            && self.verdicts.is_empty()
+            && self.outbox.is_empty()
     }
+}
+
+/// One target's pending notifications (see [`Store::outbox_pending`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OutboxPage {
+    /// Oldest first (`created_at`, then id), at most the limit asked for.
+    pub items: Vec<OutboxItem>,
+    /// How many are pending in all (beyond the limit too).
+    pub total: u64,
 }
 
 /// What a compare-and-set of an escalation ([`Store::swap_escalation`]) found.
@@ -463,9 +480,11 @@ pub trait Store: Send + Sync {
         intent_ids: Vec<String>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Escalations, then removals, then verdicts, as one durable unit where the store has one
-    /// (SQLite: one transaction; ClickHouse: one INSERT per table, escalations before the
-    /// verdicts that name them, a removal in the same INSERT as the verdicts beside it).
+    /// Notifications, escalations, removals, then verdicts, as one durable unit where the store
+    /// has one (SQLite: one transaction; ClickHouse: one INSERT per table, notifications before
+    /// the escalation changes they announce, escalations before the verdicts that name them, a
+    /// removal in the same INSERT as the verdicts beside it). Notifications are upserted as by
+    /// [`Store::outbox_put`].
     fn put_derived(&self, derived: Derived) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Intent ids of the stored (not deleted) verdicts that start with `prefix`, sorted.
@@ -503,6 +522,37 @@ pub trait Store: Send + Sync {
         current: Escalation,
         new: Escalation,
     ) -> impl Future<Output = Result<Swap, StoreError>> + Send;
+
+    /// [`Store::swap_escalation`] that, when it writes `new`, writes `outbox` (the notifications
+    /// announcing the change) with it: SQLite in the same transaction; ClickHouse in the same
+    /// insert, before the escalation row (so a crash between the two can announce a change
+    /// that a retry of the person's action then writes, never write one that goes unannounced).
+    fn swap_escalation_notify(
+        &self,
+        current: Escalation,
+        new: Escalation,
+        outbox: Vec<OutboxItem>,
+    ) -> impl Future<Output = Result<Swap, StoreError>> + Send;
+
+    /// Upsert notifications by id. Of two writes of one id the one of higher
+    /// [`OutboxItem::rank`] wins (equal ranks: the later write), so writing an escalation change
+    /// again (same ids, nothing attempted) changes nothing that matters, an attempt's outcome
+    /// replaces the item's earlier state, and nothing brings back an item that was delivered or
+    /// given up. [`Store::put_derived`] writes its `outbox` the same way.
+    fn outbox_put(
+        &self,
+        items: Vec<OutboxItem>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The pending notifications of one target created at or after `since` (older ones are past
+    /// retrying), oldest first, at most `limit` (capped at 1000, 0 means 100), and how many
+    /// there are in all.
+    fn outbox_pending(
+        &self,
+        target: &str,
+        since: Timestamp,
+        limit: usize,
+    ) -> impl Future<Output = Result<OutboxPage, StoreError>> + Send;
 
     /// Every escalation, for rebuilding the escalation book at start-up.
     fn load_escalations(&self) -> impl Future<Output = Result<Vec<Escalation>, StoreError>> + Send;

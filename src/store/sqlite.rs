@@ -21,8 +21,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use self::writer::{EncodedDerived, EncodedVerdict, Request};
 use super::{
-    escalation_limit, parse_severity, prefix_end, Appended, CursorKey, Derived, Page, Report,
-    Store, StoreError, Swap, VerdictFilter,
+    escalation_limit, parse_severity, prefix_end, Appended, CursorKey, Derived, OutboxItem,
+    OutboxPage, OutboxState, Page, Report, Store, StoreError, Swap, VerdictFilter,
 };
 use crate::codec::{EscalationFindingDoc, VerdictDoc};
 use crate::model::{
@@ -478,6 +478,68 @@ fn decode_escalation(row: &rusqlite::Row<'_>) -> Result<Escalation, StoreError> 
     })
 }
 
+const OUTBOX_COLS: &str = "id, target, escalation_id, escalation_version, event, body,
+    created_at, state, attempts, next_at, last_error";
+
+fn decode_outbox(row: &rusqlite::Row<'_>) -> Result<OutboxItem, StoreError> {
+    let d = Dec {
+        row,
+        table: "reckon_outbox",
+    };
+    let state = d.str(7, "state")?;
+    let state = OutboxState::parse(state)
+        .ok_or_else(|| d.corrupt("state", format!("unknown {state:?}")))?;
+    let version = d.i64(3, "escalation_version")?;
+    let attempts = d.i64(8, "attempts")?;
+    Ok(OutboxItem {
+        id: d.string(0, "id")?,
+        target: d.string(1, "target")?,
+        escalation_id: d.string(2, "escalation_id")?,
+        escalation_version: u64::try_from(version)
+            .map_err(|_| d.corrupt("escalation_version", format!("negative {version}")))?,
+        event: d.string(4, "event")?,
+        body: d.string(5, "body")?,
+        created_at: d.ts(6, "created_at")?,
+        state,
+        attempts: u32::try_from(attempts)
+            .map_err(|_| d.corrupt("attempts", format!("out of range {attempts}")))?,
+        next_at: d.ts(9, "next_at")?,
+        last_error: d.opt_string(10, "last_error")?,
+    })
+}
+
+fn outbox_pending(
+    conn: &Connection,
+    target: &str,
+    since: Timestamp,
+    limit: usize,
+) -> Result<OutboxPage, StoreError> {
+    // One read transaction: the page and the count from one snapshot.
+    let tx = conn.unchecked_transaction()?;
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {OUTBOX_COLS} FROM reckon_outbox
+         WHERE target = ?1 AND state = 'pending' AND created_at >= ?2
+         ORDER BY created_at, id LIMIT ?3"
+    ))?;
+    let mut rows = stmt.query(rusqlite::params![target, since.0, limit as i64])?;
+    let mut items = Vec::new();
+    while let Some(row) = rows.next()? {
+        items.push(decode_outbox(row)?);
+    }
+    drop(rows);
+    drop(stmt);
+    let total: i64 = conn.query_row(
+        "SELECT count(*) FROM reckon_outbox WHERE target = ?1 AND state = 'pending' AND created_at >= ?2",
+        rusqlite::params![target, since.0],
+        |r| r.get(0),
+    )?;
+    tx.finish()?;
+    Ok(OutboxPage {
+        items,
+        total: count(total, "reckon_outbox", "count")?,
+    })
+}
+
 fn decode_doc(row: &rusqlite::Row<'_>, i: usize) -> Result<VerdictDoc, StoreError> {
     let d = Dec {
         row,
@@ -784,6 +846,7 @@ impl Store for SqliteStore {
             escalations: d.escalations,
             removed: d.removed,
             verdicts: encode_verdicts(d.verdicts)?,
+            outbox: d.outbox,
         };
         self.write(|reply| Request::PutDerived(encoded, reply))
             .await
@@ -860,7 +923,35 @@ impl Store for SqliteStore {
         current: Escalation,
         new: Escalation,
     ) -> Result<Swap, StoreError> {
-        self.write(|reply| Request::SwapEscalation(Box::new((current, new)), reply))
+        self.swap_escalation_notify(current, new, Vec::new()).await
+    }
+
+    async fn swap_escalation_notify(
+        &self,
+        current: Escalation,
+        new: Escalation,
+        outbox: Vec<OutboxItem>,
+    ) -> Result<Swap, StoreError> {
+        self.write(|reply| Request::SwapEscalation(Box::new((current, new, outbox)), reply))
+            .await
+    }
+
+    async fn outbox_put(&self, items: Vec<OutboxItem>) -> Result<(), StoreError> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        self.write(|reply| Request::PutOutbox(items, reply)).await
+    }
+
+    async fn outbox_pending(
+        &self,
+        target: &str,
+        since: Timestamp,
+        limit: usize,
+    ) -> Result<OutboxPage, StoreError> {
+        let target = target.to_string();
+        let limit = escalation_limit(limit);
+        self.read(move |conn| outbox_pending(conn, &target, since, limit))
             .await
     }
 

@@ -3,10 +3,12 @@
 A real `reckon serve` (SQLite, free loopback ports) gets a duplicate refund from
 `reckon demo --only ...` (the seed note's careless resend under a new key). Debian's Prometheus
 scrapes it every second with prometheus/rules.yml and alerts Debian's Alertmanager, configured by
-alertmanager/alertmanager.yml. Debian's chromium, driven through chromedriver (WebDriver) by
+alertmanager/alertmanager.yml; reckon itself also pushes the escalation there (`[[notify]] kind =
+"alertmanager"`, the ReckonEscalation alert). Debian's chromium, driven through chromedriver (WebDriver) by
 selenium, then does what the person on call does: loads the queue, opens the escalation, reads its
-evidence, claims it, resolves it, and sees it leave the queue, the gauge fall to zero and the
-ReckonDuplicateEffect alert end in Prometheus and in Alertmanager.
+evidence, claims it, resolves it, and sees it leave the queue, the gauge fall to zero, the
+ReckonDuplicateEffect alert end in Prometheus and in Alertmanager, and reckon's own
+ReckonEscalation alert (whose link is the page the person worked) end in Alertmanager.
 
 Screenshots go to $RECKON_BROWSER_ARTIFACTS (default: a fresh temporary directory, printed),
 never into the repository.
@@ -132,9 +134,11 @@ def stack(tmp_path_factory):
     work = tmp_path_factory.mktemp("stack")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RECKON_")}
     grpc, http, api, prom, am = (free_port() for _ in range(5))
+    # reckon pages through the same Alertmanager (started next; pushes before it is up are retried).
+    (work / "reckon.toml").write_text(f'[[notify]]\nkind = "alertmanager"\nurl = "http://127.0.0.1:{am}"\n')
     procs = []
     try:
-        reckon = Proc("reckon", [str(reckon_bin()), "serve",
+        reckon = Proc("reckon", [str(reckon_bin()), "serve", "--config", str(work / "reckon.toml"),
                                  "--grpc-addr", f"127.0.0.1:{grpc}", "--http-addr", f"127.0.0.1:{http}",
                                  "--api-addr", f"127.0.0.1:{api}", "--data-dir", str(work / "data"),
                                  "--contracts", str(ROOT / "contracts"), "--log-filter", "warn"],
@@ -221,6 +225,15 @@ def alertmanager_active(am: str) -> list[dict]:
     return [a for a in json.loads(body) if a["labels"].get("tool") == TOOL and ends(a) > now]
 
 
+def escalation_alerts(am: str, escalation_id: str) -> list[dict]:
+    """reckon's own alert for one escalation, while Alertmanager holds it active."""
+    query = urllib.parse.urlencode([("filter", 'alertname="ReckonEscalation"'),
+                                    ("filter", f'escalation_id="{escalation_id}"'), ("active", "true")])
+    status, body = http_get(f"{am}/api/v2/alerts?{query}")
+    assert status == 200, body
+    return json.loads(body)
+
+
 def gauge(base: str) -> float | None:
     status, text = http_get(base + "/metrics")
     assert status == 200
@@ -274,6 +287,10 @@ def test_person_works_a_duplicate_refund_to_the_end_of_the_alert(stack, browser,
     row = dup[0]
     esc_id = row.get_attribute("data-escalation")
     assert "CRITICAL" in row.text.upper() and TOOL in row.text
+    # reckon's own alert for it links to the page the person is about to open.
+    pushed = wait_for("ReckonEscalation in Alertmanager", lambda: escalation_alerts(am, esc_id))
+    assert pushed[0]["labels"]["tool"] == TOOL and pushed[0]["labels"]["finding"] == "duplicate_effect"
+    assert pushed[0]["generatorURL"] == f"{base}/escalations/{esc_id}"
     full_page_screenshot(browser, artifacts / "1-queue.png")
 
     # One escalation: its evidence on a time axis, both sets of findings, the contract.
@@ -341,3 +358,4 @@ def test_person_works_a_duplicate_refund_to_the_end_of_the_alert(stack, browser,
     assert gauge(base) == 0.0
     wait_for("ReckonDuplicateEffect to end in Prometheus", lambda: prometheus_alerts(prom) == [])
     wait_for("ReckonDuplicateEffect to end in Alertmanager", lambda: alertmanager_active(am) == [])
+    wait_for("ReckonEscalation to end in Alertmanager", lambda: escalation_alerts(am, esc_id) == [])

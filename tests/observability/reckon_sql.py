@@ -25,7 +25,8 @@ PROVISIONING_DIR = ROOT / "grafana" / "provisioning"
 DATASOURCE_UID = "reckon-clickhouse"
 DATASOURCE_TYPE = "grafana-clickhouse-datasource"
 
-# The tables DESIGN.md names (prefix reckon_) plus the migrations bookkeeping table.
+# The tables DESIGN.md names (prefix reckon_) plus the migrations bookkeeping table and the
+# notification outbox.
 EXPECTED_TABLES = {
     "reckon_schema_migrations",
     "reckon_attempts",
@@ -34,6 +35,7 @@ EXPECTED_TABLES = {
     "reckon_verdicts",
     "reckon_escalations",
     "reckon_findings",
+    "reckon_outbox",
 }
 EXPECTED_VIEWS = {"reckon_current_verdicts", "reckon_current_findings"}
 

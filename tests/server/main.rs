@@ -4,6 +4,7 @@ mod api;
 mod bad_input;
 mod eviction;
 mod loadgen;
+mod notify;
 mod otlp_export;
 mod otlp_json;
 mod overload;

@@ -9,6 +9,7 @@ use ::clickhouse::Row;
 use serde::{Deserialize, Serialize};
 
 use crate::model::*;
+use crate::notify::{OutboxItem, OutboxState};
 use crate::store::{StoreError, ESCALATION_STATUSES, SEVERITIES};
 
 pub const ATTEMPTS: &str = "reckon_attempts";
@@ -17,6 +18,7 @@ pub const RECORDS: &str = "reckon_records";
 pub const VERDICTS: &str = "reckon_verdicts";
 pub const FINDINGS: &str = "reckon_findings";
 pub const ESCALATIONS: &str = "reckon_escalations";
+pub const OUTBOX: &str = "reckon_outbox";
 
 #[derive(Clone, Debug, Row, Serialize, Deserialize)]
 pub struct AttemptRow {
@@ -638,5 +640,63 @@ pub fn escalation(r: EscalationRow) -> Result<Escalation, StoreError> {
         resolution: r.resolution,
         note: r.note,
         version: r.version,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The notification outbox.
+
+#[derive(Clone, Debug, Row, Serialize, Deserialize)]
+pub struct OutboxRow {
+    pub id: String,
+    pub target: String,
+    pub escalation_id: String,
+    pub escalation_version: u64,
+    pub event: String,
+    pub body: String,
+    pub created_at: u32,
+    pub created_ns: u64,
+    pub state: i8,
+    pub attempts: u32,
+    pub next_ns: u64,
+    pub last_error: Option<String>,
+    /// [`OutboxItem::rank`]: the highest is current.
+    pub version: u64,
+}
+
+pub fn outbox_row(it: &OutboxItem) -> Result<OutboxRow, StoreError> {
+    const T: &str = OUTBOX;
+    let created_ns = ns(it.created_at, T, "created_ns")?;
+    Ok(OutboxRow {
+        id: it.id.clone(),
+        target: it.target.clone(),
+        escalation_id: it.escalation_id.clone(),
+        escalation_version: it.escalation_version,
+        event: it.event.clone(),
+        body: it.body.clone(),
+        created_at: secs(created_ns),
+        created_ns,
+        state: code(&OutboxState::ALL, it.state),
+        attempts: it.attempts,
+        next_ns: ns(it.next_at, T, "next_ns")?,
+        last_error: it.last_error.clone(),
+        version: it.rank(),
+    })
+}
+
+pub fn outbox_item(r: OutboxRow) -> Result<OutboxItem, StoreError> {
+    const T: &str = OUTBOX;
+    Ok(OutboxItem {
+        id: r.id,
+        target: r.target,
+        escalation_id: r.escalation_id,
+        escalation_version: r.escalation_version,
+        event: r.event,
+        body: r.body,
+        created_at: ts(r.created_ns, T, "created_ns")?,
+        state: from_code(&OutboxState::ALL, r.state, T, "state")?,
+        attempts: r.attempts,
+        next_at: ts(r.next_ns, T, "next_ns")?,
+        last_error: r.last_error,
     })
 }

@@ -205,6 +205,29 @@ ALTER TABLE reckon_escalations
 pub const V3_DROP_CURRENT_FINDINGS: &str = "DROP TABLE IF EXISTS reckon_current_findings";
 pub const V3_DROP_CURRENT_VERDICTS: &str = "DROP TABLE IF EXISTS reckon_current_verdicts";
 
+/// v4: the notification outbox: one row per notification to one `[[notify]]` target, inserted
+/// with (before) the escalation change it announces. `ReplacingMergeTree(version)` keeps an
+/// item's furthest state: `version` is its attempts + 1 while pending, and the two highest
+/// values once given up or delivered, so no late write brings a delivered item back. Not
+/// partitioned: every version of an id must collapse, and the table stays small.
+pub const V4_OUTBOX: &str = "
+CREATE TABLE IF NOT EXISTS reckon_outbox (
+    id String COMMENT 'delivery id {escalation_id}:{version}:{target}: the Reckon-Delivery header, the same on every retry',
+    target String COMMENT 'the [[notify]] target it goes to (its name)',
+    escalation_id String COMMENT 'the escalation the notification is about',
+    escalation_version UInt64 COMMENT 'the escalation version it announces: delivered in this order per target',
+    event String COMMENT 'escalation.opened, escalation.updated or escalation.resolved',
+    body String COMMENT 'the payload as it was at the change (JSON): webhook body, or the Alertmanager alert',
+    created_at DateTime COMMENT 'when it was enqueued (UTC seconds): time filters',
+    created_ns UInt64 COMMENT 'when it was enqueued, unix nanoseconds: retried for 24 h from here',
+    state Enum8('pending' = 1, 'delivered' = 2, 'expired' = 3) COMMENT 'pending until the target answered 2xx; expired when given up',
+    attempts UInt32 COMMENT 'delivery attempts made',
+    next_ns UInt64 COMMENT 'when the next attempt is due, unix nanoseconds',
+    last_error Nullable(String) COMMENT 'what the last failed attempt said',
+    version UInt64 COMMENT 'attempts + 1 while pending; 18446744073709551614 expired, 18446744073709551615 delivered: the highest is current'
+) ENGINE = ReplacingMergeTree(version)
+ORDER BY (target, id)";
+
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
@@ -235,6 +258,11 @@ pub const MIGRATIONS: &[Migration] = &[
             V2_CURRENT_VERDICTS,
             V2_CURRENT_FINDINGS,
         ],
+    },
+    Migration {
+        version: 4,
+        name: "notification outbox",
+        statements: &[V4_OUTBOX],
     },
 ];
 
@@ -285,6 +313,7 @@ mod tests {
             enum8(&FindingKind::ALL.map(FindingKind::as_str)),
             enum8(&SEVERITIES.map(|s| s.as_str())),
             enum8(&crate::store::ESCALATION_STATUSES.map(EscalationStatus::as_str)),
+            enum8(&crate::notify::OutboxState::ALL.map(crate::notify::OutboxState::as_str)),
         ];
         // Attempt classes are not stored per attempt (yet): only the per-class count columns.
         for (i, e) in expect.iter().enumerate() {

@@ -39,6 +39,7 @@ pub struct Rows {
     pub findings: Vec<FindingRow>,
     pub verdicts: Vec<VerdictRow>,
     pub escalations: Vec<EscalationRow>,
+    pub outbox: Vec<OutboxRow>,
 }
 
 impl Rows {
@@ -49,6 +50,7 @@ impl Rows {
             + self.findings.len()
             + self.verdicts.len()
             + self.escalations.len()
+            + self.outbox.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -356,8 +358,9 @@ pub async fn insert_now(
 }
 
 /// One INSERT per table, in an order that keeps reads consistent if the group fails midway:
-/// events before anything derived from them, escalations before the verdicts that name them,
-/// findings before the verdict version that makes them current.
+/// events before anything derived from them, notifications before the escalation changes they
+/// announce (a change is never stored unannounced), escalations before the verdicts that name
+/// them, findings before the verdict version that makes them current.
 async fn insert_all(
     client: &::clickhouse::Client,
     retry: &RetryPolicy,
@@ -366,6 +369,7 @@ async fn insert_all(
     insert(client, retry, ATTEMPTS, parts, |r| &r.attempts).await?;
     insert(client, retry, READBACKS, parts, |r| &r.readbacks).await?;
     insert(client, retry, RECORDS, parts, |r| &r.records).await?;
+    insert(client, retry, OUTBOX, parts, |r| &r.outbox).await?;
     insert(client, retry, ESCALATIONS, parts, |r| &r.escalations).await?;
     insert(client, retry, FINDINGS, parts, |r| &r.findings).await?;
     insert(client, retry, VERDICTS, parts, |r| &r.verdicts).await?;

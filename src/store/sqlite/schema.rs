@@ -139,9 +139,30 @@ pub const V3_SQL: &str = "
 ALTER TABLE reckon_escalations ADD COLUMN covered TEXT;
 ";
 
-/// v4: lookups by intent, key and object, so an intent that left memory is brought back from
-/// the store when later evidence touches it (`Store::events_touching`).
+/// v4: the notification outbox. One row per notification to one target, written in the same
+/// transaction as the escalation change it announces; `rank` orders writes of one id (see
+/// `OutboxItem::rank`: attempts while pending, then expired, then delivered).
 pub const V4_SQL: &str = "
+CREATE TABLE reckon_outbox (
+    id TEXT PRIMARY KEY,
+    target TEXT NOT NULL,
+    escalation_id TEXT NOT NULL,
+    escalation_version INTEGER NOT NULL,
+    event TEXT NOT NULL,
+    body TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    attempts INTEGER NOT NULL,
+    next_at INTEGER NOT NULL,
+    last_error TEXT,
+    rank INTEGER NOT NULL
+);
+CREATE INDEX reckon_outbox_pending ON reckon_outbox (target, state, created_at, id);
+";
+
+/// v5: lookups by intent, key and object, so an intent that left memory is brought back from
+/// the store when later evidence touches it (`Store::events_touching`).
+pub const V5_SQL: &str = "
 CREATE INDEX reckon_attempts_intent ON reckon_attempts (intent_id);
 CREATE INDEX reckon_readbacks_intent ON reckon_readbacks (intent_id);
 CREATE INDEX reckon_records_intent ON reckon_records (intent_id);
@@ -180,8 +201,14 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 4,
-        name: "event lookups by intent, key and object",
+        name: "notification outbox",
         sql: V4_SQL,
+        backfill: None,
+    },
+    Migration {
+        version: 5,
+        name: "event lookups by intent, key and object",
+        sql: V5_SQL,
         backfill: None,
     },
 ];

@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::schema::CLASS_COLUMNS;
 use crate::model::{AttemptClass, Escalation, Event, Verdict};
-use crate::store::{Appended, StoreError, Swap};
+use crate::store::{Appended, OutboxItem, StoreError, Swap};
 
 /// Upper bound on rows written per transaction, so one commit (and the latency of everyone
 /// waiting on it) stays bounded when a backlog has built up.
@@ -42,8 +42,11 @@ pub enum Request {
     PutEscalations(Vec<Escalation>, Reply<()>),
     /// Escalations, removals and verdicts in one savepoint: all or nothing.
     PutDerived(EncodedDerived, Reply<()>),
-    /// Compare-and-set of one escalation: (what must be stored, what to store).
-    SwapEscalation(Box<(Escalation, Escalation)>, Reply<Swap>),
+    /// Compare-and-set of one escalation: (what must be stored, what to store, the
+    /// notifications written with it when it is written).
+    SwapEscalation(Box<(Escalation, Escalation, Vec<OutboxItem>)>, Reply<Swap>),
+    /// Notifications, upserted by rank.
+    PutOutbox(Vec<OutboxItem>, Reply<()>),
 }
 
 /// [`crate::store::Derived`] with its verdict documents encoded.
@@ -51,6 +54,7 @@ pub struct EncodedDerived {
     pub escalations: Vec<Escalation>,
     pub removed: Vec<String>,
     pub verdicts: Vec<EncodedVerdict>,
+    pub outbox: Vec<OutboxItem>,
 }
 
 impl Request {
@@ -60,8 +64,11 @@ impl Request {
             Request::PutVerdicts(v, _) => v.len(),
             Request::DeleteVerdicts(v, _) => v.len(),
             Request::PutEscalations(v, _) => v.len(),
-            Request::PutDerived(d, _) => d.escalations.len() + d.removed.len() + d.verdicts.len(),
-            Request::SwapEscalation(..) => 1,
+            Request::PutDerived(d, _) => {
+                d.escalations.len() + d.removed.len() + d.verdicts.len() + d.outbox.len()
+            }
+            Request::SwapEscalation(s, _) => 1 + s.2.len(),
+            Request::PutOutbox(v, _) => v.len(),
         }
     }
 }
@@ -143,9 +150,10 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Request>, seq: &mut i64) {
             Request::DeleteVerdicts(ids, tx) => Done::Unit(delete_verdicts(conn, &ids), tx),
             Request::PutEscalations(e, tx) => Done::Unit(put_escalations(conn, &e), tx),
             Request::PutDerived(d, tx) => Done::Unit(put_derived(conn, &d), tx),
-            Request::SwapEscalation(pair, tx) => {
-                Done::Swap(swap_escalation(conn, &pair.0, &pair.1), tx)
+            Request::SwapEscalation(swap, tx) => {
+                Done::Swap(swap_escalation(conn, &swap.0, &swap.1, &swap.2), tx)
             }
+            Request::PutOutbox(items, tx) => Done::Unit(put_outbox(conn, &items), tx),
         };
         let ok = match &d {
             Done::Append(r, _) => r.is_ok(),
@@ -188,7 +196,8 @@ fn unanswered(r: Request) -> Done {
         Request::PutVerdicts(_, tx)
         | Request::DeleteVerdicts(_, tx)
         | Request::PutEscalations(_, tx)
-        | Request::PutDerived(_, tx) => Done::Unit(Ok(()), tx),
+        | Request::PutDerived(_, tx)
+        | Request::PutOutbox(_, tx) => Done::Unit(Ok(()), tx),
         Request::SwapEscalation(_, tx) => Done::Swap(Ok(Swap::Written), tx),
     }
 }
@@ -431,6 +440,7 @@ fn put_verdicts(conn: &Connection, verdicts: &[EncodedVerdict]) -> Result<(), St
 
 /// Escalations before the verdicts that name them; the request's savepoint makes it atomic.
 fn put_derived(conn: &Connection, d: &EncodedDerived) -> Result<(), StoreError> {
+    put_outbox(conn, &d.outbox)?;
     put_escalations(conn, &d.escalations)?;
     delete_verdicts(conn, &d.removed)?;
     put_verdicts(conn, &d.verdicts)
@@ -517,6 +527,7 @@ fn swap_escalation(
     conn: &Connection,
     current: &Escalation,
     e: &Escalation,
+    outbox: &[OutboxItem],
 ) -> Result<Swap, StoreError> {
     let mut update = conn.prepare_cached(SWAP_ESCALATION)?;
     let changed = update.execute(params![
@@ -541,6 +552,8 @@ fn swap_escalation(
         covered_json(e)?,
     ])?;
     if changed == 1 {
+        // In the request's savepoint: the notifications exactly when the change is written.
+        put_outbox(conn, outbox)?;
         return Ok(Swap::Written);
     }
     let sql = format!(
@@ -551,4 +564,47 @@ fn swap_escalation(
     let mut rows = stmt.query([&e.id])?;
     let current = rows.next()?.map(super::decode_escalation).transpose()?;
     Ok(Swap::Conflict(current.map(Box::new)))
+}
+
+/// An upsert that keeps the row of higher rank (equal: the later write), as ClickHouse's
+/// `ReplacingMergeTree(version)` does with the same number.
+const UPSERT_OUTBOX: &str = "INSERT INTO reckon_outbox (id, target, escalation_id,
+    escalation_version, event, body, created_at, state, attempts, next_at, last_error, rank)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+    ON CONFLICT (id) DO UPDATE SET target = excluded.target, escalation_id = excluded.escalation_id,
+        escalation_version = excluded.escalation_version, event = excluded.event, body = excluded.body,
+        created_at = excluded.created_at, state = excluded.state, attempts = excluded.attempts,
+        next_at = excluded.next_at, last_error = excluded.last_error, rank = excluded.rank
+    WHERE excluded.rank >= reckon_outbox.rank";
+
+/// [`OutboxItem::rank`] in an INTEGER column: the two terminal ranks stay the two highest.
+pub fn rank(item: &OutboxItem) -> i64 {
+    match item.rank() {
+        r if r >= u64::MAX - 1 => i64::MAX - (u64::MAX - r) as i64,
+        r => i64::try_from(r).unwrap_or(i64::MAX - 2).min(i64::MAX - 2),
+    }
+}
+
+fn put_outbox(conn: &Connection, items: &[OutboxItem]) -> Result<(), StoreError> {
+    if items.is_empty() {
+        return Ok(());
+    }
+    let mut upsert = conn.prepare_cached(UPSERT_OUTBOX)?;
+    for it in items {
+        upsert.execute(params![
+            it.id,
+            it.target,
+            it.escalation_id,
+            version(it.escalation_version),
+            it.event,
+            it.body,
+            it.created_at.0,
+            it.state.as_str(),
+            i64::from(it.attempts),
+            it.next_at.0,
+            it.last_error,
+            rank(it),
+        ])?;
+    }
+    Ok(())
 }
