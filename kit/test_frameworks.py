@@ -104,6 +104,18 @@ FRAMEWORKS = [
         evidence="arguments",
     ),
     Framework("langgraph-1.2-openllmetry-0.62", ("python", "langgraph_agent.py", "openllmetry")),
+    # ADK 2 puts the arguments on its (semconv) tool span only when the OpenTelemetry GenAI
+    # content switch routes content to spans; its schema 1 (gcp.vertex.agent.*) does by default.
+    Framework(
+        "google-adk-2.13",
+        ("python", "google_adk_agent.py"),
+        env=(("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "SPAN_ONLY"),),
+    ),
+    Framework(
+        "google-adk-2.13-schema-1",
+        ("python", "google_adk_agent.py"),
+        env=(("ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN", "1"),),
+    ),
     Framework("ai-sdk-7.0", ("node", "ai7_agent.mjs")),
     Framework("ai-sdk-6.0", ("node", "ai6_agent.mjs")),
     # Content capture off: OpenInference writes __REDACTED__ for the tool's input. Success and
