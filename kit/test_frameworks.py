@@ -96,6 +96,13 @@ FRAMEWORKS = [
     Framework("pydantic-ai-2.68-format-2", ("python", "pydantic_ai_agent.py", "2")),
     Framework("openai-agents-0.24-openinference-2.6", ("python", "openai_agents_agent.py")),
     Framework("strands-1.62", ("python", "strands_agent.py")),
+    # The latest GenAI conventions: the arguments in a `gen_ai.client.inference.operation.details`
+    # event's messages and in `gen_ai.tool.call.arguments`, not in `gen_ai.tool.message`.
+    Framework(
+        "strands-1.62-latest-conventions",
+        ("python", "strands_agent.py"),
+        env=(("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental"),),
+    ),
     Framework("langgraph-1.2-openinference-0.1.80", ("python", "langgraph_agent.py", "openinference")),
     Framework(
         "langgraph-1.2-openinference-0.1.80-arguments",
