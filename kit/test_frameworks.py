@@ -79,6 +79,9 @@ class Framework:
     # "redacted" (the instrumentation wrote __REDACTED__).
     arguments: str = "captured"
     env: tuple[tuple[str, str], ...] = ()
+    # (scenario, why): a check reckon is known to fail for this framework, kept as a strict
+    # xfail so that the fix turns it into a failure to remove the marker (never a silent pass).
+    gaps: tuple[tuple[str, str], ...] = ()
 
     def argv(self, plan: str) -> list[str]:
         head, *rest = self.command
@@ -123,6 +126,17 @@ FRAMEWORKS = [
         ("python", "google_adk_agent.py"),
         env=(("ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN", "1"),),
     ),
+    Framework(
+        "llama-index-0.14-openinference-4.6",
+        ("python", "llama_index_agent.py"),
+        gaps=(
+            (
+                "wrong_amount",
+                "OpenInference's LlamaIndex TOOL span writes input.value as {\"kwargs\": {...}}: reckon "
+                "reads no parameters from that envelope, so effect_mismatch cannot be raised",
+            ),
+        ),
+    ),
     Framework("ai-sdk-7.0", ("node", "ai7_agent.mjs")),
     Framework("ai-sdk-6.0", ("node", "ai6_agent.mjs")),
     # Content capture off: OpenInference writes __REDACTED__ for the tool's input. Success and
@@ -139,7 +153,14 @@ BY_NAME = {f.name: f for f in FRAMEWORKS}
 
 
 def pairs(scenario: str) -> list:
-    return [pytest.param(f, id=f.name) for f in FRAMEWORKS if scenario in f.scenarios]
+    out = []
+    for f in FRAMEWORKS:
+        if scenario not in f.scenarios:
+            continue
+        gap = dict(f.gaps).get(scenario)
+        marks = [pytest.mark.xfail(strict=True, reason=gap)] if gap else []
+        out.append(pytest.param(f, id=f.name, marks=marks))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
