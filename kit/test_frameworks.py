@@ -60,6 +60,8 @@ AMOUNT = "45.00"
 WRONG_AMOUNT = "54.00"
 CURRENCY = "usd"
 SESSION = uuid.uuid4().hex[:8]
+# Environment variables by which the frameworks and their instrumentations are configured.
+FRAMEWORK_SWITCHES = ("OTEL_", "OPENINFERENCE_", "TRACELOOP_", "ADK_", "OPENAI_AGENTS_", "LOGFIRE_")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -316,8 +318,10 @@ def ran(reckon: Reckon, f: Framework, post_records: bool = True) -> Ran:
     if f.name in _RAN:
         return _RAN[f.name]
     runs = plan_for(f)
-    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": reckon.otlp, **dict(f.env)}
-    env.pop("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", None)
+    # The frameworks' switches (content capture, conventions, exporters) come from the row alone,
+    # never from the environment the kit happens to run in.
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith(FRAMEWORK_SWITCHES)}
+    env = {**inherited, "OTEL_EXPORTER_OTLP_ENDPOINT": reckon.otlp, **dict(f.env)}
     try:
         p = subprocess.run(
             f.argv(json.dumps(list(runs.values()))),
