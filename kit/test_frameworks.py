@@ -131,13 +131,6 @@ FRAMEWORKS = [
     Framework(
         "llama-index-0.14-openinference-4.6",
         ("python", "llama_index_agent.py"),
-        gaps=(
-            (
-                "wrong_amount",
-                "OpenInference's LlamaIndex TOOL span writes input.value as {\"kwargs\": {...}}: reckon "
-                "reads no parameters from that envelope, so effect_mismatch cannot be raised",
-            ),
-        ),
     ),
     Framework("ai-sdk-7.0", ("node", "ai7_agent.mjs")),
     Framework("ai-sdk-6.0", ("node", "ai6_agent.mjs")),

@@ -26,9 +26,7 @@ use crate::escalation::{EscalationBook, EscalationError};
 use crate::metrics::Metrics;
 use crate::model::*;
 use crate::notify::{Notifier, OutboxItem};
-use crate::store::{
-    event_kind, AnyStore, Appended, Derived, EventQuery, Store, StoreError, Swap,
-};
+use crate::store::{event_kind, AnyStore, Appended, Derived, EventQuery, Store, StoreError, Swap};
 
 /// The only place reckon reads the wall clock.
 pub fn wall_now() -> Timestamp {

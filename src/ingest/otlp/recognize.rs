@@ -341,8 +341,14 @@ fn arguments(scan: &Scan<'_>, span: &Span) -> Option<J> {
             .map(langchain_arguments)
             .map(traceloop_arguments)
     })
-    // `tool.parameters` is the tool's JSON schema; the call itself is `input.value`.
-    .or_else(|| scan.openinference_input.and_then(json_of));
+    // `tool.parameters` is the tool's JSON schema; the call itself is `input.value` (LlamaIndex
+    // writes it as `{"kwargs": {...}}`, LangChain as its callback envelope).
+    .or_else(|| {
+        scan.openinference_input
+            .and_then(json_of)
+            .map(langchain_arguments)
+            .map(kwargs_arguments)
+    });
     direct.or_else(|| event_arguments(span)).or_else(|| {
         // Content capture off in a way that still writes the attribute: say so rather than
         // pretend there were no arguments to capture.
@@ -352,6 +358,20 @@ fn arguments(scan: &Scan<'_>, span: &Span) -> Option<J> {
             .any(|v| text_of(v).is_some_and(|t| is_redacted(&t)))
             .then(|| J::String(REDACTED_ARGUMENTS.to_string()))
     })
+}
+
+/// `{"kwargs": {...}}` (and nothing else that is an argument) is a call's keyword arguments.
+fn kwargs_arguments(v: J) -> J {
+    match v {
+        J::Object(mut m)
+            if m.len() <= 2
+                && matches!(m.get("kwargs"), Some(J::Object(_)))
+                && m.keys().all(|k| k == "kwargs" || k == "args") =>
+        {
+            m.remove("kwargs").unwrap_or_default()
+        }
+        other => other,
+    }
 }
 
 /// What instrumentations write instead of the content when capture of sensitive data is off

@@ -413,6 +413,27 @@ fn langchain_callback_envelope_yields_the_calls_arguments() {
     );
 }
 
+/// OpenInference's LlamaIndex instrumentation writes a tool's input as `{"kwargs": {...}}`.
+#[test]
+fn llama_index_kwargs_envelope_yields_the_calls_arguments() {
+    let doc = traces_doc(
+        "openinference.instrumentation.llama_index",
+        &format!(
+            r#"{{"traceId":"{TRACE}","spanId":"{SPAN}","name":"FunctionTool.acall",
+            "startTimeUnixNano":"{START}","endTimeUnixNano":"{END}",
+            "attributes":[
+              {{"key":"openinference.span.kind","value":{{"stringValue":"TOOL"}}}},
+              {{"key":"tool.name","value":{{"stringValue":"issue_refund"}}}},
+              {{"key":"input.value","value":{{"stringValue":"{{\"kwargs\": {{\"order_id\": \"1042\", \"amount\": 46.0}}}}"}}}},
+              {{"key":"reckon.intent.id","value":{{"stringValue":"int_li"}}}}]}}"#
+        ),
+    );
+    assert_eq!(
+        one_attempt(&doc).arguments.as_deref(),
+        Some(r#"{"amount":46.0,"order_id":"1042"}"#)
+    );
+}
+
 /// OpenAI Agents SDK through OpenInference with sensitive data off writes `__REDACTED__`: no
 /// arguments, and the verdict can say they were redacted rather than never captured.
 #[test]
