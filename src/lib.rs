@@ -16,6 +16,7 @@ pub mod loadgen;
 pub mod logging;
 pub mod metrics;
 pub mod model;
+pub mod reaudit;
 pub mod report;
 pub mod store;
 mod toml_source;
