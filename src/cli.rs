@@ -36,6 +36,23 @@ pub enum Command {
     CheckContracts {
         dir: PathBuf,
     },
+    Reaudit(ReauditArgs),
+}
+
+/// `reckon reaudit`: stored history audited under `contracts`, compared with `baseline`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReauditArgs {
+    pub data_dir: PathBuf,
+    pub store: StoreConfig,
+    /// The proposed contracts.
+    pub contracts: PathBuf,
+    /// The contracts the history is compared under now (the configured contracts directory).
+    pub baseline: PathBuf,
+    /// `None`: the whole history.
+    pub since: Option<Since>,
+    pub format: crate::reaudit::Format,
+    /// Intents per page.
+    pub page: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -190,6 +207,7 @@ where
         Sub::CheckContracts(a) => Command::CheckContracts {
             dir: a.resolve(&env)?,
         },
+        Sub::Reaudit(a) => Command::Reaudit(a.resolve(&env)?),
     })
 }
 
@@ -318,6 +336,9 @@ enum Sub {
     Loadgen(LoadgenCli),
     /// Validate the contract files and list them.
     CheckContracts(CheckContractsCli),
+    /// Audit the stored history under other contracts and print what would change (changes
+    /// nothing).
+    Reaudit(ReauditCli),
 }
 
 #[derive(Args, Debug)]
@@ -745,6 +766,69 @@ impl CheckContractsCli {
         Ok(env
             .or(self.contracts_dir, ENV_CONTRACTS_DIR, non_empty_path)?
             .unwrap_or(base.contracts_dir))
+    }
+}
+
+#[derive(Args, Debug)]
+struct ReauditCli {
+    /// The proposed contracts directory
+    #[arg(long = "contracts", value_name = "DIR", value_parser = non_empty_path)]
+    contracts: PathBuf,
+    /// The contracts to compare with [default: the configured contracts directory, ./contracts]
+    /// [env: RECKON_CONTRACTS_DIR]
+    #[arg(long, value_name = "DIR", value_parser = non_empty_path)]
+    baseline: Option<PathBuf>,
+    /// TOML config file (for data_dir, store and contracts_dir) [env: RECKON_CONFIG]
+    #[arg(long, value_name = "FILE", value_parser = non_empty_path)]
+    config: Option<PathBuf>,
+    /// Data directory [default: ./reckon-data] [env: RECKON_DATA_DIR]
+    #[arg(long, value_name = "DIR", value_parser = non_empty_path)]
+    data_dir: Option<PathBuf>,
+    /// `sqlite` or clickhouse://USER:PASS@HOST:8123/DB [default: sqlite] [env: RECKON_STORE]
+    #[arg(long, value_name = "URL", value_parser = store)]
+    store: Option<StoreConfig>,
+    /// Only intents active since: a duration back from now (`30d`) or an RFC 3339 time
+    /// [default: the whole history]
+    #[arg(long, value_name = "WHEN", value_parser = parse_since)]
+    since: Option<Since>,
+    /// `text`, `json` or `csv` [default: text]
+    #[arg(long, value_name = "FORMAT", value_parser = parse_reaudit_format)]
+    format: Option<crate::reaudit::Format>,
+    /// Intents read and audited at once (1 to 1000) [default: 500]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1000))]
+    page: Option<u16>,
+}
+
+impl ReauditCli {
+    fn resolve(self, env: &Env) -> Result<ReauditArgs, CliError> {
+        let base = env.base(self.config)?;
+        Ok(ReauditArgs {
+            data_dir: env
+                .or(self.data_dir, ENV_DATA_DIR, non_empty_path)?
+                .unwrap_or(base.data_dir),
+            store: env.or(self.store, ENV_STORE, store)?.unwrap_or(base.store),
+            contracts: self.contracts,
+            baseline: match self.baseline {
+                Some(b) => b,
+                None => env
+                    .or(None, ENV_CONTRACTS_DIR, non_empty_path)?
+                    .unwrap_or(base.contracts_dir),
+            },
+            since: self.since,
+            format: self.format.unwrap_or_default(),
+            page: self.page.map(usize::from).unwrap_or(500),
+        })
+    }
+}
+
+fn parse_reaudit_format(s: &str) -> Result<crate::reaudit::Format, String> {
+    match s {
+        "text" => Ok(crate::reaudit::Format::Text),
+        "json" => Ok(crate::reaudit::Format::Json),
+        "csv" => Ok(crate::reaudit::Format::Csv),
+        other => Err(format!(
+            "unknown format {other:?}: expected text, json or csv"
+        )),
     }
 }
 

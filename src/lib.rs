@@ -17,6 +17,7 @@ pub mod logging;
 pub mod metrics;
 pub mod model;
 pub mod notify;
+pub mod reaudit;
 pub mod report;
 pub mod store;
 mod toml_source;

@@ -77,6 +77,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Escalations(cmd) => runtime()?.block_on(escalations(cmd)),
+        Command::Reaudit(args) => runtime()?.block_on(reaudit(args)),
         Command::Demo(args) => {
             reckon::logging::init_logging(LogFormat::Text, "error")?;
             runtime()?.block_on(reckon::demo::run(args))
@@ -113,6 +114,60 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Opens the store a command reads: SQLite read-only (a running server keeps writing), another
+/// store as the server opens it.
+async fn open_for_reading(
+    data_dir: &std::path::Path,
+    store: &StoreConfig,
+) -> anyhow::Result<AnyStore> {
+    Ok(match store {
+        StoreConfig::Sqlite => AnyStore::Sqlite(
+            SqliteStore::open_read_only(data_dir)
+                .with_context(|| format!("opening the data directory {}", data_dir.display()))?,
+        ),
+        other => {
+            let config = reckon::config::Config {
+                store: other.clone(),
+                data_dir: data_dir.to_path_buf(),
+                ..Default::default()
+            };
+            reckon::app::open_store(&config).await?
+        }
+    })
+}
+
+/// `reckon reaudit`: the stored history under other contracts, streamed to stdout.
+async fn reaudit(args: cli::ReauditArgs) -> anyhow::Result<ExitCode> {
+    use std::sync::Arc;
+    let load = |dir: &std::path::Path| -> anyhow::Result<Arc<reckon::contract::Contracts>> {
+        let contracts = reckon::contract::load_dir(dir)
+            .with_context(|| format!("loading the contracts in {}", dir.display()))?;
+        Ok(Arc::new(reckon::contract::Contracts::new(contracts)))
+    };
+    let proposed = load(&args.contracts)?;
+    let baseline = load(&args.baseline)?;
+    let store = open_for_reading(&args.data_dir, &args.store).await?;
+    let now = reckon::engine::wall_now();
+    let since = args.since.map(|s| s.resolve(now));
+    let options = reckon::reaudit::Options {
+        since,
+        now,
+        page: args.page,
+    };
+    let stdout = std::io::stdout();
+    let mut printer =
+        reckon::reaudit::Printer::new(std::io::BufWriter::new(stdout.lock()), args.format);
+    printer.begin(
+        &args.baseline.display().to_string(),
+        &args.contracts.display().to_string(),
+        since.map(reckon::codec::rfc3339).as_deref(),
+    )?;
+    let totals =
+        reckon::reaudit::run(&store, baseline, proposed, &options, |c| printer.change(c)).await?;
+    printer.end(&totals)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The escalation queue, worked from a terminal against a running server.

@@ -16,6 +16,8 @@ mod otlp_export;
 mod otlp_json;
 #[path = "server/overload.rs"]
 mod overload;
+#[path = "server/reaudit.rs"]
+mod reaudit;
 #[path = "server/restart.rs"]
 mod restart;
 #[path = "server/seed_matrix.rs"]

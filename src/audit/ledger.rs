@@ -173,6 +173,23 @@ impl Ledger {
         self.intents.keys().cloned().chain(orphans)
     }
 
+    /// Every event the ledger holds, in no particular order: a ledger built with other
+    /// contracts from them links the same evidence under those contracts' record kinds.
+    pub fn events(&self) -> impl Iterator<Item = Event> + '_ {
+        let own = self.intents.values().flat_map(|e| {
+            e.attempts
+                .iter()
+                .cloned()
+                .map(Event::Attempt)
+                .chain(e.readbacks.iter().cloned().map(Event::Readback))
+        });
+        let records = self
+            .records
+            .values()
+            .flat_map(|rs| rs.iter().cloned().map(Event::Record));
+        own.chain(records)
+    }
+
     pub fn len(&self) -> usize {
         self.intents.len() + self.orphans.len()
     }

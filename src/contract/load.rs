@@ -712,11 +712,11 @@ target = "/order_id"
     #[test]
     fn shipped_files_load() {
         let dir = manifest_dir().join("contracts");
-        for file in ["refunds.toml", "drafts.toml", "email.toml"] {
+        for (file, n) in [("refunds.toml", 2), ("drafts.toml", 1), ("email.toml", 1)] {
             let path = dir.join(file);
             let text = std::fs::read_to_string(&path).unwrap();
             let cs = parse_contracts(&path, &text).unwrap_or_else(|e| panic!("{e}"));
-            assert_eq!(cs.len(), 1, "{file}");
+            assert_eq!(cs.len(), n, "{file}");
         }
         let all = load_dir(&dir).unwrap();
         let set = super::super::Contracts::new(all);
@@ -737,6 +737,17 @@ target = "/order_id"
         assert_eq!(email.key_retention, None);
         assert_eq!(email.record_kind.as_deref(), Some("email"));
         assert_eq!(set.for_record_kind("draft").unwrap().name, draft.name);
+        // Stripe API v2 beside v1: converging retries, keys kept 30 days, the same refund
+        // objects; a record with no intent and no known key is judged under v1.
+        let v2 = set.for_tool("issue_refund_v2").unwrap();
+        assert_eq!(v2.name, "payments.refund_v2");
+        assert_eq!(v2.idempotency, Idempotency::Converge);
+        assert_eq!(v2.key_retention, Some(Dur::hours(24 * 30)));
+        assert_eq!(v2.record_kind.as_deref(), Some("refund"));
+        assert_eq!(
+            set.for_record_kind("refund").unwrap().name,
+            "payments.refund"
+        );
     }
 
     #[test]

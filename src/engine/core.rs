@@ -256,6 +256,37 @@ impl EngineCore {
         out
     }
 
+    /// Judge everything in memory under `contracts` from now on: the ledger is rebuilt from the
+    /// events it holds (an object's identity depends on the record kinds the contracts name),
+    /// and every intent in memory is re-audited. The escalation book stays: what opened an
+    /// escalation stays its evidence; a finding the new contracts bring opens or joins one.
+    /// Intents out of memory keep their verdicts until an event brings them back, when they are
+    /// judged under the new contracts too.
+    pub fn reload(&mut self, contracts: Arc<Contracts>, now: Timestamp) -> Outcome {
+        let mut ledger = Ledger::with_contracts(contracts.clone());
+        for e in self.ledger.events() {
+            ledger.add(e);
+        }
+        self.ledger = ledger;
+        self.contracts = contracts;
+        let mut out = Outcome::default();
+        let old: Vec<String> = self.verdicts.keys().cloned().collect();
+        let now_ids: HashSet<String> = self.ledger.ids().collect();
+        for id in old {
+            if !now_ids.contains(&id) {
+                self.verdicts.remove(&id);
+                self.unbook(&id);
+                out.removed.push(id);
+            }
+        }
+        let mut ids: Vec<String> = now_ids.into_iter().collect();
+        ids.sort();
+        for id in ids {
+            self.audit_into(&id, now, &mut out);
+        }
+        out
+    }
+
     /// Re-audit every intent whose deadline has come.
     pub fn tick(&mut self, now: Timestamp) -> Outcome {
         self.evict_idle(now);
@@ -423,6 +454,50 @@ mod tests {
             created_at: None,
             observed_at: t(at),
         })
+    }
+
+    /// A reload judges what is in memory under the new contracts: a stricter retry budget adds
+    /// its finding; the old contracts again take it away; nothing is lost from the ledger.
+    #[test]
+    fn a_reload_re_audits_what_is_in_memory() {
+        let mut core = EngineCore::new(contracts());
+        core.ingest(
+            vec![
+                timeout("i1", 1, 0, "k1"),
+                timeout("i1", 2, 40, "k1"),
+                record("re_1", Some("k1"), "succeeded", 60),
+                timeout("i2", 3, 0, "k2"),
+            ],
+            t(100),
+        );
+        let kinds = |core: &EngineCore, id: &str| -> Vec<FindingKind> {
+            core.verdict(id)
+                .unwrap()
+                .findings
+                .iter()
+                .map(|f| f.kind)
+                .collect()
+        };
+        assert!(kinds(&core, "i1").is_empty());
+        let mut strict = Contract::example("payments.refund", "issue_refund");
+        strict.max_attempts = Some(1);
+        let out = core.reload(Arc::new(Contracts::new(vec![strict])), t(101));
+        assert_eq!(kinds(&core, "i1"), [FindingKind::RetryBudgetExceeded]);
+        assert_eq!(
+            core.verdict("i1").map(|v| v.state),
+            Some(IntentState::Completed),
+            "the record still links after the rebuild"
+        );
+        assert!(out.verdicts.iter().any(|v| v.intent_id == "i1"));
+        assert_eq!(core.intents(), 2);
+        core.reload(contracts(), t(102));
+        assert!(kinds(&core, "i1").is_empty());
+        // Still taking events after it.
+        core.ingest(vec![record("re_2", Some("k2"), "succeeded", 90)], t(103));
+        assert_eq!(
+            core.verdict("i2").map(|v| v.state),
+            Some(IntentState::Completed)
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod otlp_json;
 mod overload;
 mod paging;
 mod python_sdk;
+mod reaudit;
 mod restart;
 mod seed_matrix;
 mod support;

@@ -82,6 +82,11 @@ fn is_tool_span(span: &Span) -> bool {
                         .is_some_and(|v| v.eq_ignore_ascii_case("TOOL"))
             }
             Some(b't') => key == b"traceloop.span.kind" && value_is(kv, "tool"),
+            // Laminar (`@observe(span_type="TOOL")`) and Langfuse (`as_type="tool"`).
+            Some(b'l') => {
+                (key == b"lmnr.span.type" && value_is(kv, "TOOL"))
+                    || (key == b"langfuse.observation.type" && value_is(kv, "tool"))
+            }
             Some(b'r') => {
                 if key == attr::INTENT_ID.as_bytes() {
                     intent |= kv.value.as_ref().is_some_and(has_text);
@@ -140,6 +145,8 @@ struct Scan<'a> {
     pydantic_args: Option<&'a AnyValue>,
     traceloop_input: Option<&'a AnyValue>,
     openinference_input: Option<&'a AnyValue>,
+    laminar_input: Option<&'a AnyValue>,
+    langfuse_input: Option<&'a AnyValue>,
 }
 
 impl<'a> Scan<'a> {
@@ -168,6 +175,8 @@ impl<'a> Scan<'a> {
                 "tool_arguments" => &mut s.pydantic_args,
                 "traceloop.entity.input" => &mut s.traceloop_input,
                 "input.value" => &mut s.openinference_input,
+                "lmnr.span.input" => &mut s.laminar_input,
+                "langfuse.observation.input" => &mut s.langfuse_input,
                 _ => continue,
             };
             if slot.is_none() {
@@ -324,6 +333,8 @@ fn arguments(scan: &Scan<'_>, span: &Span) -> Option<J> {
         scan.pydantic_args,
         scan.traceloop_input,
         scan.openinference_input,
+        scan.laminar_input,
+        scan.langfuse_input,
     ];
     let direct = [
         scan.genai_args,
@@ -348,6 +359,23 @@ fn arguments(scan: &Scan<'_>, span: &Span) -> Option<J> {
             .and_then(json_of)
             .map(langchain_arguments)
             .map(kwargs_arguments)
+    })
+    // Laminar's Python `observe` records the call's parameters by name; its JS `observe`, the
+    // argument list.
+    .or_else(|| {
+        scan.laminar_input
+            .and_then(json_of)
+            .map(langchain_arguments)
+            .map(lone_object)
+    })
+    // Langfuse's Python `observe` records `{"args": [...], "kwargs": {...}}` as OpenLLMetry does;
+    // its JS SDK, the input object as given.
+    .or_else(|| {
+        scan.langfuse_input
+            .and_then(json_of)
+            .map(langchain_arguments)
+            .map(traceloop_arguments)
+            .map(lone_object)
     });
     direct.or_else(|| event_arguments(span)).or_else(|| {
         // Content capture off in a way that still writes the attribute: say so rather than
@@ -470,6 +498,14 @@ fn traceloop_arguments(input: J) -> J {
                 _ => J::Object(Default::default()),
             },
         },
+    }
+}
+
+/// An argument list of one object is that object (a JS function called with one options object).
+fn lone_object(v: J) -> J {
+    match v {
+        J::Array(mut a) if a.len() == 1 && a[0].is_object() => a.pop().unwrap_or_default(),
+        other => other,
     }
 }
 

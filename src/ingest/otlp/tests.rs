@@ -1396,3 +1396,112 @@ fn odd_json() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
         ]
     })
 }
+
+/// Laminar's Python SDK: `@observe(span_type="TOOL")` names the span after the function and
+/// records the call's parameters by name in `lmnr.span.input` (a JSON string), the return value
+/// in `lmnr.span.output`, the span path as a string array.
+#[test]
+fn laminar_tool_span_takes_named_parameters() {
+    let laminar = |input: &str, span_type: &str| {
+        traces_doc(
+            "lmnr.opentelemetry_lib.tracing",
+            &format!(
+                r#"{{"traceId":"{TRACE}","spanId":"{SPAN}","name":"issue_refund","kind":1,
+                "startTimeUnixNano":"{START}","endTimeUnixNano":"{END}",
+                "attributes":[
+                  {{"key":"lmnr.span.instrumentation_source","value":{{"stringValue":"python"}}}},
+                  {{"key":"lmnr.span.sdk_version","value":{{"stringValue":"0.7.0"}}}},
+                  {{"key":"lmnr.span.path","value":{{"arrayValue":{{"values":[{{"stringValue":"refund_agent"}},{{"stringValue":"issue_refund"}}]}}}}}},
+                  {{"key":"lmnr.span.type","value":{{"stringValue":"{span_type}"}}}},
+                  {{"key":"lmnr.span.input","value":{{"stringValue":"{input}"}}}},
+                  {{"key":"lmnr.span.output","value":{{"stringValue":"{{\"id\": \"re_1\", \"status\": \"succeeded\"}}"}}}},
+                  {{"key":"reckon.intent.id","value":{{"stringValue":"int_lmnr"}}}}]}}"#
+            ),
+        )
+    };
+    let expected = Attempt {
+        arguments: Some(r#"{"amount":"45.00","order_id":"1042"}"#.into()),
+        ..base_attempt("issue_refund", "int_lmnr")
+    };
+    let py = laminar(r#"{\"order_id\": \"1042\", \"amount\": \"45.00\"}"#, "TOOL");
+    assert_eq!(one_attempt(&py), expected);
+    // The JS SDK's `observe({spanType: "TOOL"}, fn, order)`: the argument list.
+    let js = laminar(
+        r#"[{\"order_id\": \"1042\", \"amount\": \"45.00\"}]"#,
+        "TOOL",
+    );
+    assert_eq!(one_attempt(&js), expected);
+    // Laminar's other span types (DEFAULT, LLM) are not tool calls, whatever they carry.
+    let d = decode(&laminar(r#"{\"order_id\": \"1042\"}"#, "DEFAULT"));
+    assert!(d.events.is_empty() && d.dropped == 1, "{d:?}");
+}
+
+/// Langfuse's Python SDK (v3, OpenTelemetry-based): `@observe(as_type="tool")` names the span
+/// after the function, sets `langfuse.observation.type = "tool"` and records the call as
+/// `{"args": [...], "kwargs": {...}}` in `langfuse.observation.input`.
+#[test]
+fn langfuse_tool_observation_takes_kwargs() {
+    let langfuse = |input: &str, kind: &str| {
+        traces_doc(
+            "langfuse-sdk",
+            &format!(
+                r#"{{"traceId":"{TRACE}","spanId":"{SPAN}","name":"issue_refund","kind":1,
+                "startTimeUnixNano":"{START}","endTimeUnixNano":"{END}",
+                "attributes":[
+                  {{"key":"langfuse.observation.type","value":{{"stringValue":"{kind}"}}}},
+                  {{"key":"langfuse.observation.input","value":{{"stringValue":"{input}"}}}},
+                  {{"key":"langfuse.observation.output","value":{{"stringValue":"{{\"id\": \"re_1\"}}"}}}},
+                  {{"key":"langfuse.environment","value":{{"stringValue":"production"}}}},
+                  {{"key":"reckon.intent.id","value":{{"stringValue":"int_lf"}}}},
+                  {{"key":"reckon.idempotency_key","value":{{"stringValue":"k_lf"}}}}]}}"#
+            ),
+        )
+    };
+    let expected = Attempt {
+        idempotency_key: Some("k_lf".into()),
+        arguments: Some(r#"{"amount":"45.00","order_id":"1042"}"#.into()),
+        ..base_attempt("issue_refund", "int_lf")
+    };
+    let py = langfuse(
+        r#"{\"args\": [], \"kwargs\": {\"order_id\": \"1042\", \"amount\": \"45.00\"}}"#,
+        "tool",
+    );
+    assert_eq!(one_attempt(&py), expected);
+    // The JS SDK's `startActiveObservation(name, fn, {asType: "tool"})` with `update({input})`.
+    let js = langfuse(r#"{\"order_id\": \"1042\", \"amount\": \"45.00\"}"#, "tool");
+    assert_eq!(one_attempt(&js), expected);
+    // A Langfuse `span` or `generation` is no tool call; with the executor's key on it, it is
+    // still recognised by reckon's own attributes (the last row of DESIGN's table).
+    let d = decode(&langfuse(r#"{}"#, "generation"));
+    assert_eq!(
+        d.events.len(),
+        1,
+        "reckon.* attributes alone mark it: {d:?}"
+    );
+}
+
+/// Laminar's and Langfuse's markers alone, with no `reckon.*` attribute but the intent id, make
+/// the span a tool span (a baggage-copied intent id on an LLM span does not).
+#[test]
+fn laminar_and_langfuse_markers_make_a_tool_span() {
+    for (key, value) in [
+        ("lmnr.span.type", "TOOL"),
+        ("langfuse.observation.type", "tool"),
+        ("lmnr.span.type", "LLM"),
+        ("langfuse.observation.type", "generation"),
+    ] {
+        let doc = traces_doc(
+            "x",
+            &format!(
+                r#"{{"traceId":"{TRACE}","spanId":"{SPAN}","name":"issue_refund",
+                "startTimeUnixNano":"{START}","endTimeUnixNano":"{END}",
+                "attributes":[
+                  {{"key":"{key}","value":{{"stringValue":"{value}"}}}},
+                  {{"key":"reckon.intent.id","value":{{"stringValue":"int_m"}}}}]}}"#
+            ),
+        );
+        let d = decode(&doc);
+        let tool = value.eq_ignore_ascii_case("tool");
+        assert_eq!(d.events.len(), usize::from(tool), "{key}={value}: {d:?}");
+    }
+}
