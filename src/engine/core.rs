@@ -61,6 +61,44 @@ fn route_hash(route: &str) -> u64 {
     h.finish()
 }
 
+/// Two verdicts that differ at most in when they were computed (`audited_at`).
+fn same_but_for_when(a: &Verdict, b: &Verdict) -> bool {
+    // Every field but `audited_at`, spelled out so a new field is a compile error here.
+    let Verdict {
+        intent_id,
+        tool,
+        contract,
+        idempotency_keys,
+        state,
+        decision,
+        safe_retry_until,
+        escalation_id,
+        attempts,
+        readbacks,
+        objects,
+        findings,
+        next_change,
+        audited_at: _,
+        first_seen,
+        last_event,
+    } = a;
+    *intent_id == b.intent_id
+        && *tool == b.tool
+        && *contract == b.contract
+        && *idempotency_keys == b.idempotency_keys
+        && *state == b.state
+        && *decision == b.decision
+        && *safe_retry_until == b.safe_retry_until
+        && *escalation_id == b.escalation_id
+        && *attempts == b.attempts
+        && *readbacks == b.readbacks
+        && *objects == b.objects
+        && *findings == b.findings
+        && *next_change == b.next_change
+        && *first_seen == b.first_seen
+        && *last_event == b.last_event
+}
+
 /// Nothing can change this verdict without new evidence: terminal, no deadline booked.
 fn settled(v: &Verdict) -> bool {
     matches!(
@@ -390,10 +428,18 @@ impl EngineCore {
         if self.evict_after.is_some() && settled(&v) {
             self.settled.push_back((now, id.to_string()));
         }
-        // Callers audit each intent at most once per step (ids come from sets), so no dedup here.
+        // Written only when something material changed (a re-sent export, a deadline that
+        // changed nothing): the stored row already says it. Callers audit each intent at most
+        // once per step (ids come from sets), so no dedup here.
+        let material = self
+            .verdicts
+            .get(id)
+            .is_none_or(|old| !same_but_for_when(old, &v));
         let v = Arc::new(v);
         self.verdicts.insert(id.to_string(), v.clone());
-        out.verdicts.push(v);
+        if material {
+            out.verdicts.push(v);
+        }
     }
 
     fn unbook(&mut self, id: &str) {
@@ -723,5 +769,25 @@ mod tests {
             out.verdicts.iter().any(|v| v.intent_id == "a"),
             "a's new verdict is written"
         );
+    }
+
+    /// A verdict is written when something material changed, not on every event: a re-sent
+    /// export and a later re-audit that changes nothing produce no write.
+    #[test]
+    fn only_material_changes_are_written() {
+        let mut core = EngineCore::new(contracts());
+        let first = vec![timeout("a", 1, 0, "k1")];
+        assert_eq!(core.ingest(first.clone(), t(35)).verdicts.len(), 1);
+        assert!(
+            core.ingest(first, t(36)).verdicts.is_empty(),
+            "a re-sent export"
+        );
+        // Inside the in-flight bound the decision is `wait`; after it, `retry_same_key`.
+        let out = core.tick(t(61));
+        assert_eq!(out.verdicts.len(), 1, "the decision changed");
+        assert_eq!(out.verdicts[0].decision, Decision::RetrySameKey);
+        let later = core.ingest(vec![record("re_1", Some("k1"), "succeeded", 70)], t(71));
+        assert_eq!(later.verdicts.len(), 1);
+        assert_eq!(core.verdict("a").unwrap().audited_at, t(71));
     }
 }
