@@ -354,6 +354,27 @@ impl Attempt {
     }
 }
 
+/// The keys and objects some events name: what else to load from the store with them (the
+/// records that carry those keys or observe those objects).
+pub fn keys_and_objects(events: &[Event]) -> (Vec<String>, Vec<String>) {
+    let mut keys: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    let mut objects: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    for e in events {
+        match e {
+            Event::Attempt(a) => {
+                keys.extend(a.idempotency_key.clone());
+                objects.extend(a.object_id.clone());
+            }
+            Event::Readback(r) => objects.extend(r.object_ids.iter().cloned()),
+            Event::Record(r) => {
+                keys.extend(r.idempotency_key.clone());
+                objects.insert(r.object_id.clone());
+            }
+        }
+    }
+    (keys.into_iter().collect(), objects.into_iter().collect())
+}
+
 /// An observation of the downstream's state for an intent (a read span, `reckon.action = read`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Readback {

@@ -709,24 +709,3 @@ pub fn event_routes(e: &Event) -> Vec<String> {
     }
     out
 }
-
-/// The keys and objects some events name: what else to load from the store with them (the
-/// records that carry those keys or observe those objects).
-pub fn keys_and_objects(events: &[Event]) -> (Vec<String>, Vec<String>) {
-    let mut keys: BTreeSet<String> = BTreeSet::new();
-    let mut objects: BTreeSet<String> = BTreeSet::new();
-    for e in events {
-        match e {
-            Event::Attempt(a) => {
-                keys.extend(a.idempotency_key.clone());
-                objects.extend(a.object_id.clone());
-            }
-            Event::Readback(r) => objects.extend(r.object_ids.iter().cloned()),
-            Event::Record(r) => {
-                keys.extend(r.idempotency_key.clone());
-                objects.insert(r.object_id.clone());
-            }
-        }
-    }
-    (keys.into_iter().collect(), objects.into_iter().collect())
-}

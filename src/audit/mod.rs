@@ -11,8 +11,9 @@ mod ledger;
 mod objects;
 mod params;
 
+pub use crate::model::keys_and_objects;
 pub use classify::classify;
-pub use ledger::{event_routes, keys_and_objects, Ledger, LedgerChange, ORPHAN_PREFIX};
+pub use ledger::{event_routes, Ledger, LedgerChange, ORPHAN_PREFIX};
 pub use params::Params;
 
 use crate::contract::{Contract, Idempotency};

@@ -26,7 +26,7 @@ use crate::escalation::{EscalationBook, EscalationError};
 use crate::metrics::Metrics;
 use crate::model::*;
 use crate::notify::{Notifier, OutboxItem};
-use crate::store::{event_kind, AnyStore, Appended, Derived, EventQuery, Store, StoreError, Swap};
+use crate::store::{event_kind, AnyStore, Appended, Derived, Store, StoreError, Swap};
 
 /// The only place reckon reads the wall clock.
 pub fn wall_now() -> Timestamp {
@@ -781,44 +781,7 @@ impl Engine {
     /// those concern. `pending` (already in the store) is left for the step that ingests it.
     async fn rehydrate(&self, mut ids: Vec<String>, pending: &[Event]) -> Result<(), StoreError> {
         for _ in 0..REHYDRATE_ROUNDS {
-            let mut loaded = self
-                .store
-                .events_touching(EventQuery {
-                    intents: ids.clone(),
-                    ..EventQuery::default()
-                })
-                .await?;
-            let mut asked_keys: std::collections::HashSet<String> = Default::default();
-            let mut asked_objects: std::collections::HashSet<String> = Default::default();
-            loop {
-                let (keys, objects) = audit::keys_and_objects(&loaded);
-                let keys: Vec<String> = keys
-                    .into_iter()
-                    .filter(|k| !asked_keys.contains(k))
-                    .collect();
-                let objects: Vec<String> = objects
-                    .into_iter()
-                    .filter(|o| !asked_objects.contains(o))
-                    .collect();
-                if keys.is_empty() && objects.is_empty() {
-                    break;
-                }
-                asked_keys.extend(keys.iter().cloned());
-                asked_objects.extend(objects.iter().cloned());
-                let more = self
-                    .store
-                    .events_touching(EventQuery {
-                        intents: Vec::new(),
-                        keys,
-                        objects,
-                    })
-                    .await?;
-                let fresh: Vec<Event> = {
-                    let known: std::collections::HashSet<&Event> = loaded.iter().collect();
-                    more.into_iter().filter(|e| !known.contains(e)).collect()
-                };
-                loaded.extend(fresh);
-            }
+            let loaded = crate::store::evidence(&*self.store, ids.clone(), Vec::new()).await?;
             let next = {
                 let mut core = self.lock();
                 core.rehydrate(&ids, loaded.clone(), pending, wall_now());

@@ -23,10 +23,9 @@ use serde::Serialize;
 use crate::audit::{self, Ledger, ORPHAN_PREFIX};
 use crate::contract::Contracts;
 use crate::model::{Event, FindingKind, Timestamp, Verdict};
-use crate::store::{EventQuery, Store, StoreError, VerdictFilter};
+use crate::store::{evidence, Store, StoreError, VerdictFilter};
 
 /// Rounds of widening one page's evidence by the keys and objects it names.
-const CLOSURE_ROUNDS: usize = 16;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReauditError {
@@ -247,53 +246,6 @@ pub fn compare(
         }
     }
     (out, appeared)
-}
-
-/// Everything stored that the audit of `intents` (and of the orphan records of `objects`)
-/// reads: their attempts and read-backs, and the records of every key and object these name,
-/// widened until nothing new appears.
-pub async fn evidence<S: Store>(
-    store: &S,
-    intents: Vec<String>,
-    objects: Vec<String>,
-) -> Result<Vec<Event>, StoreError> {
-    let mut asked_objects: HashSet<String> = objects.iter().cloned().collect();
-    let mut asked_keys: HashSet<String> = HashSet::new();
-    let mut loaded = store
-        .events_touching(EventQuery {
-            intents,
-            keys: Vec::new(),
-            objects,
-        })
-        .await?;
-    let mut known: HashSet<Event> = loaded.iter().cloned().collect();
-    for _ in 0..CLOSURE_ROUNDS {
-        let (keys, objects) = audit::keys_and_objects(&loaded);
-        let keys: Vec<String> = keys
-            .into_iter()
-            .filter(|k| asked_keys.insert(k.clone()))
-            .collect();
-        let objects: Vec<String> = objects
-            .into_iter()
-            .filter(|o| asked_objects.insert(o.clone()))
-            .collect();
-        if keys.is_empty() && objects.is_empty() {
-            break;
-        }
-        let more = store
-            .events_touching(EventQuery {
-                intents: Vec::new(),
-                keys,
-                objects,
-            })
-            .await?;
-        for e in more {
-            if known.insert(e.clone()) {
-                loaded.push(e);
-            }
-        }
-    }
-    Ok(loaded)
 }
 
 /// Re-audit the stored history under `new` against `old`, page by page, handing each change to

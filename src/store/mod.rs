@@ -591,6 +591,56 @@ pub trait Store: Send + Sync {
     ) -> impl Future<Output = Result<Vec<Event>, StoreError>> + Send;
 }
 
+/// Rounds of widening in [`evidence`]: linked evidence rarely chains beyond two.
+const EVIDENCE_ROUNDS: usize = 16;
+
+/// Everything stored that the audit of `intents` (and of the orphan records of `objects`)
+/// reads: their attempts and read-backs, and the records of every key and object these name,
+/// widened until nothing new appears.
+pub async fn evidence<S: Store + ?Sized>(
+    store: &S,
+    intents: Vec<String>,
+    objects: Vec<String>,
+) -> Result<Vec<Event>, StoreError> {
+    let mut asked_objects: std::collections::HashSet<String> = objects.iter().cloned().collect();
+    let mut asked_keys: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut loaded = store
+        .events_touching(EventQuery {
+            intents,
+            keys: Vec::new(),
+            objects,
+        })
+        .await?;
+    let mut known: std::collections::HashSet<Event> = loaded.iter().cloned().collect();
+    for _ in 0..EVIDENCE_ROUNDS {
+        let (keys, objects) = crate::model::keys_and_objects(&loaded);
+        let keys: Vec<String> = keys
+            .into_iter()
+            .filter(|k| asked_keys.insert(k.clone()))
+            .collect();
+        let objects: Vec<String> = objects
+            .into_iter()
+            .filter(|o| asked_objects.insert(o.clone()))
+            .collect();
+        if keys.is_empty() && objects.is_empty() {
+            break;
+        }
+        let more = store
+            .events_touching(EventQuery {
+                intents: Vec::new(),
+                keys,
+                objects,
+            })
+            .await?;
+        for e in more {
+            if known.insert(e.clone()) {
+                loaded.push(e);
+            }
+        }
+    }
+    Ok(loaded)
+}
+
 /// What [`Store::events_touching`] returns: the attempts and read-backs of `intents`, and the
 /// records that name one of `intents`, carry one of `keys` or observe one of `objects`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
