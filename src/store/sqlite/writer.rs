@@ -223,39 +223,37 @@ fn hex_into<'a>(bytes: &[u8], buf: &'a mut [u8]) -> &'a str {
 }
 
 /// Stored copies by identity, for telling a re-send (same content) from a conflicting one.
-const STORED_ATTEMPT: &str = "WHERE trace_id = ?1 AND span_id = ?2";
-const STORED_READBACK: &str = "WHERE trace_id = ?1 AND span_id = ?2";
 const STORED_RECORD: &str =
     "WHERE source = ?1 AND object_id = ?2 AND status = ?3 AND observed_at = ?4";
 
 /// The stored copy of `e`'s identity: it exists, since the insert found the identity taken.
+type Decode = fn(&rusqlite::Row<'_>) -> Result<(i64, Event), StoreError>;
+
 fn stored_copy(conn: &Connection, e: &Event) -> Result<Event, StoreError> {
     let (mut tbuf, mut sbuf) = ([0u8; 32], [0u8; 16]);
+    // Attempts and read-backs are both identified by their span.
+    let mut by_span = |table: &str, cols: &str, span: &crate::model::SpanRef, decode: Decode| {
+        let sql = format!("SELECT {cols} FROM {table} WHERE trace_id = ?1 AND span_id = ?2");
+        let mut stmt = conn.prepare_cached(&sql)?;
+        let mut rows = stmt.query(params![
+            hex_into(&span.trace_id, &mut tbuf),
+            hex_into(&span.span_id, &mut sbuf)
+        ])?;
+        rows.next()?.map(decode).transpose()
+    };
     let found = match e {
-        Event::Attempt(a) => {
-            let sql = format!(
-                "SELECT {} FROM reckon_attempts {STORED_ATTEMPT}",
-                super::ATTEMPT_COLS
-            );
-            let mut stmt = conn.prepare_cached(&sql)?;
-            let mut rows = stmt.query(params![
-                hex_into(&a.span.trace_id, &mut tbuf),
-                hex_into(&a.span.span_id, &mut sbuf)
-            ])?;
-            rows.next()?.map(super::decode_attempt).transpose()?
-        }
-        Event::Readback(r) => {
-            let sql = format!(
-                "SELECT {} FROM reckon_readbacks {STORED_READBACK}",
-                super::READBACK_COLS
-            );
-            let mut stmt = conn.prepare_cached(&sql)?;
-            let mut rows = stmt.query(params![
-                hex_into(&r.span.trace_id, &mut tbuf),
-                hex_into(&r.span.span_id, &mut sbuf)
-            ])?;
-            rows.next()?.map(super::decode_readback).transpose()?
-        }
+        Event::Attempt(a) => by_span(
+            "reckon_attempts",
+            super::ATTEMPT_COLS,
+            &a.span,
+            super::decode_attempt,
+        )?,
+        Event::Readback(r) => by_span(
+            "reckon_readbacks",
+            super::READBACK_COLS,
+            &r.span,
+            super::decode_readback,
+        )?,
         Event::Record(r) => {
             let sql = format!(
                 "SELECT {} FROM reckon_records {STORED_RECORD}",
