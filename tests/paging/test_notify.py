@@ -22,7 +22,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -35,26 +34,15 @@ from pathlib import Path
 
 import pytest
 
+import sys
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pysupport"))
+from procs import Proc, free_port, reckon_bin, wait_for  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = "original still running, resent under a new key after the empty read-back"
 TOOL = "demo_issue_refund"
 SECRET = "whsec_paging_test"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def reckon_bin() -> Path:
-    if os.environ.get("RECKON_BIN"):
-        return Path(os.environ["RECKON_BIN"])
-    target = Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target")
-    found = [p for p in (target / "debug" / "reckon", target / "release" / "reckon") if p.exists()]
-    if not found:
-        pytest.fail(f"no reckon binary under {target}: run `cargo build --bin reckon` or set RECKON_BIN")
-    return max(found, key=lambda p: p.stat().st_mtime)
 
 
 def http(method: str, url: str, body: dict | None = None, timeout: float = 10) -> tuple[int, str]:
@@ -66,45 +54,6 @@ def http(method: str, url: str, body: dict | None = None, timeout: float = 10) -
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
-
-
-def wait_for(what: str, check, seconds: float = 60, every: float = 0.25):
-    """Polls `check()` until it returns something truthy; fails naming `what` and the last value."""
-    deadline = time.monotonic() + seconds
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except OSError as e:  # not listening yet
-            last = e
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(every)
-    pytest.fail(f"timed out after {seconds}s waiting for {what}; last: {last!r}")
-
-
-class Proc:
-    """A child process with its output in a log file, stopped (SIGTERM, then SIGKILL) at the end."""
-
-    def __init__(self, name: str, args: list[str], work: Path, env: dict | None = None):
-        self.name, self.log = name, work / f"{name}.log"
-        with open(self.log, "w") as log:
-            self.p = subprocess.Popen(args, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL)
-
-    def alive(self) -> bool:
-        if self.p.poll() is not None:
-            pytest.fail(f"{self.name} exited with {self.p.returncode}:\n{self.log.read_text()[-4000:]}")
-        return True
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                self.p.wait(15)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
 
 
 def clean_env() -> dict:
