@@ -123,7 +123,8 @@ pub async fn run(args: LoadgenArgs) -> Result<Report, LoadgenError> {
         let result = run_phase(&args, &http, phase, &format!("{run_tag}-{n}")).await?;
         phases.push(result);
     }
-    let rss_at_end = server_rss(&http, &args.api).await?;
+    // A server that died during the run (a crash test kills it on purpose) still gets its report.
+    let rss_at_end = server_rss(&http, &args.api).await.ok().flatten();
     Ok(Report {
         batch: args.batch,
         concurrency: args.concurrency,
@@ -191,7 +192,7 @@ async fn run_phase(
     while workers.join_next().await.is_some() {}
     let elapsed = started.elapsed();
     let latencies = sampler.await.unwrap_or_default();
-    let rss = server_rss(http, &args.api).await?;
+    let rss = server_rss(http, &args.api).await.ok().flatten();
     Ok(PhaseResult::new(phase, &tally, elapsed, latencies, rss))
 }
 
@@ -301,6 +302,8 @@ impl Worker {
                 }
                 Answer::Failed => {
                     self.tally.errors.fetch_add(1, Relaxed);
+                    // Not a busy loop against a server that is gone.
+                    tokio::time::sleep(REFUSAL_PAUSE).await;
                     return false;
                 }
             }

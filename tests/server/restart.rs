@@ -757,3 +757,57 @@ async fn two_processes_on_one_store_agree_on_claims() {
     drop(a);
     drop(b);
 }
+
+/// SIGKILL while the load generator keeps exporting (refunds that complete, refunds that time
+/// out, records that settle them, over OTLP/gRPC as exporters default to): after the restart the
+/// store holds at least every span that was acknowledged. The restarted process's verdicts are
+/// recomputed from the store, so their attempts count what it kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_under_sustained_load_loses_nothing_acknowledged() {
+    use reckon::loadgen::{self, LoadgenArgs, Mix, Phase, Transport};
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let log = dir.path().join("reckon.log");
+    let r = Reckon::spawn(&data, &log).await;
+    let args = LoadgenArgs {
+        api: format!("http://{}", r.api),
+        otlp_http: format!("http://{}", r.http),
+        otlp_grpc: format!("http://{}", r.grpc),
+        phases: vec![Phase {
+            name: "killed".into(),
+            transport: Transport::Grpc,
+            mix: Mix::parse("completed=2,open=1,records=1").unwrap(),
+        }],
+        batch: 50,
+        concurrency: 2,
+        duration: Duration::from_secs(5),
+        sample_every: 1_000_000,
+        json: false,
+    };
+    let load = tokio::spawn(loadgen::run(args));
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    r.kill9();
+    let report = load.await.unwrap().expect("a report, though the server died");
+    let acked = report.phases[0].spans_acked;
+    assert!(acked > 0, "load was acknowledged before the kill");
+
+    let r = Reckon::spawn(&data, &log.with_extension("2.log")).await;
+    // The restarted engine rewrites every verdict behind; wait for the report to cover them.
+    let began = Instant::now();
+    let stored = loop {
+        let (code, rep) = api_get(&r, "/api/v1/report").await;
+        assert_eq!(code, 200, "{rep}");
+        let stored = rep["attempts"].as_u64().unwrap();
+        if stored >= acked || began.elapsed() > Duration::from_secs(20) {
+            break stored;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!("{acked} spans acknowledged before SIGKILL, {stored} attempts after the restart");
+    assert!(
+        stored >= acked,
+        "{acked} spans acknowledged before SIGKILL, {stored} attempts after the restart"
+    );
+    drop(r);
+}
