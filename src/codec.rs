@@ -288,12 +288,11 @@ impl ContractDoc {
 /// webhooks carry it, so both say the same.
 pub fn escalation_bundle(
     e: &Escalation,
-    verdict: Option<&Verdict>,
+    verdict: Option<VerdictDoc>,
     contract: Option<&crate::contract::Contract>,
 ) -> serde_json::Value {
     let mut doc = serde_json::to_value(EscalationDoc::from_escalation(e)).unwrap_or_default();
-    doc["verdict"] =
-        serde_json::to_value(verdict.map(VerdictDoc::from_verdict)).unwrap_or_default();
+    doc["verdict"] = serde_json::to_value(verdict).unwrap_or_default();
     doc["contract"] =
         serde_json::to_value(contract.map(ContractDoc::from_contract)).unwrap_or_default();
     doc

@@ -426,6 +426,30 @@ impl Event {
             Event::Record(r) => r.observed_at,
         }
     }
+
+    /// The routes this event travels by (DESIGN.md "Memory and history"): the intent it names
+    /// (`i:`), the key it carries (`k:`), the objects it returns, lists or observes (`o:`).
+    /// `Ledger::routes` gives the routes that reach an intent.
+    pub fn routes(&self) -> Vec<String> {
+        let mut out = Vec::with_capacity(3);
+        match self {
+            Event::Attempt(a) => {
+                out.push(format!("i:{}", a.intent_id));
+                out.extend(a.idempotency_key.iter().map(|k| format!("k:{k}")));
+                out.extend(a.object_id.iter().map(|o| format!("o:{o}")));
+            }
+            Event::Readback(r) => {
+                out.push(format!("i:{}", r.intent_id));
+                out.extend(r.object_ids.iter().map(|o| format!("o:{o}")));
+            }
+            Event::Record(r) => {
+                out.extend(r.intent_id.iter().map(|i| format!("i:{i}")));
+                out.extend(r.idempotency_key.iter().map(|k| format!("k:{k}")));
+                out.push(format!("o:{}", r.object_id));
+            }
+        }
+        out
+    }
 }
 
 /// How one attempt ended, decided from evidence (DESIGN.md "Attempt classes").
@@ -730,6 +754,26 @@ pub struct Verdict {
     pub first_seen: Timestamp,
     /// Time of the latest event.
     pub last_event: Timestamp,
+}
+
+/// Intent ids of the pseudo-intents that orphan records (linked to no intent yet) are audited
+/// under: `orphan:{object_id}`.
+pub const ORPHAN_PREFIX: &str = "orphan:";
+
+impl Verdict {
+    /// Nothing can change this verdict without new evidence: terminal, no deadline booked, no
+    /// open escalation, and a real intent (an orphan record waits to be claimed). A settled
+    /// intent may leave memory; start-up does not load it (DESIGN.md "Memory and history").
+    pub fn is_settled(&self) -> bool {
+        matches!(
+            self.state,
+            IntentState::Completed
+                | IntentState::FailedAfterExecution
+                | IntentState::FailedBeforeExecution
+        ) && self.next_change.is_none()
+            && self.decision != Decision::Escalate
+            && !self.intent_id.starts_with(ORPHAN_PREFIX)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -24,7 +24,7 @@ use reckon::notify::{Notifier, Target};
 use reckon::store::clickhouse::{migrate_to, schema, ErrorClass, RetryPolicy};
 use reckon::store::{
     AnyStore, Appended, ClickHouseConfig, ClickHouseStore, Derived, OutboxItem, OutboxPage,
-    OutboxState, RecordKey, Report, SqliteStore, Store, StoreError, Swap, VerdictFilter,
+    OutboxState, RecordKey, Report, Route, SqliteStore, Store, StoreError, Swap, VerdictFilter,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -242,6 +242,21 @@ macro_rules! conformance {
                                     super::notifications_are_written_with_their_change(&*h).await
                                 })
                                 .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn startup_reads_what_is_open() {
+                run(|h| async move { super::startup_reads_what_is_open(&*h).await }).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn what_arrived_after_the_checkpoint_is_read_back() {
+                run(|h| async move {
+                    super::what_arrived_after_the_checkpoint_is_read_back(&*h).await
+                })
+                .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn restart_loads_only_what_is_open() {
+                run(|h| async move { super::restart_loads_only_what_is_open(&*h).await }).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn engine_announces_every_escalation_change() {
@@ -2241,4 +2256,193 @@ async fn engine_announces_every_escalation_change<H: Harness>(h: &H) {
     let mut again = after.items;
     again.sort_by_key(|i| i.escalation_version);
     assert_eq!(again, items);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory and history.
+
+fn route(route: &str, intent: &str) -> Route {
+    Route {
+        route: route.into(),
+        intent_id: intent.into(),
+    }
+}
+
+/// DESIGN.md "Memory and history", the store's part: the checkpoint keeps the furthest instant
+/// written; only verdicts that are not settled are listed for start-up; events come back by when
+/// they were received; routes name the settled intents they reach, and page in order.
+async fn startup_reads_what_is_open<H: Harness>(h: &H) {
+    let store = h.open().await;
+    assert_eq!(store.checkpoint().await.unwrap(), None, "a new store");
+    let done = verdict("done", Some("issue_refund"), IntentState::Completed, 5);
+    let open = verdict("open", Some("issue_refund"), IntentState::Unknown, 6);
+    let escalated = Verdict {
+        decision: Decision::Escalate,
+        ..verdict("escalated", Some("issue_refund"), IntentState::Completed, 7)
+    };
+    assert!(done.is_settled() && !open.is_settled() && !escalated.is_settled());
+    store
+        .put_derived(Derived {
+            verdicts: vec![done, open, escalated],
+            routes: vec![route("i:done", "done"), route("k:k1", "done")],
+            checkpoint: Some(at(100)),
+            ..Derived::default()
+        })
+        .await
+        .unwrap();
+    store
+        .put_derived(Derived {
+            routes: vec![route("k:k1", "other"), route("k:k1", "done")],
+            checkpoint: Some(at(50)),
+            ..Derived::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        store.checkpoint().await.unwrap(),
+        Some(at(100)),
+        "an older checkpoint never moves it back"
+    );
+    let mut unsettled = store.unsettled_intents().await.unwrap();
+    unsettled.sort();
+    assert_eq!(unsettled, ["escalated", "open"]);
+    let owners = store
+        .route_owners(vec!["k:k1".into(), "k:nobody".into(), "i:done".into()])
+        .await
+        .unwrap();
+    assert_eq!(owners, ["done", "other"]);
+    assert_eq!(store.routes_after("", 10).await.unwrap(), ["i:done", "k:k1"]);
+    assert_eq!(store.routes_after("i:done", 10).await.unwrap(), ["k:k1"]);
+    assert_eq!(store.routes_after("", 1).await.unwrap(), ["i:done"]);
+
+    let first = A::new(1, "intent-1", 0).event();
+    let second = A::new(2, "intent-2", 0).event();
+    store
+        .append_received(vec![first.clone()], reckon::engine::wall_now())
+        .await
+        .unwrap();
+    let between = reckon::engine::wall_now();
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    store
+        .append_received(vec![second.clone()], reckon::engine::wall_now())
+        .await
+        .unwrap();
+    assert_eq!(store.events_received_since(between).await.unwrap(), [second]);
+    assert_eq!(
+        sorted_events(store.events_received_since(Timestamp(0)).await.unwrap()),
+        sorted_events(vec![first, A::new(2, "intent-2", 0).event()])
+    );
+}
+
+/// A restart loads what is open, not the history behind it: a settled refund stays in the store
+/// (its verdict is served from there) while the open one is in memory. A later attempt that
+/// sends the settled refund's key brings it back through the store's routes, and the finding
+/// lands on both, as if it had never left.
+async fn restart_loads_only_what_is_open<H: Harness>(h: &H) {
+    let (engine, tasks, _) = engine_on(h.open_any().await).await;
+    let done = A {
+        http: Some(200),
+        key: Some("k-done"),
+        object: Some("re_done"),
+        status: Some("succeeded"),
+        ..A::new(1, "done", 0)
+    }
+    .event();
+    let open = A {
+        error: Some("timeout"),
+        key: Some("k-open"),
+        ..A::new(2, "open", 0)
+    }
+    .event();
+    ingest(&engine, vec![done, open]).await;
+    assert_eq!(engine.intents(), 2);
+    // Past the margin start-up reads back before the checkpoint.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    stop(engine, tasks).await;
+
+    let (engine, tasks, _) = engine_on(h.open_any().await).await;
+    assert_eq!(engine.intents(), 1, "only the open intent is loaded");
+    assert!(engine.verdict("done").await.is_none(), "not in memory");
+    let stored = h.open().await.get_verdict("done").await.unwrap();
+    assert_eq!(stored.expect("in the store").state, "completed");
+    let again = A {
+        http: Some(200),
+        key: Some("k-done"),
+        object: Some("re_done"),
+        status: Some("succeeded"),
+        ..A::new(3, "again", 10)
+    }
+    .event();
+    ingest(&engine, vec![again]).await;
+    assert_eq!(engine.intents(), 3, "the settled intent came back");
+    for id in ["done", "again"] {
+        let v = engine.verdict(id).await.expect(id);
+        assert!(
+            v.findings
+                .iter()
+                .any(|f| f.kind == FindingKind::KeySharedAcrossIntents),
+            "{id}: {:?}",
+            v.findings
+        );
+    }
+    stop(engine, tasks).await;
+}
+
+/// A crash between an acknowledged export and its verdict's write: the previous process wrote
+/// a settled refund (verdict, routes, checkpoint), then acknowledged a second refund object
+/// under the same intent and died before writing anything more. The next start reads back what
+/// was received since the checkpoint, brings the settled intent back with it, and the
+/// duplicate is found and written.
+async fn what_arrived_after_the_checkpoint_is_read_back<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let first = vec![
+        A {
+            http: Some(200),
+            key: Some("k-a"),
+            object: Some("re_a"),
+            status: Some("succeeded"),
+            ..A::new(1, "intent-a", 0)
+        }
+        .event(),
+    ];
+    store
+        .append_received(first.clone(), reckon::engine::wall_now())
+        .await
+        .unwrap();
+    let out = EngineCore::new(contracts()).ingest(first, at(10));
+    assert!(out.verdicts[0].is_settled());
+    // Past the margin start-up reads back before the checkpoint.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    store
+        .put_derived(Derived {
+            verdicts: out.verdicts.iter().map(|v| Verdict::clone(v)).collect(),
+            routes: out.routes,
+            checkpoint: Some(reckon::engine::wall_now()),
+            ..Derived::default()
+        })
+        .await
+        .unwrap();
+    let second = record("re_a2", Some("intent-a"), Some("k-a"), "succeeded", 20);
+    store
+        .append_received(vec![second], reckon::engine::wall_now())
+        .await
+        .unwrap();
+    drop(store);
+
+    let (engine, tasks, _) = engine_on(h.open_any().await).await;
+    let v = engine.verdict("intent-a").await.expect("read back");
+    assert!(
+        v.findings
+            .iter()
+            .any(|f| f.kind == FindingKind::DuplicateEffect),
+        "{:?}",
+        v.findings
+    );
+    stop(engine, tasks).await;
+    let stored = h.open().await.get_verdict("intent-a").await.unwrap().unwrap();
+    assert!(
+        stored.findings.iter().any(|f| f.kind == "duplicate_effect"),
+        "and written: {:?}",
+        stored.findings
+    );
 }

@@ -202,9 +202,21 @@ async fn get_escalation(
 }
 
 async fn bundle(s: &ApiState, e: &Escalation) -> serde_json::Value {
-    let verdict = s.engine.verdict(&e.intent_id).await;
-    let contract = verdict.as_ref().and_then(|v| s.engine.contract_of(v));
-    crate::codec::escalation_bundle(e, verdict.as_deref(), contract.as_ref())
+    let verdict = verdict_doc(s, &e.intent_id).await;
+    let contract = verdict
+        .as_ref()
+        .and_then(|v| v.contract.as_deref())
+        .and_then(|name| s.ingest.contracts().by_name(name));
+    crate::codec::escalation_bundle(e, verdict, contract)
+}
+
+/// An intent's verdict as the engine holds it, else (settled, out of memory) as the store
+/// kept it.
+pub(crate) async fn verdict_doc(s: &ApiState, intent_id: &str) -> Option<VerdictDoc> {
+    match s.engine.verdict(intent_id).await {
+        Some(v) => Some(VerdictDoc::from_verdict(&v)),
+        None => s.store.get_verdict(intent_id).await.ok().flatten(),
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -27,7 +27,7 @@ use super::{attempt_order, readback_order, record_order, History, SharedKey};
 use crate::contract::{Contract, Contracts};
 use crate::model::{Attempt, Event, Readback, RecordObservation, SpanRef, Timestamp};
 
-pub const ORPHAN_PREFIX: &str = "orphan:";
+pub use crate::model::ORPHAN_PREFIX;
 
 type Order = (Timestamp, Timestamp, SpanRef);
 
@@ -512,7 +512,7 @@ impl Ledger {
 
     /// The routes by which later evidence can concern this intent (DESIGN.md "Memory and
     /// history"): its id (`i:`), every key it sent or its objects' records carry (`k:`), every
-    /// object it may see (`o:`). [`event_routes`] gives an incoming event's.
+    /// object it may see (`o:`). [`Event::routes`] gives an incoming event's.
     pub fn routes(&self, id: &str) -> Vec<String> {
         let (objects, keys) = self.reach(id);
         let mut out = vec![format!("i:{id}")];
@@ -688,24 +688,3 @@ fn same_record(a: &RecordObservation, b: &RecordObservation) -> bool {
         && a.observed_at == b.observed_at
 }
 
-/// The routes an incoming event travels by (see [`Ledger::routes`]).
-pub fn event_routes(e: &Event) -> Vec<String> {
-    let mut out = Vec::with_capacity(3);
-    match e {
-        Event::Attempt(a) => {
-            out.push(format!("i:{}", a.intent_id));
-            out.extend(a.idempotency_key.iter().map(|k| format!("k:{k}")));
-            out.extend(a.object_id.iter().map(|o| format!("o:{o}")));
-        }
-        Event::Readback(r) => {
-            out.push(format!("i:{}", r.intent_id));
-            out.extend(r.object_ids.iter().map(|o| format!("o:{o}")));
-        }
-        Event::Record(r) => {
-            out.extend(r.intent_id.iter().map(|i| format!("i:{i}")));
-            out.extend(r.idempotency_key.iter().map(|k| format!("k:{k}")));
-            out.push(format!("o:{}", r.object_id));
-        }
-    }
-    out
-}

@@ -13,7 +13,7 @@ mod params;
 
 pub use crate::model::keys_and_objects;
 pub use classify::classify;
-pub use ledger::{event_routes, Ledger, LedgerChange, ORPHAN_PREFIX};
+pub use ledger::{Ledger, LedgerChange, ORPHAN_PREFIX};
 pub use params::Params;
 
 use crate::contract::{Contract, Idempotency};

@@ -9,10 +9,12 @@ use std::collections::{BTreeSet, VecDeque};
 use foldhash::{HashMap, HashMapExt, HashSet};
 use std::sync::Arc;
 
+use super::routes::RouteFilter;
 use crate::audit::{self, Ledger};
 use crate::contract::Contracts;
 use crate::escalation::EscalationBook;
 use crate::model::*;
+use crate::store::Route;
 
 /// What one step changed, for the store, the metrics and the API.
 #[derive(Debug, Default)]
@@ -25,11 +27,20 @@ pub struct Outcome {
     pub escalations: Vec<Escalation>,
     /// Findings that were not in the intent's previous verdict, with the intent's tool.
     pub new_findings: Vec<(Option<String>, Finding)>,
+    /// The routes of every intent this step found settled: written with its verdict, so the
+    /// store can find it once it has left memory.
+    pub routes: Vec<Route>,
+    /// This step's number: once the store has everything up to it
+    /// ([`EngineCore::mark_durable`]), what it settled may leave memory.
+    pub seq: u64,
 }
 
 impl Outcome {
     pub fn is_empty(&self) -> bool {
-        self.verdicts.is_empty() && self.removed.is_empty() && self.escalations.is_empty()
+        self.verdicts.is_empty()
+            && self.removed.is_empty()
+            && self.escalations.is_empty()
+            && self.routes.is_empty()
     }
 }
 
@@ -43,23 +54,22 @@ pub struct EngineCore {
     booked: HashMap<String, Timestamp>,
     /// How long a settled intent stays in memory after it settled (`None`: for ever).
     evict_after: Option<Dur>,
-    /// Intents that were settled when last audited, oldest first (an intent may appear more
-    /// than once; the eviction re-checks).
-    settled: VecDeque<(Timestamp, String)>,
-    /// Settled intents that left memory, by the hashes of the routes that reach them
-    /// (`Ledger::routes`): a later event on one of them brings the intent back from the store.
-    evicted: HashMap<u64, Vec<Arc<str>>>,
+    /// Intents that were settled when last audited, with the step that found them so, oldest
+    /// first (an intent may appear more than once; the eviction re-checks).
+    settled: VecDeque<(Timestamp, u64, String)>,
+    /// Routes that may reach an intent out of memory (its routes are in the store, written
+    /// with the verdict that settled it): a later event on one brings the intent back.
+    routes: RouteFilter,
     evicted_count: usize,
+    evictions: u64,
+    /// The last step number handed out, and the last the store has made durable.
+    seq: u64,
+    durable: u64,
 }
 
-/// A route's key in the evicted index: 8 bytes instead of the route's text. A collision only
-/// brings an intent back that the event did not concern, which changes no verdict.
-fn route_hash(route: &str) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    route.hash(&mut h);
-    h.finish()
-}
+/// The route filter of a core built for tests and tools: small, not pre-touched. The service
+/// sizes its own ([`EngineCore::with_route_filter`]).
+const DEFAULT_FILTER_BYTES: usize = 1 << 20;
 
 /// Two verdicts that differ at most in when they were computed (`audited_at`).
 fn same_but_for_when(a: &Verdict, b: &Verdict) -> bool {
@@ -99,16 +109,6 @@ fn same_but_for_when(a: &Verdict, b: &Verdict) -> bool {
         && *last_event == b.last_event
 }
 
-/// Nothing can change this verdict without new evidence: terminal, no deadline booked.
-fn settled(v: &Verdict) -> bool {
-    matches!(
-        v.state,
-        IntentState::Completed
-            | IntentState::FailedAfterExecution
-            | IntentState::FailedBeforeExecution
-    ) && v.next_change.is_none()
-        && !v.intent_id.starts_with(audit::ORPHAN_PREFIX)
-}
 
 impl EngineCore {
     pub fn new(contracts: Arc<Contracts>) -> Self {
@@ -121,9 +121,52 @@ impl EngineCore {
             booked: HashMap::new(),
             evict_after: None,
             settled: VecDeque::new(),
-            evicted: HashMap::new(),
+            routes: RouteFilter::new(DEFAULT_FILTER_BYTES, false),
             evicted_count: 0,
+            evictions: 0,
+            seq: 0,
+            durable: 0,
         }
+    }
+
+    /// Use `filter` for the routes of intents out of memory (see [`RouteFilter`]).
+    pub fn with_route_filter(mut self, filter: RouteFilter) -> Self {
+        self.routes = filter;
+        self
+    }
+
+    /// Intents out of memory exist whose routes the filter does not hold (a start that left
+    /// settled history in the store): every route is checked against the store until
+    /// [`EngineCore::routes_filled`].
+    pub fn routes_in_store(&mut self) {
+        self.routes.cold();
+    }
+
+    /// Routes read back from the store, into the filter.
+    pub fn fill_routes<'a>(&mut self, routes: impl IntoIterator<Item = &'a str>) {
+        for r in routes {
+            self.routes.insert(r);
+        }
+    }
+
+    /// The filter holds every route in the store: only its "maybe" needs the store now.
+    pub fn routes_filled(&mut self) {
+        self.routes.warmed();
+    }
+
+    pub fn routes_warm(&self) -> bool {
+        self.routes.is_warm()
+    }
+
+    /// The store holds every outcome up to step `seq`: intents those settled may leave memory.
+    pub fn mark_durable(&mut self, seq: u64) {
+        self.durable = self.durable.max(seq);
+    }
+
+    /// A new step number.
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
     }
 
     /// Let settled intents leave memory `after` they settled (see [`EngineCore::evict_idle`]).
@@ -140,26 +183,29 @@ impl EngineCore {
     /// When the next settled intent is due to leave memory.
     pub fn next_eviction(&self) -> Option<Timestamp> {
         let after = self.evict_after?;
-        self.settled.front().map(|(t, _)| *t + after)
+        self.settled
+            .front()
+            .filter(|(_, seq, _)| *seq <= self.durable)
+            .map(|(t, _, _)| *t + after)
     }
 
-    /// Take out of memory every intent settled for `evict_after` that still is, has no open
-    /// escalation and shares no key or object with an intent in memory. Its events, verdict
-    /// and escalations are in the store; what stays is the hash of each route that can reach
-    /// it. Returns how many left.
+    /// Take out of memory every intent settled for `evict_after` that still is, whose settling
+    /// step is durable (its verdict and routes are in the store), and that shares no key or
+    /// object with an intent in memory. What stays is its routes in the filter. Returns how
+    /// many left.
     pub fn evict_idle(&mut self, now: Timestamp) -> usize {
         let Some(after) = self.evict_after else {
             return 0;
         };
         let mut n = 0;
-        while let Some((t, _)) = self.settled.front() {
-            if *t + after > now {
+        while let Some((t, seq, _)) = self.settled.front() {
+            if *t + after > now || *seq > self.durable {
                 break;
             }
-            let Some((_, id)) = self.settled.pop_front() else {
+            let Some((_, _, id)) = self.settled.pop_front() else {
                 break;
             };
-            let still = self.verdicts.get(&id).is_some_and(|v| settled(v))
+            let still = self.verdicts.get(&id).is_some_and(|v| v.is_settled())
                 && self.book.open_for(&id).is_none();
             if !still {
                 continue;
@@ -168,40 +214,49 @@ impl EngineCore {
             if !self.ledger.evict(&id) {
                 continue;
             }
-            let shared: Arc<str> = Arc::from(id.as_str());
-            for r in routes {
-                let entry = self.evicted.entry(route_hash(&r)).or_default();
-                if !entry.iter().any(|x| **x == *id) {
-                    entry.push(shared.clone());
-                }
+            for r in &routes {
+                self.routes.insert(r);
             }
             self.verdicts.remove(&id);
             self.unbook(&id);
             self.evicted_count += 1;
+            self.evictions += 1;
             n += 1;
         }
         n
     }
 
-    /// Intents out of memory that these events may concern: they must come back (with
-    /// [`EngineCore::rehydrate`]) before the events are taken in.
-    pub fn evicted_hits(&self, events: &[Event]) -> Vec<String> {
-        if self.evicted.is_empty() {
-            return Vec::new();
-        }
+    /// The routes of these events that may reach an intent out of memory: the store says
+    /// which intents they reach ([`crate::store::Store::route_owners`]); those not in memory
+    /// ([`EngineCore::absent`]) must come back with [`EngineCore::rehydrate`] before the
+    /// events are taken in.
+    pub fn routes_to_check(&self, events: &[Event]) -> Vec<String> {
         let mut out: BTreeSet<String> = BTreeSet::new();
         for e in events {
-            for r in audit::event_routes(e) {
-                if let Some(ids) = self.evicted.get(&route_hash(&r)) {
-                    out.extend(
-                        ids.iter()
-                            .filter(|id| !self.verdicts.contains_key(&***id))
-                            .map(|id| id.to_string()),
-                    );
+            for r in e.routes() {
+                // An intent id reaches one intent: in memory, it is here.
+                let here = r
+                    .strip_prefix("i:")
+                    .is_some_and(|id| self.verdicts.contains_key(id));
+                if !here && self.routes.may_contain(&r) {
+                    out.insert(r);
                 }
             }
         }
         out.into_iter().collect()
+    }
+
+    /// Which of `ids` are not in memory.
+    pub fn absent(&self, ids: Vec<String>) -> Vec<String> {
+        ids.into_iter()
+            .filter(|id| !self.verdicts.contains_key(id))
+            .collect()
+    }
+
+    /// How many intents ever left memory: a step that checked routes before an eviction
+    /// checks again.
+    pub fn evictions(&self) -> u64 {
+        self.evictions
     }
 
     /// Bring intents back from the store: their events (and the records of their objects) go
@@ -225,20 +280,10 @@ impl EngineCore {
             }
         }
         for id in ids {
-            for r in self.ledger.routes(id) {
-                let h = route_hash(&r);
-                if let Some(entry) = self.evicted.get_mut(&h) {
-                    let before = entry.len();
-                    entry.retain(|x| **x != **id);
-                    let removed = entry.len() < before;
-                    if entry.is_empty() {
-                        self.evicted.remove(&h);
-                    }
-                    if removed && r.starts_with("i:") {
-                        self.evicted_count = self.evicted_count.saturating_sub(1);
-                    }
-                }
+            if self.verdicts.contains_key(id) {
+                continue;
             }
+            self.evicted_count = self.evicted_count.saturating_sub(1);
             let Some(history) = self.ledger.history(id) else {
                 continue;
             };
@@ -249,6 +294,10 @@ impl EngineCore {
             if let Some(at) = v.next_change {
                 self.schedule.insert((at, id.clone()));
                 self.booked.insert(id.clone(), at);
+            }
+            if self.evict_after.is_some() && v.is_settled() {
+                // Its routes are in the store already (it left memory settled).
+                self.settled.push_back((now, 0, id.clone()));
             }
             self.verdicts.insert(id.clone(), Arc::new(v));
         }
@@ -268,7 +317,10 @@ impl EngineCore {
             core.ledger.add(e);
         }
         let ids: Vec<String> = core.ledger.ids().collect();
-        let mut out = Outcome::default();
+        let mut out = Outcome {
+            seq: core.next_seq(),
+            ..Outcome::default()
+        };
         for id in ids {
             core.audit_into(&id, now, &mut out);
         }
@@ -282,7 +334,10 @@ impl EngineCore {
         for e in events {
             change.merge(self.ledger.add(e));
         }
-        let mut out = Outcome::default();
+        let mut out = Outcome {
+            seq: self.next_seq(),
+            ..Outcome::default()
+        };
         for id in &change.removed {
             self.verdicts.remove(id);
             self.unbook(id);
@@ -307,7 +362,10 @@ impl EngineCore {
         }
         self.ledger = ledger;
         self.contracts = contracts;
-        let mut out = Outcome::default();
+        let mut out = Outcome {
+            seq: self.next_seq(),
+            ..Outcome::default()
+        };
         let old: Vec<String> = self.verdicts.keys().cloned().collect();
         let now_ids: HashSet<String> = self.ledger.ids().collect();
         for id in old {
@@ -328,7 +386,10 @@ impl EngineCore {
     /// Re-audit every intent whose deadline has come.
     pub fn tick(&mut self, now: Timestamp) -> Outcome {
         self.evict_idle(now);
-        let mut out = Outcome::default();
+        let mut out = Outcome {
+            seq: self.next_seq(),
+            ..Outcome::default()
+        };
         while let Some((at, id)) = self.schedule.first().cloned() {
             if at > now {
                 break;
@@ -384,7 +445,10 @@ impl EngineCore {
 
     /// A person's action changes the intent's decision: re-audit it.
     fn after_person(&mut self, e: Escalation, now: Timestamp) -> Outcome {
-        let mut out = Outcome::default();
+        let mut out = Outcome {
+            seq: self.next_seq(),
+            ..Outcome::default()
+        };
         self.audit_into(&e.intent_id, now, &mut out);
         if !out.escalations.iter().any(|x| x.id == e.id) {
             out.escalations.push(e);
@@ -425,8 +489,16 @@ impl EngineCore {
             self.schedule.insert((at, id.to_string()));
             self.booked.insert(id.to_string(), at);
         }
-        if self.evict_after.is_some() && settled(&v) {
-            self.settled.push_back((now, id.to_string()));
+        if v.is_settled() {
+            // Written with the verdict (again, if it was written before: a new key or object
+            // may reach it now), so the store can find it once it leaves memory.
+            out.routes.extend(self.ledger.routes(id).into_iter().map(|route| Route {
+                route,
+                intent_id: id.to_string(),
+            }));
+            if self.evict_after.is_some() {
+                self.settled.push_back((now, out.seq, id.to_string()));
+            }
         }
         // Written only when something material changed (a re-sent export, a deadline that
         // changed nothing): the stored row already says it. Callers audit each intent at most
@@ -727,9 +799,10 @@ mod tests {
         );
     }
 
-    /// A settled refund leaves memory once idle, keeps only routes, and a later event on its
-    /// key (a duplicate under the same key, from another intent) brings it back so the
-    /// finding lands on both.
+    /// A settled refund's routes are written with the verdict that settled it; it leaves
+    /// memory once idle and once that write is durable, keeps only its routes in the filter,
+    /// and a later event on its key (a duplicate under the same key, from another intent)
+    /// brings it back so the finding lands on both.
     #[test]
     fn a_settled_intent_leaves_memory_and_comes_back_when_touched() {
         let mut core = EngineCore::new(contracts()).with_eviction(Some(Dur::secs(60)));
@@ -737,22 +810,34 @@ mod tests {
             timeout("a", 1, 0, "k1"),
             record("re_1", Some("k1"), "succeeded", 40),
         ];
-        core.ingest(stored.clone(), t(50));
+        let settled = core.ingest(stored.clone(), t(50));
         assert_eq!(
             core.verdict("a").map(|v| v.state),
             Some(IntentState::Completed)
         );
+        let mut routes: Vec<&str> = settled.routes.iter().map(|r| r.route.as_str()).collect();
+        routes.sort();
+        assert_eq!(routes, ["i:a", "k:k1", "o:re_1"]);
         assert_eq!(core.evict_idle(t(100)), 0, "not idle long enough");
+        assert_eq!(core.evict_idle(t(111)), 0, "its routes are not durable yet");
+        assert_eq!(core.next_eviction(), None);
+        core.mark_durable(settled.seq);
         assert_eq!(core.next_eviction(), Some(t(110)));
         assert_eq!(core.evict_idle(t(111)), 1);
         assert!(core.verdict("a").is_none());
         assert_eq!((core.evicted(), core.intents()), (1, 0));
 
-        // Intent b sends a's key: the key's route reaches a.
+        // Intent b sends a's key: the key's route may reach someone out of memory (the store
+        // says who); another key does not.
         let late = timeout("b", 2, 200, "k1");
-        let hits = core.evicted_hits(std::slice::from_ref(&late));
+        assert!(core
+            .routes_to_check(std::slice::from_ref(&late))
+            .contains(&"k:k1".to_string()));
+        assert!(core
+            .routes_to_check(&[timeout("c", 3, 200, "k9")])
+            .is_empty());
+        let hits = core.absent(vec!["a".to_string()]);
         assert_eq!(hits, ["a"]);
-        assert!(core.evicted_hits(&[timeout("c", 3, 200, "k9")]).is_empty());
         core.rehydrate(&hits, stored, std::slice::from_ref(&late), t(230));
         assert_eq!(core.evicted(), 0);
         let out = core.ingest(vec![late], t(240));

@@ -11,8 +11,10 @@
 //! or resolution is durable, and announced the same way, before the API answers.
 
 pub mod core;
+pub mod routes;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -26,7 +28,8 @@ use crate::escalation::{EscalationBook, EscalationError};
 use crate::metrics::Metrics;
 use crate::model::*;
 use crate::notify::{Notifier, OutboxItem};
-use crate::store::{event_kind, AnyStore, Appended, Derived, Store, StoreError, Swap};
+use crate::store::{event_kind, AnyStore, Appended, Derived, Route, Store, StoreError, Swap};
+use routes::RouteFilter;
 
 /// The only place reckon reads the wall clock.
 pub fn wall_now() -> Timestamp {
@@ -62,6 +65,8 @@ pub struct Engine {
     person_actions: tokio::sync::Mutex<()>,
     /// Taken on shutdown so the persister sees the end of the stream and finishes.
     persist: Mutex<Option<mpsc::UnboundedSender<Outcome>>>,
+    /// What the persister has made durable, and the exports it must not checkpoint past.
+    progress: Arc<Progress>,
     durability: Durability,
     append_deadline: Duration,
     /// With `[[notify]]` targets: every escalation change is written together with the
@@ -89,6 +94,10 @@ pub struct EngineOptions {
     /// retryable (UNAVAILABLE / 503 with a retry hint; default 5 s). Exporters time out after
     /// 10-30 s: refusing sooner keeps their queues moving and their retries honest.
     pub append_deadline: Duration,
+    /// Bytes of the filter of routes to intents out of memory ([`RouteFilter`]), allocated and
+    /// touched at start so memory does not grow with settled history (default 32 MiB: ~2 %
+    /// false positives, each one store lookup, at 10M settled intents).
+    pub route_filter_bytes: usize,
 }
 
 impl Default for EngineOptions {
@@ -97,7 +106,89 @@ impl Default for EngineOptions {
             persist_linger: Duration::from_millis(50),
             evict_after: Some(Duration::from_secs(60)),
             append_deadline: Duration::from_secs(5),
+            route_filter_bytes: 32 << 20,
         }
+    }
+}
+
+/// How far before the checkpoint start-up reads events back. Receive times and the checkpoint
+/// come from one clock that never goes back within a process ([`Progress::receive`]); the
+/// margin covers what the store stamps on its own (ClickHouse's `ingested_ns`).
+const CHECKPOINT_MARGIN: Dur = Dur::secs(1);
+
+/// The checkpoint is written at most this often (each is a row; on ClickHouse, an insert).
+const CHECKPOINT_EVERY: Dur = Dur::secs(1);
+
+/// With nothing to write for this long, the persister writes the checkpoint alone, so a crash
+/// after a quiet spell reads back little.
+const IDLE_CHECKPOINT: Duration = Duration::from_secs(5);
+
+/// Routes read from the store per page while the filter fills after a start.
+const ROUTE_PAGE: usize = 50_000;
+
+/// Shared between the engine and its persister: the exports received but not yet concluded
+/// (the checkpoint never passes the oldest), and the last step the store has made durable.
+#[derive(Default)]
+struct Progress {
+    inflight: Mutex<Inflight>,
+    durable: AtomicU64,
+}
+
+#[derive(Default)]
+struct Inflight {
+    next: u64,
+    /// The latest receive time handed out: the clock is read through it, so it never goes
+    /// back (a stepped wall clock would otherwise put an export before a checkpoint taken
+    /// while it was in flight).
+    last: Timestamp,
+    received: BTreeSet<(Timestamp, u64)>,
+}
+
+impl Inflight {
+    fn now(&mut self) -> Timestamp {
+        self.last = self.last.max(wall_now());
+        self.last
+    }
+}
+
+impl Progress {
+    fn inflight(&self) -> MutexGuard<'_, Inflight> {
+        self.inflight.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An export received now: its receive time, held until the guard drops (after its
+    /// outcome is queued for the persister, or it failed).
+    fn receive(self: &Arc<Self>) -> Received {
+        let mut i = self.inflight();
+        // Read under the lock, so the checkpoint (read under it too) is never past it.
+        let at = i.now();
+        i.next += 1;
+        let key = (at, i.next);
+        i.received.insert(key);
+        Received {
+            progress: self.clone(),
+            key,
+        }
+    }
+
+    /// Every export received before this instant has its outcome queued for the persister.
+    fn settled_before(&self) -> Timestamp {
+        let mut i = self.inflight();
+        match i.received.first() {
+            Some((at, _)) => *at,
+            None => i.now(),
+        }
+    }
+}
+
+struct Received {
+    progress: Arc<Progress>,
+    key: (Timestamp, u64),
+}
+
+impl Drop for Received {
+    fn drop(&mut self) {
+        self.progress.inflight().received.remove(&self.key);
     }
 }
 
@@ -219,22 +310,30 @@ impl Engine {
         notifier: Option<Arc<Notifier>>,
     ) -> Result<(Arc<Engine>, EngineTasks), StoreError> {
         let began = Instant::now();
-        let events = store.load_events().await?;
+        let (events, history_in_store) = load_unsettled(&store).await?;
         let escalations = store.load_escalations().await?;
         let n_events = events.len();
         let for_core = contracts.clone();
         let evict_after = options
             .evict_after
             .map(|d| Dur(d.as_nanos().min(i64::MAX as u128) as i64));
+        let filter_bytes = options.route_filter_bytes;
         let (core, restored) = tokio::task::spawn_blocking(move || {
             let (core, out) = EngineCore::restore(for_core, events, escalations, wall_now());
-            (core.with_eviction(evict_after), out)
+            let mut core = core
+                .with_eviction(evict_after)
+                .with_route_filter(RouteFilter::new(filter_bytes, true));
+            if history_in_store {
+                core.routes_in_store();
+            }
+            (core, out)
         })
         .await
         .map_err(|e| StoreError::Task(e.to_string()))?;
         tracing::info!(
             events = n_events,
             intents = core.intents(),
+            settled_history_in_store = history_in_store,
             elapsed_ms = began.elapsed().as_millis() as u64,
             "engine state rebuilt from the store"
         );
@@ -260,6 +359,7 @@ impl Engine {
         }
         let (tx, rx) = mpsc::unbounded_channel();
         let wake = Arc::new(Notify::new());
+        let progress = Arc::new(Progress::default());
         let engine = Arc::new(Engine {
             core: Mutex::new(core),
             contracts: contracts.clone(),
@@ -268,6 +368,7 @@ impl Engine {
             wake: wake.clone(),
             person_actions: tokio::sync::Mutex::new(()),
             persist: Mutex::new(Some(tx)),
+            progress: progress.clone(),
             durability: Durability::default(),
             append_deadline: options.append_deadline,
             notifier,
@@ -277,8 +378,17 @@ impl Engine {
             engine.conclude(&core, restored, false)
         };
         engine.announce(concluded);
-        let timer = tokio::spawn(timer_loop(Arc::downgrade(&engine), wake));
-        let persister = tokio::spawn(persist_loop(store, rx, options.persist_linger));
+        let timer = tokio::spawn(timer_loop(Arc::downgrade(&engine), wake.clone()));
+        let persister = tokio::spawn(persist_loop(
+            store,
+            rx,
+            options.persist_linger,
+            progress,
+            wake,
+        ));
+        if history_in_store {
+            tokio::spawn(fill_route_filter(Arc::downgrade(&engine)));
+        }
         Ok((engine, EngineTasks { timer, persister }))
     }
 
@@ -325,10 +435,13 @@ impl Engine {
         received: Instant,
     ) -> Result<usize, StoreError> {
         let began = Instant::now();
+        // Held until the outcome is queued for the persister: the checkpoint stays before it.
+        let receipt = self.progress.receive();
         // A write that outlives the deadline may still land: the client's retry then finds it
         // stored (a duplicate) and the engine takes it in then.
+        let append = self.store.append_received(events.clone(), receipt.key.0);
         let stored =
-            match tokio::time::timeout(self.append_deadline, self.store.append(events.clone()))
+            match tokio::time::timeout(self.append_deadline, append)
                 .await
             {
                 Ok(stored) => stored?,
@@ -369,18 +482,21 @@ impl Engine {
         // taken in on its next re-send. Conflicting copies do not: the store dropped them.
         //
         // Settled intents these events concern come back from the store first, so the events
-        // are judged against the whole history; the check is repeated under the lock of the
-        // step itself, so nothing can leave in between.
+        // are judged against the whole history; if an intent left memory meanwhile, the step
+        // checks again, so nothing can leave in between.
         let mut kept = Some(kept);
         for _ in 0..=REHYDRATE_ROUNDS {
             let batch = kept.take().unwrap_or_default();
-            let hits = self.lock().evicted_hits(&batch);
-            if !hits.is_empty() {
-                self.rehydrate(hits, &batch).await?;
+            let (routes, evictions) = {
+                let core = self.lock();
+                (core.routes_to_check(&batch), core.evictions())
+            };
+            if !routes.is_empty() {
+                self.bring_back(routes, &batch).await?;
             }
             let mut leftover = None;
             self.step(|core| {
-                if core.evicted_hits(&batch).is_empty() {
+                if core.evictions() == evictions || core.routes_to_check(&batch).is_empty() {
                     core.ingest(batch, wall_now())
                 } else {
                     leftover = Some(batch);
@@ -765,7 +881,12 @@ impl Engine {
     }
 
     async fn tick(&self) -> Option<Timestamp> {
-        self.step(|core| core.tick(wall_now())).await;
+        let durable = self.progress.durable.load(Ordering::Acquire);
+        self.step(|core| {
+            core.mark_durable(durable);
+            core.tick(wall_now())
+        })
+        .await;
         let core = self.lock();
         // Evictions change no verdict, so the step announces nothing: count them here.
         self.metrics.set_intents(core.intents() as u64);
@@ -776,23 +897,102 @@ impl Engine {
         }
     }
 
-    /// Bring settled intents back from the store, with every record of the keys and objects
-    /// their events name (until nothing new comes back), and whatever other settled intents
-    /// those concern. `pending` (already in the store) is left for the step that ingests it.
-    async fn rehydrate(&self, mut ids: Vec<String>, pending: &[Event]) -> Result<(), StoreError> {
-        for _ in 0..REHYDRATE_ROUNDS {
-            let loaded = crate::store::evidence(&*self.store, ids.clone(), Vec::new()).await?;
-            let next = {
-                let mut core = self.lock();
-                core.rehydrate(&ids, loaded.clone(), pending, wall_now());
-                core.evicted_hits(&loaded)
-            };
-            if next.is_empty() {
-                break;
-            }
-            ids = next;
+    /// Bring back the settled intents `routes` reach (and those their evidence reaches), with
+    /// every record of the keys and objects their events name. `pending` (already in the
+    /// store) is left for the step that ingests it.
+    async fn bring_back(&self, routes: Vec<String>, pending: &[Event]) -> Result<(), StoreError> {
+        let (ids, loaded) = crate::store::reached(&*self.store, routes, |id| {
+            self.lock().absent(vec![id.to_string()]).is_empty()
+        })
+        .await?;
+        if !ids.is_empty() {
+            self.lock().rehydrate(&ids, loaded, pending, wall_now());
         }
         Ok(())
+    }
+}
+
+/// What start-up loads (DESIGN.md "Memory and history"). With a checkpoint: the intents whose
+/// stored verdict is not settled, the events received since the checkpoint (less a margin) and
+/// the intents they name, with all their evidence, and every settled intent any of those
+/// events reaches by a route; so start-up time follows what is open, not the history behind
+/// it. Without one (a new store, or one written before checkpoints): everything. Returns the
+/// events, and whether settled history was left in the store.
+async fn load_unsettled(store: &AnyStore) -> Result<(Vec<Event>, bool), StoreError> {
+    let Some(checkpoint) = store.checkpoint().await? else {
+        return Ok((store.load_events().await?, false));
+    };
+    let tail = store
+        .events_received_since(checkpoint - CHECKPOINT_MARGIN)
+        .await?;
+    let mut intents: BTreeSet<String> = store.unsettled_intents().await?.into_iter().collect();
+    let mut objects: BTreeSet<String> = intents
+        .iter()
+        .filter_map(|id| id.strip_prefix(audit::ORPHAN_PREFIX))
+        .map(str::to_string)
+        .collect();
+    for e in &tail {
+        match e {
+            Event::Attempt(a) => intents.insert(a.intent_id.clone()),
+            Event::Readback(r) => intents.insert(r.intent_id.clone()),
+            Event::Record(r) => {
+                intents.extend(r.intent_id.clone());
+                objects.insert(r.object_id.clone())
+            }
+        };
+    }
+    let mut events = crate::store::evidence(
+        store,
+        intents.iter().cloned().collect(),
+        objects.into_iter().collect(),
+    )
+    .await?;
+    let routes: Vec<String> = tail.iter().chain(&events).flat_map(Event::routes).collect();
+    let (_, reached) = crate::store::reached(store, routes, |id| intents.contains(id)).await?;
+    let mut known: std::collections::HashSet<Event> = events.iter().cloned().collect();
+    for e in tail.into_iter().chain(reached) {
+        if known.insert(e.clone()) {
+            events.push(e);
+        }
+    }
+    Ok((events, true))
+}
+
+/// After a start that left settled history in the store: read its routes into the filter, page
+/// by page, while the engine serves (every route is checked against the store meanwhile).
+async fn fill_route_filter(engine: std::sync::Weak<Engine>) {
+    let began = Instant::now();
+    let mut after = String::new();
+    let mut routes = 0u64;
+    let mut failures = 0u32;
+    loop {
+        let Some(e) = engine.upgrade() else { return };
+        match e.store.routes_after(&after, ROUTE_PAGE).await {
+            Ok(page) => {
+                failures = 0;
+                routes += page.len() as u64;
+                let mut core = e.lock();
+                core.fill_routes(page.iter().map(String::as_str));
+                match page.last() {
+                    Some(last) if page.len() == ROUTE_PAGE => after = last.clone(),
+                    _ => {
+                        core.routes_filled();
+                        tracing::info!(
+                            routes,
+                            elapsed_ms = began.elapsed().as_millis() as u64,
+                            "route filter filled from the store"
+                        );
+                        return;
+                    }
+                }
+            }
+            Err(err) => {
+                failures += 1;
+                tracing::warn!(error = %err, failures, "reading routes for the filter failed; retrying");
+                drop(e);
+                tokio::time::sleep(Duration::from_millis(100u64 << failures.min(6))).await;
+            }
+        }
     }
 }
 
@@ -889,14 +1089,22 @@ struct Pending {
     verdicts: HashMap<String, Arc<Verdict>>,
     removed: std::collections::BTreeSet<String>,
     escalations: HashMap<String, Escalation>,
+    routes: BTreeSet<Route>,
+    /// The latest step taken in.
+    seq: u64,
 }
 
 impl Pending {
     fn is_empty(&self) -> bool {
-        self.verdicts.is_empty() && self.removed.is_empty() && self.escalations.is_empty()
+        self.verdicts.is_empty()
+            && self.removed.is_empty()
+            && self.escalations.is_empty()
+            && self.routes.is_empty()
     }
 
     fn take(&mut self, o: Outcome) {
+        self.seq = self.seq.max(o.seq);
+        self.routes.extend(o.routes);
         for id in o.removed {
             self.verdicts.remove(&id);
             self.removed.insert(id);
@@ -917,13 +1125,19 @@ impl Pending {
 
     /// One durable unit: a pseudo-intent's removal lands with the verdict that absorbed it,
     /// and escalations before the verdicts that name them.
-    async fn write(&self, store: &AnyStore) -> Result<(), StoreError> {
+    async fn write(
+        &self,
+        store: &AnyStore,
+        checkpoint: Option<Timestamp>,
+    ) -> Result<(), StoreError> {
         store
             .put_derived(Derived {
                 escalations: self.escalations.values().cloned().collect(),
                 removed: self.removed.iter().cloned().collect(),
                 verdicts: self.verdicts.values().map(|v| Verdict::clone(v)).collect(),
                 outbox: Vec::new(),
+                routes: self.routes.iter().cloned().collect(),
+                checkpoint,
             })
             .await
     }
@@ -932,19 +1146,46 @@ impl Pending {
 /// Writes verdicts and escalations in batches: whatever queued while the last batch was being
 /// written goes in the next one. A batch the store refuses is kept and merged with what comes
 /// next, and retried with backoff: nothing concluded is dropped while the process lives.
+///
+/// Each write carries the checkpoint (at most every [`CHECKPOINT_EVERY`]): the oldest export
+/// still in flight, read *before* the queue is drained, so every export received before it has
+/// its outcome in the write. After a write, the steps it covered are durable: the intents they
+/// settled may leave memory (the timer is woken to see to it).
 async fn persist_loop(
     store: Arc<AnyStore>,
     mut rx: mpsc::UnboundedReceiver<Outcome>,
     linger: Duration,
+    progress: Arc<Progress>,
+    wake: Arc<Notify>,
 ) {
     let mut pending = Pending::default();
     let mut failures = 0u32;
     let mut closing = false;
+    let mut last_checkpoint = Timestamp(0);
     loop {
         if pending.is_empty() {
-            match rx.recv().await {
-                Some(o) => pending.take(o),
-                None => return,
+            match tokio::time::timeout(IDLE_CHECKPOINT, rx.recv()).await {
+                Ok(Some(o)) => pending.take(o),
+                // Shut down, or idle: everything received so far is written; say so, so the
+                // next start reads back only what comes after.
+                Ok(None) | Err(_) => {
+                    let done = matches!(rx.try_recv(), Err(mpsc::error::TryRecvError::Disconnected));
+                    let at = progress.settled_before();
+                    if at > last_checkpoint {
+                        let checkpoint = Derived {
+                            checkpoint: Some(at),
+                            ..Derived::default()
+                        };
+                        match store.put_derived(checkpoint).await {
+                            Ok(()) => last_checkpoint = at,
+                            Err(e) => tracing::warn!(error = %e, "writing the checkpoint failed"),
+                        }
+                    }
+                    if done {
+                        return;
+                    }
+                    continue;
+                }
             }
             // Linger briefly: an intent's events tend to arrive together (attempt, response,
             // webhooks), and each write of its verdict costs a row and a JSON document. Reads of
@@ -960,11 +1201,17 @@ async fn persist_loop(
             )
             .await;
         }
+        let settled_before = progress.settled_before();
         while let Ok(more) = rx.try_recv() {
             pending.take(more);
         }
-        match pending.write(&store).await {
+        let checkpoint = (closing || settled_before >= last_checkpoint + CHECKPOINT_EVERY)
+            .then_some(settled_before);
+        match pending.write(&store, checkpoint).await {
             Ok(()) => {
+                last_checkpoint = checkpoint.unwrap_or(last_checkpoint);
+                progress.durable.fetch_max(pending.seq, Ordering::AcqRel);
+                wake.notify_one();
                 pending = Pending::default();
                 failures = 0;
             }

@@ -8,7 +8,7 @@
 use super::alertmanager;
 use super::outbox::{delivery_id, OutboxItem};
 use super::{Target, TargetKind};
-use crate::codec::{escalation_bundle, rfc3339};
+use crate::codec::{escalation_bundle, rfc3339, VerdictDoc};
 use crate::contract::Contract;
 use crate::model::{Escalation, EscalationStatus, Timestamp, Verdict};
 
@@ -61,7 +61,9 @@ pub fn items_for(
                 TargetKind::Webhook { .. } => {
                     let id = delivery_id(&e.id, e.version, &t.name);
                     let bundle =
-                        bundle.get_or_insert_with(|| escalation_bundle(e, verdict, contract));
+                        bundle.get_or_insert_with(|| {
+                            escalation_bundle(e, verdict.map(VerdictDoc::from_verdict), contract)
+                        });
                     webhook_body(&id, e, bundle, now)
                 }
                 TargetKind::Alertmanager { .. } => {

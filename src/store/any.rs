@@ -20,8 +20,27 @@ macro_rules! dispatch {
 }
 
 impl Store for AnyStore {
-    async fn append(&self, events: Vec<Event>) -> Result<Vec<Appended>, StoreError> {
-        dispatch!(self, s => s.append(events))
+    async fn append_received(
+        &self,
+        events: Vec<Event>,
+        received_at: Timestamp,
+    ) -> Result<Vec<Appended>, StoreError> {
+        dispatch!(self, s => s.append_received(events, received_at))
+    }
+    async fn checkpoint(&self) -> Result<Option<Timestamp>, StoreError> {
+        dispatch!(self, s => s.checkpoint())
+    }
+    async fn unsettled_intents(&self) -> Result<Vec<String>, StoreError> {
+        dispatch!(self, s => s.unsettled_intents())
+    }
+    async fn events_received_since(&self, since: Timestamp) -> Result<Vec<Event>, StoreError> {
+        dispatch!(self, s => s.events_received_since(since))
+    }
+    async fn route_owners(&self, routes: Vec<String>) -> Result<Vec<String>, StoreError> {
+        dispatch!(self, s => s.route_owners(routes))
+    }
+    async fn routes_after(&self, after: &str, limit: usize) -> Result<Vec<String>, StoreError> {
+        dispatch!(self, s => s.routes_after(after, limit))
     }
     async fn load_events(&self) -> Result<Vec<Event>, StoreError> {
         dispatch!(self, s => s.load_events())

@@ -330,6 +330,36 @@ fn first_line(sql: &str) -> &str {
 }
 
 impl ClickHouseStore {
+
+    /// Events whose row was written at or after `since_ns` (`ingested_ns`; 0: all), each
+    /// identity once. Not `FINAL`: that would keep the *last* copy of an identity stored twice
+    /// (by two processes at once, or before the writer looked identities up). The first written
+    /// is the one every store keeps.
+    async fn load_events_since(&self, since_ns: u64) -> Result<Vec<Event>, StoreError> {
+        let q = |table: &str| {
+            self.client
+                .query(&format!("SELECT ?fields FROM {table} WHERE ingested_ns >= ?"))
+                .bind(since_ns)
+        };
+        let attempts: Vec<AttemptRow> = self.fetch("load attempts", q(ATTEMPTS)).await?;
+        let readbacks: Vec<ReadbackRow> = self.fetch("load read-backs", q(READBACKS)).await?;
+        let records: Vec<RecordRow> = self.fetch("load records", q(RECORDS)).await?;
+        let mut all: Vec<EventRow> =
+            Vec::with_capacity(attempts.len() + readbacks.len() + records.len());
+        all.extend(attempts.into_iter().map(EventRow::Attempt));
+        all.extend(readbacks.into_iter().map(EventRow::Readback));
+        all.extend(records.into_iter().map(EventRow::Record));
+        // Ingest order: first copies first (and, as a courtesy, replay in arrival order).
+        all.sort_by_key(EventRow::ingested_ns);
+        let mut seen = HashSet::with_capacity(all.len());
+        let mut out = Vec::with_capacity(all.len());
+        for r in &all {
+            if seen.insert(r.identity()) {
+                out.push(r.event()?);
+            }
+        }
+        Ok(out)
+    }
     /// Connect, create the database if missing, upgrade its schema to this binary's, and start
     /// the group-commit writer. Must be called inside a Tokio runtime.
     pub async fn open(config: ClickHouseConfig) -> Result<ClickHouseStore, StoreError> {
@@ -399,7 +429,13 @@ impl ClickHouseStore {
 }
 
 impl Store for ClickHouseStore {
-    async fn append(&self, events: Vec<Event>) -> Result<Vec<Appended>, StoreError> {
+    /// `received_at` is not stored: `ingested_ns`, stamped when the row is written (later, on
+    /// the same clock), already says when reckon had it, and is what start-up reads back by.
+    async fn append_received(
+        &self,
+        events: Vec<Event>,
+        _received_at: Timestamp,
+    ) -> Result<Vec<Appended>, StoreError> {
         if events.is_empty() {
             return Ok(Vec::new());
         }
@@ -423,28 +459,51 @@ impl Store for ClickHouseStore {
     }
 
     async fn load_events(&self) -> Result<Vec<Event>, StoreError> {
-        // Not `FINAL`: that would keep the *last* copy of an identity stored twice (by two
-        // processes at once, or before the writer looked identities up). The first written is
-        // the one every store keeps.
-        let q = |table: &str| self.client.query(&format!("SELECT ?fields FROM {table}"));
-        let attempts: Vec<AttemptRow> = self.fetch("load attempts", q(ATTEMPTS)).await?;
-        let readbacks: Vec<ReadbackRow> = self.fetch("load read-backs", q(READBACKS)).await?;
-        let records: Vec<RecordRow> = self.fetch("load records", q(RECORDS)).await?;
-        let mut all: Vec<EventRow> =
-            Vec::with_capacity(attempts.len() + readbacks.len() + records.len());
-        all.extend(attempts.into_iter().map(EventRow::Attempt));
-        all.extend(readbacks.into_iter().map(EventRow::Readback));
-        all.extend(records.into_iter().map(EventRow::Record));
-        // Ingest order: first copies first (and, as a courtesy, replay in arrival order).
-        all.sort_by_key(EventRow::ingested_ns);
-        let mut seen = HashSet::with_capacity(all.len());
-        let mut out = Vec::with_capacity(all.len());
-        for r in &all {
-            if seen.insert(r.identity()) {
-                out.push(r.event()?);
-            }
+        self.load_events_since(0).await
+    }
+
+    async fn checkpoint(&self) -> Result<Option<Timestamp>, StoreError> {
+        let q = self.client.query(
+            "SELECT value FROM reckon_meta WHERE name = 'checkpoint' ORDER BY value DESC LIMIT 1",
+        );
+        let found: Vec<u64> = self.fetch("read the checkpoint", q).await?;
+        Ok(found.first().map(|v| Timestamp(i64::try_from(*v).unwrap_or(i64::MAX))))
+    }
+
+    async fn unsettled_intents(&self) -> Result<Vec<String>, StoreError> {
+        // The filter sits outside the FINAL subquery (see reckon_current_verdicts).
+        let q = self.client.query(
+            "SELECT intent_id FROM (SELECT intent_id, settled, deleted FROM reckon_verdicts FINAL)
+             WHERE settled = 0 AND deleted = 0",
+        );
+        self.fetch("unsettled intents", q).await
+    }
+
+    async fn events_received_since(&self, since: Timestamp) -> Result<Vec<Event>, StoreError> {
+        self.load_events_since(since.0.max(0) as u64).await
+    }
+
+    async fn route_owners(&self, routes: Vec<String>) -> Result<Vec<String>, StoreError> {
+        const CHUNK: usize = 1000;
+        let mut out = std::collections::BTreeSet::new();
+        for chunk in routes.chunks(CHUNK) {
+            let q = self
+                .client
+                .query("SELECT DISTINCT intent_id FROM reckon_routes WHERE route IN ?")
+                .bind(writer::SqlTuple(chunk));
+            let ids: Vec<String> = self.fetch("route owners", q).await?;
+            out.extend(ids);
         }
-        Ok(out)
+        Ok(out.into_iter().collect())
+    }
+
+    async fn routes_after(&self, after: &str, limit: usize) -> Result<Vec<String>, StoreError> {
+        let q = self
+            .client
+            .query("SELECT DISTINCT route FROM reckon_routes WHERE route > ? ORDER BY route LIMIT ?")
+            .bind(after)
+            .bind(limit as u64);
+        self.fetch("routes", q).await
     }
 
     async fn put_verdicts(&self, verdicts: Vec<Verdict>) -> Result<(), StoreError> {
@@ -493,6 +552,22 @@ impl Store for ClickHouseStore {
                 .map(escalation_row)
                 .collect::<Result<_, _>>()?,
             outbox: d.outbox.iter().map(outbox_row).collect::<Result<_, _>>()?,
+            routes: d
+                .routes
+                .into_iter()
+                .map(|r| RouteRow {
+                    route: r.route,
+                    intent_id: r.intent_id,
+                })
+                .collect(),
+            meta: d
+                .checkpoint
+                .map(|at| MetaRow {
+                    name: "checkpoint".into(),
+                    value: at.0.max(0) as u64,
+                })
+                .into_iter()
+                .collect(),
             ..Rows::default()
         };
         // One INSERT into reckon_verdicts holds the tombstones and the verdicts beside them.

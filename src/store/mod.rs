@@ -397,6 +397,13 @@ pub struct Derived {
     /// Notifications announcing the escalation changes: in the same durable write, so an
     /// escalation anyone can see always has them (see [`Store::outbox_put`]).
     pub outbox: Vec<OutboxItem>,
+    /// The routes of the settled intents among `verdicts` (see [`Route`]): written with the
+    /// verdict that settled them, so an intent is findable from the store before it may leave
+    /// memory.
+    pub routes: Vec<Route>,
+    /// Every event received before this instant has its verdicts and escalations written (this
+    /// write included): start-up reads the events received since then ([`Store::checkpoint`]).
+    pub checkpoint: Option<Timestamp>,
 }
 
 impl Derived {
@@ -405,7 +412,18 @@ impl Derived {
             && self.removed.is_empty()
             && self.verdicts.is_empty()
             && self.outbox.is_empty()
+            && self.routes.is_empty()
+            && self.checkpoint.is_none()
     }
+}
+
+/// One way later evidence can reach a settled intent (DESIGN.md "Memory and history"): its id
+/// (`i:{id}`), a key it sent or its objects' records carry (`k:{key}`), an object it may see
+/// (`o:{object}`). Settled intents are not kept in memory; the store finds them by these.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Route {
+    pub route: String,
+    pub intent_id: String,
 }
 
 /// One target's pending notifications (see [`Store::outbox_pending`]).
@@ -459,10 +477,52 @@ pub trait Store: Send + Sync {
     /// counts as stored). Returns one status per event, in order.
     /// An event no store can hold ([`holdable`]) is refused alone ([`Appended::Refused`]: not
     /// written), and the rest of the batch is written.
+    ///
+    /// `received_at` is when reckon received them (the ingest path's clock): start-up reads
+    /// back what arrived after the last [`Derived::checkpoint`].
+    fn append_received(
+        &self,
+        events: Vec<Event>,
+        received_at: Timestamp,
+    ) -> impl Future<Output = Result<Vec<Appended>, StoreError>> + Send;
+
+    /// [`Store::append_received`] with no receive time (tests, tools): such events are never
+    /// read back as received since a checkpoint.
     fn append(
         &self,
         events: Vec<Event>,
-    ) -> impl Future<Output = Result<Vec<Appended>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<Appended>, StoreError>> + Send {
+        self.append_received(events, Timestamp(0))
+    }
+
+    /// The last [`Derived::checkpoint`] written; `None` for a store no engine has checkpointed
+    /// (new, or written by a version before checkpoints): start-up then reads everything.
+    fn checkpoint(&self) -> impl Future<Output = Result<Option<Timestamp>, StoreError>> + Send;
+
+    /// Intent ids whose stored verdict is not settled ([`Verdict::is_settled`]): what start-up
+    /// keeps in memory.
+    fn unsettled_intents(&self) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+
+    /// Every event received at or after `since` (first copies), for start-up: what may not be
+    /// reflected in the stored verdicts yet.
+    fn events_received_since(
+        &self,
+        since: Timestamp,
+    ) -> impl Future<Output = Result<Vec<Event>, StoreError>> + Send;
+
+    /// The intents any of `routes` reaches ([`Route`]), each once, sorted.
+    fn route_owners(
+        &self,
+        routes: Vec<String>,
+    ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+
+    /// Distinct routes greater than `after`, in order, at most `limit`: for filling the
+    /// engine's route filter page by page.
+    fn routes_after(
+        &self,
+        after: &str,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
 
     /// Every stored event, each identity once (its first copy), for rebuilding engine state at
     /// start-up. Returned in ingest order where the store knows it; the engine must not depend
@@ -639,6 +699,45 @@ pub async fn evidence<S: Store + ?Sized>(
         }
     }
     Ok(loaded)
+}
+
+/// Settled intents that `routes` reach (and that `here` says are not in memory already), with
+/// everything their audit reads ([`evidence`]), and, transitively, the settled intents that
+/// evidence's own routes reach: what must be in memory before an event on those routes is
+/// judged, so the verdicts are those of a process that never let anything go.
+pub async fn reached<S: Store + ?Sized>(
+    store: &S,
+    routes: Vec<String>,
+    here: impl Fn(&str) -> bool,
+) -> Result<(Vec<String>, Vec<Event>), StoreError> {
+    let mut ids: std::collections::BTreeSet<String> = Default::default();
+    let mut asked: std::collections::HashSet<String> = Default::default();
+    let mut events: Vec<Event> = Vec::new();
+    let mut known: std::collections::HashSet<Event> = Default::default();
+    let mut routes = routes;
+    for _ in 0..EVIDENCE_ROUNDS {
+        routes.retain(|r| asked.insert(r.clone()));
+        if routes.is_empty() {
+            break;
+        }
+        let fresh: Vec<String> = store
+            .route_owners(std::mem::take(&mut routes))
+            .await?
+            .into_iter()
+            .filter(|id| !here(id) && !ids.contains(id))
+            .collect();
+        if fresh.is_empty() {
+            break;
+        }
+        ids.extend(fresh.iter().cloned());
+        for e in evidence(store, fresh, Vec::new()).await? {
+            if known.insert(e.clone()) {
+                routes.extend(e.routes());
+                events.push(e);
+            }
+        }
+    }
+    Ok((ids.into_iter().collect(), events))
 }
 
 /// What [`Store::events_touching`] returns: the attempts and read-backs of `intents`, and the

@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::types::{Value, ValueRef};
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use tokio::sync::{mpsc, oneshot};
 
 use self::writer::{EncodedDerived, EncodedVerdict, Request};
@@ -551,10 +551,11 @@ fn decode_doc(row: &rusqlite::Row<'_>, i: usize) -> Result<VerdictDoc, StoreErro
 fn load_table(
     conn: &Connection,
     sql: &str,
+    since: i64,
     decode: fn(&rusqlite::Row<'_>) -> Result<(i64, Event), StoreError>,
 ) -> Result<Vec<(i64, Event)>, StoreError> {
     let mut stmt = conn.prepare(sql)?;
-    let mut rows = stmt.query([])?;
+    let mut rows = stmt.query([since])?;
     let mut out = Vec::new();
     while let Some(row) = rows.next()? {
         out.push(decode(row)?);
@@ -562,25 +563,33 @@ fn load_table(
     Ok(out)
 }
 
-/// All events, merged back into ingest order from the three tables (each scanned in rowid
-/// order, which is `seq` order: a straight B-tree walk, no sort).
-fn load_events(conn: &Connection) -> Result<Vec<Event>, StoreError> {
+/// Events received at or after `since` (all of them for `None`), merged back into ingest
+/// order from the three tables (each scanned in rowid order, which is `seq` order: a straight
+/// B-tree walk, no sort; with `since`, from the receive-time index).
+fn load_events(conn: &Connection, since: Option<Timestamp>) -> Result<Vec<Event>, StoreError> {
     // One read transaction, so the three scans see the same snapshot.
     let tx = conn.unchecked_transaction()?;
+    let (filter, since) = match since {
+        Some(t) => ("WHERE received_at >= ?1", t.0),
+        None => ("WHERE ?1 = ?1", 0),
+    };
     let parts = [
         load_table(
             conn,
-            &format!("SELECT {ATTEMPT_COLS} FROM reckon_attempts ORDER BY seq"),
+            &format!("SELECT {ATTEMPT_COLS} FROM reckon_attempts {filter} ORDER BY seq"),
+            since,
             decode_attempt,
         )?,
         load_table(
             conn,
-            &format!("SELECT {READBACK_COLS} FROM reckon_readbacks ORDER BY seq"),
+            &format!("SELECT {READBACK_COLS} FROM reckon_readbacks {filter} ORDER BY seq"),
+            since,
             decode_readback,
         )?,
         load_table(
             conn,
-            &format!("SELECT {RECORD_COLS} FROM reckon_records ORDER BY seq"),
+            &format!("SELECT {RECORD_COLS} FROM reckon_records {filter} ORDER BY seq"),
+            since,
             decode_record,
         )?,
     ];
@@ -813,7 +822,11 @@ fn query_escalations(
 }
 
 impl Store for SqliteStore {
-    async fn append(&self, events: Vec<Event>) -> Result<Vec<Appended>, StoreError> {
+    async fn append_received(
+        &self,
+        events: Vec<Event>,
+        received_at: Timestamp,
+    ) -> Result<Vec<Appended>, StoreError> {
         if events.is_empty() {
             return Ok(Vec::new());
         }
@@ -821,12 +834,79 @@ impl Store for SqliteStore {
         if events.is_empty() {
             return Ok(vec![Appended::Refused; mask.len()]);
         }
-        let statuses = self.write(|reply| Request::Append(events, reply)).await?;
+        let statuses = self
+            .write(|reply| Request::Append(events, received_at, reply))
+            .await?;
         Ok(super::spread_statuses(&mask, statuses))
     }
 
     async fn load_events(&self) -> Result<Vec<Event>, StoreError> {
-        self.read(load_events).await
+        self.read(|conn| load_events(conn, None)).await
+    }
+
+    async fn checkpoint(&self) -> Result<Option<Timestamp>, StoreError> {
+        self.read(|conn| {
+            let v: Option<i64> = conn
+                .query_row(
+                    "SELECT value FROM reckon_meta WHERE name = 'checkpoint'",
+                    [],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            Ok(v.map(Timestamp))
+        })
+        .await
+    }
+
+    async fn unsettled_intents(&self) -> Result<Vec<String>, StoreError> {
+        self.read(|conn| {
+            let mut stmt =
+                conn.prepare("SELECT intent_id FROM reckon_verdicts WHERE settled = 0")?;
+            let ids = stmt
+                .query_map([], |r| r.get::<_, String>(0))?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(ids)
+        })
+        .await
+    }
+
+    async fn events_received_since(&self, since: Timestamp) -> Result<Vec<Event>, StoreError> {
+        self.read(move |conn| load_events(conn, Some(since))).await
+    }
+
+    async fn route_owners(&self, routes: Vec<String>) -> Result<Vec<String>, StoreError> {
+        if routes.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.read(move |conn| {
+            let mut stmt =
+                conn.prepare_cached("SELECT intent_id FROM reckon_routes WHERE route = ?1")?;
+            let mut out = std::collections::BTreeSet::new();
+            for r in &routes {
+                let mut rows = stmt.query([r])?;
+                while let Some(row) = rows.next()? {
+                    out.insert(row.get::<_, String>(0)?);
+                }
+            }
+            Ok(out.into_iter().collect())
+        })
+        .await
+    }
+
+    async fn routes_after(&self, after: &str, limit: usize) -> Result<Vec<String>, StoreError> {
+        let after = after.to_string();
+        self.read(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT DISTINCT route FROM reckon_routes WHERE route > ?1 ORDER BY route LIMIT ?2",
+            )?;
+            let routes = stmt
+                .query_map(rusqlite::params![after, limit as i64], |r| {
+                    r.get::<_, String>(0)
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(routes)
+        })
+        .await
     }
 
     async fn put_verdicts(&self, verdicts: Vec<Verdict>) -> Result<(), StoreError> {
@@ -847,6 +927,8 @@ impl Store for SqliteStore {
             removed: d.removed,
             verdicts: encode_verdicts(d.verdicts)?,
             outbox: d.outbox,
+            routes: d.routes,
+            checkpoint: d.checkpoint,
         };
         self.write(|reply| Request::PutDerived(encoded, reply))
             .await

@@ -518,11 +518,7 @@ async fn escalation_view(
             )
         }
     };
-    // The verdict as the engine holds it, else as the store kept it.
-    let verdict: Option<VerdictDoc> = match s.engine.verdict(&e.intent_id).await {
-        Some(v) => Some(VerdictDoc::from_verdict(&v)),
-        None => s.store.get_verdict(&e.intent_id).await.ok().flatten(),
-    };
+    let verdict: Option<VerdictDoc> = super::verdict_doc(s, &e.intent_id).await;
     let contract: Option<ContractDoc> = verdict
         .as_ref()
         .and_then(|v| v.contract.as_deref())

@@ -19,6 +19,8 @@ pub const VERDICTS: &str = "reckon_verdicts";
 pub const FINDINGS: &str = "reckon_findings";
 pub const ESCALATIONS: &str = "reckon_escalations";
 pub const OUTBOX: &str = "reckon_outbox";
+pub const ROUTES: &str = "reckon_routes";
+pub const META: &str = "reckon_meta";
 
 #[derive(Clone, Debug, Row, Serialize, Deserialize)]
 pub struct AttemptRow {
@@ -103,6 +105,19 @@ pub struct VerdictRow {
     pub doc: String,
     pub deleted: u8,
     pub version: u64,
+    pub settled: u8,
+}
+
+#[derive(Clone, Debug, Row, Serialize, Deserialize)]
+pub struct RouteRow {
+    pub route: String,
+    pub intent_id: String,
+}
+
+#[derive(Clone, Debug, Row, Serialize, Deserialize)]
+pub struct MetaRow {
+    pub name: String,
+    pub value: u64,
 }
 
 #[derive(Clone, Debug, Row, Serialize, Deserialize)]
@@ -496,6 +511,7 @@ pub fn verdict_rows(
         doc,
         deleted: 0,
         version,
+        settled: u8::from(v.is_settled()),
     };
     let findings = v
         .findings
@@ -549,6 +565,7 @@ pub fn verdict_tombstone(intent_id: &str, version: u64) -> VerdictRow {
         doc: String::new(),
         deleted: 1,
         version,
+        settled: 0,
     }
 }
 

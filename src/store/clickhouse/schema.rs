@@ -228,6 +228,25 @@ CREATE TABLE IF NOT EXISTS reckon_outbox (
 ) ENGINE = ReplacingMergeTree(version)
 ORDER BY (target, id)";
 
+/// v5: what start-up needs so its time does not grow with history (DESIGN.md "Memory and
+/// history"): which verdicts are settled (the others are loaded), the routes by which later
+/// evidence reaches a settled intent, and the engine's checkpoint (events with `ingested_ns`
+/// from it on are read back). The views are recreated so current servers see the new column.
+pub const V5_VERDICT_SETTLED: &str = "
+ALTER TABLE reckon_verdicts ADD COLUMN settled UInt8 DEFAULT 0 COMMENT '1: terminal, no deadline, no open escalation: out of memory until evidence touches it'";
+pub const V5_ROUTES: &str = "
+CREATE TABLE IF NOT EXISTS reckon_routes (
+    route String COMMENT 'i:{intent_id}, k:{idempotency key} or o:{object id}: how later evidence reaches the intent',
+    intent_id String COMMENT 'a settled intent the route reaches'
+) ENGINE = ReplacingMergeTree
+ORDER BY (route, intent_id)";
+pub const V5_META: &str = "
+CREATE TABLE IF NOT EXISTS reckon_meta (
+    name String COMMENT 'checkpoint: every event ingested before value has its verdicts written',
+    value UInt64 COMMENT 'unix nanoseconds; the highest is current'
+) ENGINE = ReplacingMergeTree(value)
+ORDER BY name";
+
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
@@ -263,6 +282,19 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 4,
         name: "notification outbox",
         statements: &[V4_OUTBOX],
+    },
+    Migration {
+        version: 5,
+        name: "settled verdicts, routes, checkpoint",
+        statements: &[
+            V5_VERDICT_SETTLED,
+            V5_ROUTES,
+            V5_META,
+            V3_DROP_CURRENT_FINDINGS,
+            V3_DROP_CURRENT_VERDICTS,
+            V2_CURRENT_VERDICTS,
+            V2_CURRENT_FINDINGS,
+        ],
     },
 ];
 

@@ -40,6 +40,8 @@ pub struct Rows {
     pub verdicts: Vec<VerdictRow>,
     pub escalations: Vec<EscalationRow>,
     pub outbox: Vec<OutboxRow>,
+    pub routes: Vec<RouteRow>,
+    pub meta: Vec<MetaRow>,
 }
 
 impl Rows {
@@ -51,6 +53,8 @@ impl Rows {
             + self.verdicts.len()
             + self.escalations.len()
             + self.outbox.len()
+            + self.routes.len()
+            + self.meta.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -312,7 +316,7 @@ fn chunks<T>(keys: &[T], size: impl Fn(&T) -> usize) -> Vec<&[T]> {
 
 /// A SQL tuple of values, `(a, b, c)`: what `IN` takes on every server (18.16 refuses an array
 /// on the right of a tuple `IN`).
-struct SqlTuple<'a, T>(&'a [T]);
+pub(super) struct SqlTuple<'a, T>(pub(super) &'a [T]);
 
 impl<T: serde::Serialize> serde::Serialize for SqlTuple<'_, T> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -360,7 +364,8 @@ pub async fn insert_now(
 /// One INSERT per table, in an order that keeps reads consistent if the group fails midway:
 /// events before anything derived from them, notifications before the escalation changes they
 /// announce (a change is never stored unannounced), escalations before the verdicts that name
-/// them, findings before the verdict version that makes them current.
+/// them, findings before the verdict version that makes them current, a settled intent's routes
+/// before the verdict that lets it leave memory, and the checkpoint after everything it covers.
 async fn insert_all(
     client: &::clickhouse::Client,
     retry: &RetryPolicy,
@@ -372,7 +377,9 @@ async fn insert_all(
     insert(client, retry, OUTBOX, parts, |r| &r.outbox).await?;
     insert(client, retry, ESCALATIONS, parts, |r| &r.escalations).await?;
     insert(client, retry, FINDINGS, parts, |r| &r.findings).await?;
+    insert(client, retry, ROUTES, parts, |r| &r.routes).await?;
     insert(client, retry, VERDICTS, parts, |r| &r.verdicts).await?;
+    insert(client, retry, META, parts, |r| &r.meta).await?;
     Ok(())
 }
 

@@ -170,6 +170,30 @@ CREATE INDEX reckon_records_key ON reckon_records (idempotency_key);
 CREATE INDEX reckon_records_object ON reckon_records (object_id);
 ";
 
+/// v6: what start-up needs so its time does not grow with history (DESIGN.md "Memory and
+/// history"): when each event was received (the events since the last checkpoint are read
+/// back), which verdicts are settled (the others are loaded), the routes by which later
+/// evidence reaches a settled intent, and the checkpoint itself.
+pub const V6_SQL: &str = "
+ALTER TABLE reckon_attempts ADD COLUMN received_at INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE reckon_readbacks ADD COLUMN received_at INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE reckon_records ADD COLUMN received_at INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX reckon_attempts_received ON reckon_attempts (received_at);
+CREATE INDEX reckon_readbacks_received ON reckon_readbacks (received_at);
+CREATE INDEX reckon_records_received ON reckon_records (received_at);
+ALTER TABLE reckon_verdicts ADD COLUMN settled INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX reckon_verdicts_unsettled ON reckon_verdicts (intent_id) WHERE settled = 0;
+CREATE TABLE reckon_routes (
+    route TEXT NOT NULL,
+    intent_id TEXT NOT NULL,
+    PRIMARY KEY (route, intent_id)
+) WITHOUT ROWID;
+CREATE TABLE reckon_meta (
+    name TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+";
+
 /// The attempt-class count columns of `reckon_verdicts`, in [`AttemptClass::ALL`] order.
 pub const CLASS_COLUMNS: [&str; 6] = [
     "attempts_rejected",
@@ -209,6 +233,12 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 5,
         name: "event lookups by intent, key and object",
         sql: V5_SQL,
+        backfill: None,
+    },
+    Migration {
+        version: 6,
+        name: "receive times, settled verdicts, routes, checkpoint",
+        sql: V6_SQL,
         backfill: None,
     },
 ];

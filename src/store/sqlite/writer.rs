@@ -15,8 +15,8 @@ use rusqlite::{params, Connection};
 use tokio::sync::{mpsc, oneshot};
 
 use super::schema::CLASS_COLUMNS;
-use crate::model::{AttemptClass, Escalation, Event, Verdict};
-use crate::store::{Appended, OutboxItem, StoreError, Swap};
+use crate::model::{AttemptClass, Escalation, Event, Timestamp, Verdict};
+use crate::store::{Appended, OutboxItem, Route, StoreError, Swap};
 
 /// Upper bound on rows written per transaction, so one commit (and the latency of everyone
 /// waiting on it) stays bounded when a backlog has built up.
@@ -36,7 +36,8 @@ pub struct EncodedVerdict {
 }
 
 pub enum Request {
-    Append(Vec<Event>, Reply<Vec<Appended>>),
+    /// Events and when reckon received them.
+    Append(Vec<Event>, Timestamp, Reply<Vec<Appended>>),
     PutVerdicts(Vec<EncodedVerdict>, Reply<()>),
     DeleteVerdicts(Vec<String>, Reply<()>),
     PutEscalations(Vec<Escalation>, Reply<()>),
@@ -55,17 +56,23 @@ pub struct EncodedDerived {
     pub removed: Vec<String>,
     pub verdicts: Vec<EncodedVerdict>,
     pub outbox: Vec<OutboxItem>,
+    pub routes: Vec<Route>,
+    pub checkpoint: Option<Timestamp>,
 }
 
 impl Request {
     fn rows(&self) -> usize {
         match self {
-            Request::Append(v, _) => v.len(),
+            Request::Append(v, _, _) => v.len(),
             Request::PutVerdicts(v, _) => v.len(),
             Request::DeleteVerdicts(v, _) => v.len(),
             Request::PutEscalations(v, _) => v.len(),
             Request::PutDerived(d, _) => {
-                d.escalations.len() + d.removed.len() + d.verdicts.len() + d.outbox.len()
+                d.escalations.len()
+                    + d.removed.len()
+                    + d.verdicts.len()
+                    + d.outbox.len()
+                    + d.routes.len()
             }
             Request::SwapEscalation(s, _) => 1 + s.2.len(),
             Request::PutOutbox(v, _) => v.len(),
@@ -145,7 +152,9 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Request>, seq: &mut i64) {
             continue;
         }
         let d = match r {
-            Request::Append(events, tx) => Done::Append(append(conn, &events, seq), tx),
+            Request::Append(events, received_at, tx) => {
+                Done::Append(append(conn, &events, received_at, seq), tx)
+            }
             Request::PutVerdicts(v, tx) => Done::Unit(put_verdicts(conn, &v), tx),
             Request::DeleteVerdicts(ids, tx) => Done::Unit(delete_verdicts(conn, &ids), tx),
             Request::PutEscalations(e, tx) => Done::Unit(put_escalations(conn, &e), tx),
@@ -192,7 +201,7 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Request>, seq: &mut i64) {
 /// A request that never ran, paired with an `Ok` placeholder for [`Done::fail_if_ok`] to replace.
 fn unanswered(r: Request) -> Done {
     match r {
-        Request::Append(_, tx) => Done::Append(Ok(Vec::new()), tx),
+        Request::Append(_, _, tx) => Done::Append(Ok(Vec::new()), tx),
         Request::PutVerdicts(_, tx)
         | Request::DeleteVerdicts(_, tx)
         | Request::PutEscalations(_, tx)
@@ -204,13 +213,15 @@ fn unanswered(r: Request) -> Done {
 
 pub const INSERT_ATTEMPT: &str = "INSERT INTO reckon_attempts (seq, trace_id, span_id, intent_id, tool, started_at,
     ended_at, idempotency_key, http_status, error_type, span_error, object_id, object_status, reported_outcome,
-    arguments) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) ON CONFLICT DO NOTHING";
+    arguments, received_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
+    ON CONFLICT DO NOTHING";
 pub const INSERT_READBACK: &str = "INSERT INTO reckon_readbacks (seq, trace_id, span_id, intent_id, tool, at,
-    ended_at, object_ids, reported_outcome) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT DO NOTHING";
+    ended_at, object_ids, reported_outcome, received_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+    ON CONFLICT DO NOTHING";
 pub const INSERT_RECORD: &str =
     "INSERT INTO reckon_records (seq, source, kind, object_id, intent_id,
-    idempotency_key, status, amount, amount_unit, currency, target, created_at, observed_at)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) ON CONFLICT DO NOTHING";
+    idempotency_key, status, amount, amount_unit, currency, target, created_at, observed_at, received_at)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) ON CONFLICT DO NOTHING";
 
 /// Hex into a stack buffer: no allocation per span id.
 fn hex_into<'a>(bytes: &[u8], buf: &'a mut [u8]) -> &'a str {
@@ -269,7 +280,12 @@ fn stored_copy(conn: &Connection, e: &Event) -> Result<Event, StoreError> {
     })
 }
 
-fn append(conn: &Connection, events: &[Event], seq: &mut i64) -> Result<Vec<Appended>, StoreError> {
+fn append(
+    conn: &Connection,
+    events: &[Event],
+    received_at: Timestamp,
+    seq: &mut i64,
+) -> Result<Vec<Appended>, StoreError> {
     // Cached: prepared once per connection, then only re-bound per event.
     let mut attempt = conn.prepare_cached(INSERT_ATTEMPT)?;
     let mut readback = conn.prepare_cached(INSERT_READBACK)?;
@@ -295,6 +311,7 @@ fn append(conn: &Connection, events: &[Event], seq: &mut i64) -> Result<Vec<Appe
                 a.object_status,
                 a.reported_outcome.map(|o| o.as_str()),
                 a.arguments,
+                received_at.0,
             ])?,
             Event::Readback(r) => {
                 let ids = serde_json::to_string(&r.object_ids)
@@ -309,6 +326,7 @@ fn append(conn: &Connection, events: &[Event], seq: &mut i64) -> Result<Vec<Appe
                     r.end.0,
                     ids,
                     r.reported_outcome.map(|o| o.as_str()),
+                    received_at.0,
                 ])?
             }
             Event::Record(r) => {
@@ -331,6 +349,7 @@ fn append(conn: &Connection, events: &[Event], seq: &mut i64) -> Result<Vec<Appe
                     r.target,
                     r.created_at.map(|t| t.0),
                     r.observed_at.0,
+                    received_at.0,
                 ])?
             }
         };
@@ -351,7 +370,7 @@ fn append(conn: &Connection, events: &[Event], seq: &mut i64) -> Result<Vec<Appe
 
 fn upsert_verdict_sql() -> String {
     let classes = CLASS_COLUMNS.join(", ");
-    let placeholders = (13..13 + CLASS_COLUMNS.len())
+    let placeholders = (14..14 + CLASS_COLUMNS.len())
         .map(|i| format!("?{i}"))
         .collect::<Vec<_>>()
         .join(", ");
@@ -362,13 +381,13 @@ fn upsert_verdict_sql() -> String {
         .join(", ");
     format!(
         "INSERT INTO reckon_verdicts (intent_id, tool, contract, state, decision, first_seen, last_event, audited_at,
-            escalation_id, finding_kinds, doc, attempts, {classes})
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, {placeholders})
+            escalation_id, finding_kinds, doc, attempts, settled, {classes})
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, {placeholders})
          ON CONFLICT (intent_id) DO UPDATE SET tool = excluded.tool, contract = excluded.contract,
             state = excluded.state, decision = excluded.decision, first_seen = excluded.first_seen,
             last_event = excluded.last_event, audited_at = excluded.audited_at,
             escalation_id = excluded.escalation_id, finding_kinds = excluded.finding_kinds, doc = excluded.doc,
-            attempts = excluded.attempts, {updates}"
+            attempts = excluded.attempts, settled = excluded.settled, {updates}"
     )
 }
 
@@ -413,6 +432,7 @@ fn put_verdicts(conn: &Connection, verdicts: &[EncodedVerdict]) -> Result<(), St
             finding_kinds,
             doc,
             v.attempts.len() as i64,
+            v.is_settled(),
             counts[0],
             counts[1],
             counts[2],
@@ -441,7 +461,21 @@ fn put_derived(conn: &Connection, d: &EncodedDerived) -> Result<(), StoreError> 
     put_outbox(conn, &d.outbox)?;
     put_escalations(conn, &d.escalations)?;
     delete_verdicts(conn, &d.removed)?;
-    put_verdicts(conn, &d.verdicts)
+    put_verdicts(conn, &d.verdicts)?;
+    let mut route = conn.prepare_cached(
+        "INSERT INTO reckon_routes (route, intent_id) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+    )?;
+    for r in &d.routes {
+        route.execute(params![r.route, r.intent_id])?;
+    }
+    if let Some(at) = d.checkpoint {
+        conn.prepare_cached(
+            "INSERT INTO reckon_meta (name, value) VALUES ('checkpoint', ?1)
+             ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)",
+        )?
+        .execute([at.0])?;
+    }
+    Ok(())
 }
 
 fn delete_verdicts(conn: &Connection, ids: &[String]) -> Result<(), StoreError> {
