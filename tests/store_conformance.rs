@@ -670,6 +670,7 @@ fn verdict(id: &str, tool: Option<&str>, state: IntentState, last_event: i64) ->
         intent_id: id.into(),
         tool: tool.map(Into::into),
         contract: tool.map(|_| "payments.refund".into()),
+        contract_version: tool.map(|_| "0123456789abcdef".into()).unwrap_or_default(),
         idempotency_keys: vec!["k".into()],
         state,
         decision: Decision::None,

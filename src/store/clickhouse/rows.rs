@@ -103,6 +103,7 @@ pub struct VerdictRow {
     pub doc: String,
     pub deleted: u8,
     pub version: u64,
+    pub contract_version: String,
 }
 
 #[derive(Clone, Debug, Row, Serialize, Deserialize)]
@@ -496,6 +497,7 @@ pub fn verdict_rows(
         doc,
         deleted: 0,
         version,
+        contract_version: v.contract_version.clone(),
     };
     let findings = v
         .findings
@@ -549,6 +551,7 @@ pub fn verdict_tombstone(intent_id: &str, version: u64) -> VerdictRow {
         doc: String::new(),
         deleted: 1,
         version,
+        contract_version: String::new(),
     }
 }
 

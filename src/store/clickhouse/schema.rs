@@ -228,6 +228,13 @@ CREATE TABLE IF NOT EXISTS reckon_outbox (
 ) ENGINE = ReplacingMergeTree(version)
 ORDER BY (target, id)";
 
+/// v5: the version of the contract each verdict was computed under (`Contract::version`, a
+/// content hash). Empty with no contract, and in rows written before v5 (their documents do not
+/// say; the next write of the intent's verdict does).
+pub const V5_VERDICT_CONTRACT_VERSION: &str = "
+ALTER TABLE reckon_verdicts
+    ADD COLUMN contract_version String DEFAULT '' COMMENT 'version of the contract applied (a hash of its content); empty with no contract'";
+
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
@@ -263,6 +270,17 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 4,
         name: "notification outbox",
         statements: &[V4_OUTBOX],
+    },
+    Migration {
+        version: 5,
+        name: "contract version of each verdict",
+        // The verdicts view is recreated so current servers, which keep a view's columns from
+        // when it was created, show the new column; the findings view reads no new column.
+        statements: &[
+            V5_VERDICT_CONTRACT_VERSION,
+            V3_DROP_CURRENT_VERDICTS,
+            V2_CURRENT_VERDICTS,
+        ],
     },
 ];
 

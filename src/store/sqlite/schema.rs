@@ -170,6 +170,13 @@ CREATE INDEX reckon_records_key ON reckon_records (idempotency_key);
 CREATE INDEX reckon_records_object ON reckon_records (object_id);
 ";
 
+/// v6: the version of the contract each verdict was computed under (`Contract::version`, a
+/// content hash), so a reload's effect can be read from the table. Empty with no contract, and
+/// for rows written before v6 (their documents do not say; the next write of the row does).
+pub const V6_SQL: &str = "
+ALTER TABLE reckon_verdicts ADD COLUMN contract_version TEXT NOT NULL DEFAULT '';
+";
+
 /// The attempt-class count columns of `reckon_verdicts`, in [`AttemptClass::ALL`] order.
 pub const CLASS_COLUMNS: [&str; 6] = [
     "attempts_rejected",
@@ -209,6 +216,12 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 5,
         name: "event lookups by intent, key and object",
         sql: V5_SQL,
+        backfill: None,
+    },
+    Migration {
+        version: 6,
+        name: "contract version of each verdict",
+        sql: V6_SQL,
         backfill: None,
     },
 ];
