@@ -526,8 +526,12 @@ async fn escalation_view(
     let contract: Option<ContractDoc> = verdict
         .as_ref()
         .and_then(|v| v.contract.as_deref())
-        .and_then(|name| s.ingest.contracts().by_name(name))
-        .map(ContractDoc::from_contract);
+        .and_then(|name| {
+            s.engine
+                .contracts()
+                .by_name(name)
+                .map(ContractDoc::from_contract)
+        });
     let records: Vec<RecordObservation> = s
         .engine
         .history(&e.intent_id)
