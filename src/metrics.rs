@@ -184,6 +184,8 @@ pub struct Metrics {
     conflicting_resends: Family,
     notifications: Family,
     contract_reloads: Family,
+    /// 1 while the latest reload was refused: the directory holds contracts that are not in force.
+    contract_reload_refused: AtomicU8,
     /// (contract name, version) of every contract in force; replaced whole on each load.
     contracts: Mutex<Vec<(String, String)>>,
     outbox_pending: AtomicU64,
@@ -226,6 +228,7 @@ impl Metrics {
                 f.add(&["error"], 0);
                 f
             },
+            contract_reload_refused: AtomicU8::new(0),
             contracts: Mutex::new(Vec::new()),
             outbox_pending: AtomicU64::new(0),
             escalations: Default::default(),
@@ -341,6 +344,7 @@ impl Metrics {
     pub fn contract_reload(&self, ok: bool) {
         self.contract_reloads
             .add(&[if ok { "ok" } else { "error" }], 1);
+        self.contract_reload_refused.store(u8::from(!ok), Relaxed);
     }
 
     /// The contracts in force, as (name, version): `reckon_contract_info`.
@@ -483,6 +487,17 @@ impl Metrics {
             "reckon_contract_reloads_total",
             "Reloads of the contracts directory (SIGHUP), by result: ok (in force) or error (refused, the contracts in force stay).",
             "counter",
+        );
+        header(
+            &mut out,
+            "reckon_contract_reload_refused",
+            "1 while the latest reload of the contracts directory was refused (the files on disk are not the contracts in force), else 0.",
+            "gauge",
+        );
+        let _ = writeln!(
+            out,
+            "reckon_contract_reload_refused {}",
+            self.contract_reload_refused.load(Relaxed)
         );
         header(
             &mut out,
@@ -757,8 +772,14 @@ mod tests {
                 "both series from the start"
             );
         }
+        assert_eq!(value(&samples, "reckon_contract_reload_refused"), Some(0.0));
         m.contract_reload(false);
         m.contract_reload(false);
+        assert_eq!(
+            value(&parse(&m.render()), "reckon_contract_reload_refused"),
+            Some(1.0),
+            "until a reload succeeds"
+        );
         m.contract_reload(true);
         m.set_contracts([("b".into(), "22".into()), ("a".into(), "11".into())]);
         m.set_contracts([
@@ -775,6 +796,7 @@ mod tests {
             value(&samples, "reckon_contract_reloads_total{result=\"ok\"}"),
             Some(1.0)
         );
+        assert_eq!(value(&samples, "reckon_contract_reload_refused"), Some(0.0));
         let info: Vec<&str> = text
             .lines()
             .filter(|l| l.starts_with("reckon_contract_info{"))
