@@ -33,6 +33,10 @@ pub struct Running {
     /// Sends the outbox to `[[notify]]` targets, when there are any.
     delivery: Option<notify::deliver::Delivery>,
     grace: std::time::Duration,
+    /// Where the contracts are reloaded from.
+    contracts_dir: std::path::PathBuf,
+    /// Reloads the contracts on SIGHUP.
+    reloader: Option<JoinHandle<()>>,
 }
 
 pub async fn open_store(config: &Config) -> anyhow::Result<AnyStore> {
@@ -93,7 +97,6 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let ingest = Arc::new(IngestService::new(
         engine.clone(),
         store.clone(),
-        contracts,
         metrics.clone(),
         config.max_concurrent_exports,
         config.stripe_webhook_secret.clone(),
@@ -194,6 +197,11 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
                 .context("API server")
         }
     });
+    let reloader = reload_on_hangup(
+        engine.clone(),
+        config.contracts_dir.clone(),
+        stopped.clone(),
+    )?;
     tracing::info!(%grpc_addr, %http_addr, %api_addr, data_dir = %config.data_dir.display(), "reckon serving");
     Ok(Running {
         grpc_addr,
@@ -205,7 +213,41 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         tasks,
         delivery,
         grace: config.shutdown_grace,
+        contracts_dir: config.contracts_dir,
+        reloader,
     })
+}
+
+/// SIGHUP reloads the contracts (`Engine::reload_contracts`: validated first, a bad edit is
+/// logged and changes nothing). Listening from before the service answers `/readyz`, so a
+/// SIGHUP sent once it is ready never meets the default action (exit). Stops listening on
+/// shutdown; a reload under way finishes first (its escalations must reach the store).
+fn reload_on_hangup(
+    engine: Arc<Engine>,
+    dir: std::path::PathBuf,
+    mut stopped: watch::Receiver<bool>,
+) -> anyhow::Result<Option<JoinHandle<()>>> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut hangup = signal(SignalKind::hangup()).context("listening for SIGHUP")?;
+        Ok(Some(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stopped.wait_for(|s| *s) => return,
+                    got = hangup.recv() => if got.is_none() { return },
+                }
+                tracing::info!(dir = %dir.display(), "SIGHUP: reloading the contracts");
+                // Logged and counted inside; the service goes on either way.
+                let _ = engine.reload_contracts(&dir).await;
+            }
+        })))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (engine, dir, stopped);
+        Ok(None)
+    }
 }
 
 /// `http://{api_addr}`, with `localhost` for an address that listens everywhere (a link to
@@ -241,6 +283,13 @@ impl Running {
         format!("http://{}", self.http_addr)
     }
 
+    /// Reload the contracts from the configured directory, as SIGHUP does.
+    pub async fn reload_contracts(
+        &self,
+    ) -> Result<crate::engine::Reloaded, crate::engine::ReloadError> {
+        self.engine.reload_contracts(&self.contracts_dir).await
+    }
+
     /// Stop accepting, let in-flight requests finish (up to the grace period), then write out
     /// every verdict and escalation concluded so far.
     pub async fn shutdown(self) -> anyhow::Result<()> {
@@ -257,6 +306,9 @@ impl Running {
                 }
                 Err(_) => tracing::warn!("a server did not drain within the grace period"),
             }
+        }
+        if let Some(r) = self.reloader {
+            let _ = r.await;
         }
         // Pending notifications stay in the store's outbox for the next start.
         if let Some(d) = self.delivery {

@@ -74,6 +74,10 @@ pub struct VerdictDoc {
     pub intent_id: String,
     pub tool: Option<String>,
     pub contract: Option<String>,
+    /// The version of `contract` the verdict was computed under (a content hash of the
+    /// contract); empty with no contract, and in documents written before it was kept.
+    #[serde(default)]
+    pub contract_version: String,
     pub idempotency_keys: Vec<String>,
     pub state: String,
     pub decision: String,
@@ -95,6 +99,7 @@ impl VerdictDoc {
             intent_id: v.intent_id.clone(),
             tool: v.tool.clone(),
             contract: v.contract.clone(),
+            contract_version: v.contract_version.clone(),
             idempotency_keys: v.idempotency_keys.clone(),
             state: v.state.as_str().into(),
             decision: v.decision.as_str().into(),
@@ -245,6 +250,9 @@ impl EscalationDoc {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct ContractDoc {
     pub name: String,
+    /// Its content hash: what a verdict's `contract_version` names.
+    #[serde(default)]
+    pub version: String,
     pub tools: Vec<String>,
     pub record_kind: Option<String>,
     pub idempotency: String,
@@ -265,6 +273,7 @@ impl ContractDoc {
     pub fn from_contract(c: &crate::contract::Contract) -> Self {
         ContractDoc {
             name: c.name.clone(),
+            version: c.version.clone(),
             tools: c.tools.clone(),
             record_kind: c.record_kind.clone(),
             idempotency: c.idempotency.as_str().into(),

@@ -183,6 +183,11 @@ pub struct Metrics {
     records_received: Family,
     conflicting_resends: Family,
     notifications: Family,
+    contract_reloads: Family,
+    /// 1 while the latest reload was refused: the directory holds contracts that are not in force.
+    contract_reload_refused: AtomicU8,
+    /// (contract name, version) of every contract in force; replaced whole on each load.
+    contracts: Mutex<Vec<(String, String)>>,
     outbox_pending: AtomicU64,
     escalations: [AtomicU64; 3],
     escalations_unresolved: Mutex<BTreeMap<[String; 3], u64>>,
@@ -215,6 +220,16 @@ impl Metrics {
             records_received: Family::new(&["source"]),
             conflicting_resends: Family::new(&["kind"]),
             notifications: Family::new(&["kind", "outcome"]),
+            contract_reloads: {
+                // Both series from the start, so `increase(...{result="error"}[..])` sees the
+                // first failure as an increase from zero.
+                let f = Family::new(&["result"]);
+                f.add(&["ok"], 0);
+                f.add(&["error"], 0);
+                f
+            },
+            contract_reload_refused: AtomicU8::new(0),
+            contracts: Mutex::new(Vec::new()),
             outbox_pending: AtomicU64::new(0),
             escalations: Default::default(),
             escalations_unresolved: Mutex::new(BTreeMap::new()),
@@ -322,6 +337,21 @@ impl Metrics {
     /// time, given up).
     pub fn notification(&self, kind: &str, outcome: &str) {
         self.notifications.add(&[kind, outcome], 1);
+    }
+
+    /// One reload of the contracts directory (SIGHUP): `ok` (validated and in force) or
+    /// `error` (refused; the contracts in force stay).
+    pub fn contract_reload(&self, ok: bool) {
+        self.contract_reloads
+            .add(&[if ok { "ok" } else { "error" }], 1);
+        self.contract_reload_refused.store(u8::from(!ok), Relaxed);
+    }
+
+    /// The contracts in force, as (name, version): `reckon_contract_info`.
+    pub fn set_contracts(&self, contracts: impl IntoIterator<Item = (String, String)>) {
+        let mut all: Vec<(String, String)> = contracts.into_iter().collect();
+        all.sort();
+        *self.contracts.lock().unwrap_or_else(|e| e.into_inner()) = all;
     }
 
     /// Notifications in the outbox not yet delivered (nor given up), over every target.
@@ -452,6 +482,42 @@ impl Metrics {
             "Notification POSTs to [[notify]] targets, by kind (alertmanager, webhook) and outcome (delivered, failed, expired).",
             "counter",
         );
+        self.contract_reloads.render(
+            &mut out,
+            "reckon_contract_reloads_total",
+            "Reloads of the contracts directory (SIGHUP), by result: ok (in force) or error (refused, the contracts in force stay).",
+            "counter",
+        );
+        header(
+            &mut out,
+            "reckon_contract_reload_refused",
+            "1 while the latest reload of the contracts directory was refused (the files on disk are not the contracts in force), else 0.",
+            "gauge",
+        );
+        let _ = writeln!(
+            out,
+            "reckon_contract_reload_refused {}",
+            self.contract_reload_refused.load(Relaxed)
+        );
+        header(
+            &mut out,
+            "reckon_contract_info",
+            "Always 1 per contract in force; the labels carry its name and version (the contract_version verdicts name).",
+            "gauge",
+        );
+        for (name, version) in self
+            .contracts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            out.push_str("reckon_contract_info");
+            push_labels(
+                &mut out,
+                [("contract", name.as_str()), ("version", version.as_str())],
+            );
+            out.push_str(" 1\n");
+        }
         header(
             &mut out,
             "reckon_notify_outbox_pending",
@@ -690,6 +756,60 @@ mod tests {
         assert!(g < h);
         assert!(text.ends_with('\n'));
         parse(&text);
+    }
+
+    #[test]
+    fn contract_reloads_and_the_contracts_in_force() {
+        let m = Metrics::new();
+        let samples = parse(&m.render());
+        for result in ["ok", "error"] {
+            assert_eq!(
+                value(
+                    &samples,
+                    &format!("reckon_contract_reloads_total{{result=\"{result}\"}}")
+                ),
+                Some(0.0),
+                "both series from the start"
+            );
+        }
+        assert_eq!(value(&samples, "reckon_contract_reload_refused"), Some(0.0));
+        m.contract_reload(false);
+        m.contract_reload(false);
+        assert_eq!(
+            value(&parse(&m.render()), "reckon_contract_reload_refused"),
+            Some(1.0),
+            "until a reload succeeds"
+        );
+        m.contract_reload(true);
+        m.set_contracts([("b".into(), "22".into()), ("a".into(), "11".into())]);
+        m.set_contracts([
+            ("payments.refund".into(), "1221e338fd7b41cd".into()),
+            ("notifications.email".into(), "0f".into()),
+        ]);
+        let text = m.render();
+        let samples = parse(&text);
+        assert_eq!(
+            value(&samples, "reckon_contract_reloads_total{result=\"error\"}"),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(&samples, "reckon_contract_reloads_total{result=\"ok\"}"),
+            Some(1.0)
+        );
+        assert_eq!(value(&samples, "reckon_contract_reload_refused"), Some(0.0));
+        let info: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("reckon_contract_info{"))
+            .collect();
+        assert_eq!(
+            info,
+            [
+                "reckon_contract_info{contract=\"notifications.email\",version=\"0f\"} 1",
+                "reckon_contract_info{contract=\"payments.refund\",version=\"1221e338fd7b41cd\"} 1",
+            ],
+            "replaced whole, sorted"
+        );
+        assert!(text.contains("# TYPE reckon_contract_info gauge\n"));
     }
 
     #[test]

@@ -735,6 +735,9 @@ pub struct Verdict {
     pub intent_id: String,
     pub tool: Option<String>,
     pub contract: Option<String>,
+    /// The version of `contract` the verdict was computed under (`Contract::version`); empty
+    /// when no contract covers the intent's tool.
+    pub contract_version: String,
     pub idempotency_keys: Vec<String>,
     pub state: IntentState,
     pub decision: Decision,

@@ -18,6 +18,8 @@ mod otlp_json;
 mod overload;
 #[path = "server/reaudit.rs"]
 mod reaudit;
+#[path = "server/reload.rs"]
+mod reload;
 #[path = "server/restart.rs"]
 mod restart;
 #[path = "server/seed_matrix.rs"]

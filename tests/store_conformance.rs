@@ -259,6 +259,11 @@ macro_rules! conformance {
                 run(|h| async move { super::restart_loads_only_what_is_open(&*h).await }).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn contracts_reload_through_the_engine() {
+                run(|h| async move { super::contracts_reload_through_the_engine(&*h).await })
+                    .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn engine_announces_every_escalation_change() {
                 run(|h| async move { super::engine_announces_every_escalation_change(&*h).await })
                     .await
@@ -685,6 +690,7 @@ fn verdict(id: &str, tool: Option<&str>, state: IntentState, last_event: i64) ->
         intent_id: id.into(),
         tool: tool.map(Into::into),
         contract: tool.map(|_| "payments.refund".into()),
+        contract_version: tool.map(|_| "0123456789abcdef".into()).unwrap_or_default(),
         idempotency_keys: vec!["k".into()],
         state,
         decision: Decision::None,
@@ -1834,6 +1840,66 @@ async fn clickhouse_upgrades_an_older_schema_keeping_data() {
     ch.finish().await;
 }
 
+/// v5 adds each verdict's contract version: a verdict a v4 reckon wrote reads with an empty
+/// version, a verdict written after the upgrade has it in the document, the column and the
+/// recreated `reckon_current_verdicts` view.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clickhouse_upgrades_to_contract_versions() {
+    let Some(ch) = ClickHouse::new().await else {
+        return;
+    };
+    migrate_to(&ch.config, 4).await.expect("v4 schema");
+    let client = ch.client();
+    let mut old = verdict("before", Some("issue_refund"), IntentState::Unknown, 5);
+    old.contract_version = String::new();
+    // A v4 document: no contract_version member at all; the columns not named take defaults.
+    let mut doc = serde_json::to_value(VerdictDoc::from_verdict(&old)).unwrap();
+    doc.as_object_mut().unwrap().remove("contract_version");
+    client
+        .query(
+            "INSERT INTO reckon_verdicts (intent_id, tool, contract, state, decision, doc, deleted, version)
+             VALUES ('before', 'issue_refund', 'payments.refund', 'unknown', 'none', ?, 0, 1)",
+        )
+        .bind(doc.to_string())
+        .execute()
+        .await
+        .expect("raw v4 insert");
+    let store = ch.open().await;
+    assert_eq!(
+        store.get_verdict("before").await.unwrap(),
+        Some(VerdictDoc::from_verdict(&old))
+    );
+    let new = verdict("after", Some("issue_refund"), IntentState::Unknown, 7);
+    store.put_verdicts(vec![new.clone()]).await.unwrap();
+    assert_eq!(
+        store
+            .get_verdict("after")
+            .await
+            .unwrap()
+            .map(|d| d.contract_version),
+        Some(new.contract_version.clone())
+    );
+    for table in ["reckon_verdicts FINAL", "reckon_current_verdicts"] {
+        let rows = client
+            .query(&format!(
+                "SELECT intent_id, contract_version FROM {table} ORDER BY intent_id"
+            ))
+            .fetch_all::<(String, String)>()
+            .await
+            .unwrap_or_else(|e| panic!("{table}: {e}"));
+        assert_eq!(
+            rows,
+            [
+                ("after".to_string(), new.contract_version.clone()),
+                ("before".to_string(), String::new())
+            ],
+            "{table}"
+        );
+    }
+    drop(store);
+    ch.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clickhouse_bad_data_is_not_retried() {
     let Some(ch) = ClickHouse::new().await else {
@@ -2445,4 +2511,242 @@ async fn what_arrived_after_the_checkpoint_is_read_back<H: Harness>(h: &H) {
         "and written: {:?}",
         stored.findings
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reloading contracts.
+
+/// `payments.refund` as a file, with `max_attempts` and one line of the operator's own.
+fn refunds_toml(max_attempts: u32, extra: &str) -> String {
+    format!(
+        "[[contract]]\nname = \"payments.refund\"\ntools = [\"issue_refund\"]\nrecord_kind = \"refund\"\n\
+         key_retention = \"24h\"\nmax_attempts = {max_attempts}\n{extra}\n\
+         [contract.params]\namount = \"/amount\"\ncurrency = \"/currency\"\ntarget = \"/order_id\"\n"
+    )
+}
+
+const EMAIL_TOML: &str = "[[contract]]\nname = \"notifications.email\"\ntools = [\"send_email\"]\nidempotency = \"none\"\n";
+
+/// The stored verdict document of `id`, once the persister wrote one `done` accepts.
+async fn stored_verdict<S: Store>(
+    store: &S,
+    id: &str,
+    done: impl Fn(&VerdictDoc) -> bool,
+) -> VerdictDoc {
+    let mut last = None;
+    for _ in 0..200 {
+        last = store.get_verdict(id).await.unwrap();
+        if last.as_ref().is_some_and(&done) {
+            return last.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{id}: the stored verdict never got there: {last:#?}");
+}
+
+fn kinds(v: &Verdict) -> Vec<FindingKind> {
+    v.findings.iter().map(|f| f.kind).collect()
+}
+
+/// A reload through the real engine on each store: a bad edit is refused by file, line and
+/// field and changes nothing (not even the part of the edit that was valid); a good one is in
+/// force at once, re-audits the intents in memory it concerns, and its verdicts, with their new
+/// `contract_version` and findings, reach the store through the persister; intents under an
+/// untouched contract keep theirs; what is ingested after is judged under the new set, also by
+/// a restarted engine.
+async fn contracts_reload_through_the_engine<H: Harness>(h: &H) {
+    let dir = tempfile::tempdir().unwrap();
+    let refunds = dir.path().join("refunds.toml");
+    std::fs::write(&refunds, refunds_toml(5, "")).unwrap();
+    std::fs::write(dir.path().join("email.toml"), EMAIL_TOML).unwrap();
+    let load = || {
+        Arc::new(Contracts::new(
+            reckon::contract::load_dir(dir.path()).unwrap(),
+        ))
+    };
+    let first = load();
+    let version = |set: &Contracts, name: &str| set.by_name(name).unwrap().version.clone();
+    let metrics = Arc::new(Metrics::new());
+    let store = Arc::new(h.open_any().await);
+    let (engine, tasks) = Engine::start(first.clone(), store.clone(), metrics.clone())
+        .await
+        .unwrap();
+    // A timed-out refund retried under its key, which succeeded; a sent email; a tool no
+    // contract covers.
+    ingest(
+        &engine,
+        vec![
+            A {
+                error: Some("timeout"),
+                key: Some("k-r"),
+                ..A::new(1, "intent-r", 0)
+            }
+            .event(),
+            A {
+                http: Some(200),
+                key: Some("k-r"),
+                object: Some("re_r"),
+                status: Some("succeeded"),
+                ..A::new(2, "intent-r", 40)
+            }
+            .event(),
+            A {
+                tool: "send_email",
+                key: None,
+                http: Some(200),
+                object: Some("m_1"),
+                status: Some("sent"),
+                ..A::new(3, "intent-e", 0)
+            }
+            .event(),
+            A {
+                tool: "post_tweet",
+                key: None,
+                http: Some(200),
+                ..A::new(4, "intent-x", 0)
+            }
+            .event(),
+        ],
+    )
+    .await;
+    let r = engine.verdict("intent-r").await.unwrap();
+    assert_eq!((r.state, kinds(&r)), (IntentState::Completed, vec![]));
+    assert_eq!(r.contract_version, version(&first, "payments.refund"));
+    let e_before = engine.verdict("intent-e").await.unwrap();
+    assert_eq!(
+        e_before.contract_version,
+        version(&first, "notifications.email")
+    );
+    assert_eq!(
+        engine.verdict("intent-x").await.unwrap().contract_version,
+        ""
+    );
+    stored_verdict(&*store, "intent-r", |d| {
+        d.contract_version == r.contract_version
+    })
+    .await;
+    let e_stored = stored_verdict(&*store, "intent-e", |_| true).await;
+
+    // A bad edit: the valid half (max_attempts = 1) must not slip in either.
+    std::fs::write(&refunds, refunds_toml(1, "max_attempt = 1")).unwrap();
+    match engine.reload_contracts(dir.path()).await {
+        Err(reckon::engine::ReloadError::Invalid(reckon::contract::ContractError::Invalid {
+            file,
+            line,
+            field,
+            ..
+        })) => assert_eq!(
+            (file, line, field.as_str()),
+            (refunds.clone(), 7, "max_attempt")
+        ),
+        other => panic!("expected the bad field named, got {other:?}"),
+    }
+    assert_eq!(metric(&metrics, "reckon_contract_reloads_total"), 1);
+    assert!(metrics
+        .render()
+        .contains("reckon_contract_reloads_total{result=\"error\"} 1\n"));
+    assert_eq!(
+        version(&engine.contracts(), "payments.refund"),
+        version(&first, "payments.refund")
+    );
+    assert_eq!(
+        *engine.verdict("intent-r").await.unwrap(),
+        *r,
+        "nothing re-audited"
+    );
+
+    // The good edit: one retry too many now.
+    std::fs::write(&refunds, refunds_toml(1, "")).unwrap();
+    let second = load();
+    let reloaded = engine.reload_contracts(dir.path()).await.expect("reloaded");
+    assert_eq!(reloaded.changed, ["payments.refund"]);
+    assert_eq!(reloaded.reaudited, 3);
+    assert!(metrics
+        .render()
+        .contains("reckon_contract_reloads_total{result=\"ok\"} 1\n"));
+    assert!(metrics.render().contains(&format!(
+        "reckon_contract_info{{contract=\"payments.refund\",version=\"{}\"}} 1\n",
+        version(&second, "payments.refund")
+    )));
+    let r2 = engine.verdict("intent-r").await.unwrap();
+    assert_eq!(r2.contract_version, version(&second, "payments.refund"));
+    assert_ne!(r2.contract_version, r.contract_version);
+    assert_eq!(
+        (r2.state, kinds(&r2)),
+        (
+            IntentState::Completed,
+            vec![FindingKind::RetryBudgetExceeded]
+        )
+    );
+    let e_after = engine.verdict("intent-e").await.unwrap();
+    assert_eq!(e_after.contract_version, e_before.contract_version);
+
+    // Persisted: the document, and the findings the report and filters read.
+    let doc = stored_verdict(&*store, "intent-r", |d| {
+        d.contract_version == r2.contract_version
+    })
+    .await;
+    assert_eq!(doc.findings[0].kind, "retry_budget_exceeded");
+    let page = store
+        .list_verdicts(&VerdictFilter {
+            finding: Some(FindingKind::RetryBudgetExceeded),
+            ..VerdictFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        page.items
+            .iter()
+            .map(|d| d.intent_id.as_str())
+            .collect::<Vec<_>>(),
+        ["intent-r"]
+    );
+    assert_eq!(
+        store.get_verdict("intent-e").await.unwrap(),
+        Some(e_stored),
+        "the email's verdict, under an untouched contract, was not rewritten"
+    );
+
+    // Judged under the new set from now on, and by a restarted engine.
+    ingest(
+        &engine,
+        vec![
+            A {
+                error: Some("timeout"),
+                key: Some("k-s"),
+                ..A::new(5, "intent-s", 50)
+            }
+            .event(),
+            A {
+                error: Some("timeout"),
+                key: Some("k-s"),
+                ..A::new(6, "intent-s", 60)
+            }
+            .event(),
+        ],
+    )
+    .await;
+    let s2 = engine.verdict("intent-s").await.unwrap();
+    assert!(
+        kinds(&s2).contains(&FindingKind::RetryBudgetExceeded),
+        "{s2:?}"
+    );
+    stop(engine, tasks).await;
+    drop(store);
+    let (engine, tasks) = Engine::start(
+        load(),
+        Arc::new(h.open_any().await),
+        Arc::new(Metrics::new()),
+    )
+    .await
+    .unwrap();
+    for (id, before) in [("intent-r", &r2), ("intent-s", &s2)] {
+        let after = engine.verdict(id).await.unwrap();
+        assert_eq!(
+            (&after.contract_version, kinds(&after)),
+            (&before.contract_version, kinds(before)),
+            "{id} after a restart"
+        );
+    }
+    stop(engine, tasks).await;
 }

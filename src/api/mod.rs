@@ -203,10 +203,11 @@ async fn get_escalation(
 
 async fn bundle(s: &ApiState, e: &Escalation) -> serde_json::Value {
     let verdict = verdict_doc(s, &e.intent_id).await;
+    let contracts = s.engine.contracts();
     let contract = verdict
         .as_ref()
         .and_then(|v| v.contract.as_deref())
-        .and_then(|name| s.ingest.contracts().by_name(name));
+        .and_then(|name| contracts.by_name(name));
     crate::codec::escalation_bundle(e, verdict, contract)
 }
 

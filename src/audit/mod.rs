@@ -262,6 +262,7 @@ pub fn audit(history: &History, contract: Option<&Contract>, now: Timestamp) -> 
             .map(|a| a.tool.clone())
             .or_else(|| h.readbacks.first().map(|r| r.tool.clone())),
         contract: contract.map(|c| c.name.clone()),
+        contract_version: contract.map(|c| c.version.clone()).unwrap_or_default(),
         idempotency_keys: keys,
         state,
         decision,

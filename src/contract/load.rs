@@ -551,7 +551,9 @@ fn convert(
         idempotency_key_pointer,
         mismatch_errors,
         orphan_grace,
-    })
+        version: String::new(),
+    }
+    .versioned())
 }
 
 fn parse_with(file: &Path, text: &str, reg: &mut Registry) -> Result<Vec<Contract>, ContractError> {
@@ -661,7 +663,7 @@ key_retention = "24h"
         let mut want = Contract::example("a", "t");
         want.max_in_flight = None;
         want.max_attempts = None;
-        assert_eq!(cs, vec![want]);
+        assert_eq!(cs, vec![want.versioned()]);
     }
 
     #[test]
@@ -706,7 +708,108 @@ target = "/order_id"
         want.idempotency_key_pointer = Some("/idempotency_key".into());
         want.mismatch_errors = vec!["idempotency_error".into()];
         want.orphan_grace = Dur::minutes(5);
-        assert_eq!(c, want);
+        assert_eq!(c, want.versioned());
+    }
+
+    /// A contract's version is a function of what it says: pinned here, so a change to the
+    /// canonical form (which would re-version every contract of every deployment) is a
+    /// deliberate edit of this test, not an accident. The same on every machine: SHA-256 of
+    /// text built from the loaded values, nothing process-local (no std hasher, no map order).
+    #[test]
+    fn the_version_is_a_stable_hash_of_the_content() {
+        let c = Contract::example("payments.refund", "issue_refund");
+        // Computed independently (Python's hashlib over the same canonical text) when pinned.
+        assert_eq!(c.version, "1221e338fd7b41cd");
+        assert_eq!(c.version.len(), crate::contract::VERSION_LEN);
+        assert_eq!(c.content_version(), c.version);
+        let shipped = load_dir(&manifest_dir().join("contracts")).unwrap();
+        let versions: Vec<&str> = shipped.iter().map(|c| c.version.as_str()).collect();
+        let again = load_dir(&manifest_dir().join("contracts")).unwrap();
+        assert_eq!(
+            versions,
+            again.iter().map(|c| c.version.as_str()).collect::<Vec<_>>(),
+            "loading again gives the same versions"
+        );
+        let mut unique = versions.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(
+            unique.len(),
+            versions.len(),
+            "each shipped contract its own"
+        );
+    }
+
+    /// Layout, comments, field order, the order of set-like lists, defaults written out or
+    /// left implicit, and the file's name change nothing; every edit that can change a verdict
+    /// changes the version.
+    #[test]
+    fn the_version_follows_meaning_not_layout() {
+        let version = |file: &str, text: &str| {
+            parse_contracts(Path::new(file), text)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .remove(0)
+                .version
+        };
+        let base = version("a.toml", MINIMAL);
+        let same = [
+            "# a comment\n[[contract]]\nkey_retention = \"24h\"  # kept a day\ntools = [\"t\"]\nname = \"a\"\n",
+            "[[contract]]\nname = \"a\"\ntools = [\"t\"]\nkey_retention = \"1d\"\n",
+            "[[contract]]\nname = \"a\"\ntools = [\"t\"]\nkey_retention = \"23h60m\"\n",
+            "[[contract]]\nname = \"a\"\ntools = [\"t\"]\nkey_retention = \"24h\"\nretry_margin = \"1h\"\nidempotency = \"replay\"\nfailure_states = [\"canceled\", \"failed\"]\nnot_executed_status = [429, 400, 401, 403, 404, 422]\n",
+        ];
+        for text in same {
+            assert_eq!(version("b/other.toml", text), base, "{text}");
+        }
+        let edits = [
+            "max_attempts = 1\n",
+            "max_attempts = 5\n",
+            "key_retention_x = 1\n",
+            "retry_margin = \"2h\"\n",
+            "max_in_flight = \"60s\"\n",
+            "failure_states = [\"failed\"]\n",
+            "pending_states = [\"pending\"]\n",
+            "conflict_status = [409, 425]\n",
+            "idempotency = \"converge\"\n",
+            "record_kind = \"refund\"\n",
+            "orphan_grace = \"11m\"\n",
+            "intent_id = \"/intent\"\n",
+            "mismatch_errors = [\"idempotency_error\"]\n",
+            "[contract.params]\namount = \"/amount\"\n",
+        ];
+        let mut seen = vec![base.clone()];
+        for extra in edits {
+            let text = format!("{MINIMAL}{extra}");
+            if extra.starts_with("key_retention_x") {
+                assert!(parse_contracts(Path::new("a.toml"), &text).is_err());
+                continue;
+            }
+            let v = version("a.toml", &text);
+            assert!(!seen.contains(&v), "{extra:?} gave a version seen before");
+            seen.push(v);
+        }
+        let renamed = MINIMAL.replace("name = \"a\"", "name = \"b\"");
+        assert_ne!(version("a.toml", &renamed), base);
+        let more_tools = MINIMAL.replace("[\"t\"]", "[\"t\", \"u\"]");
+        let reordered = MINIMAL.replace("[\"t\"]", "[\"u\", \"t\"]");
+        assert_ne!(version("a.toml", &more_tools), base);
+        assert_eq!(
+            version("a.toml", &more_tools),
+            version("a.toml", &reordered)
+        );
+    }
+
+    /// A contract changed field by field (as tests and embedders do) is versioned by what it
+    /// says once it is put in a set.
+    #[test]
+    fn a_set_versions_what_its_contracts_say() {
+        let example = Contract::example("payments.refund", "issue_refund");
+        let mut strict = example.clone();
+        strict.max_attempts = Some(1);
+        assert_eq!(strict.version, example.version, "stale until versioned");
+        let set = crate::contract::Contracts::new(vec![strict.clone()]);
+        assert_ne!(set.contracts[0].version, example.version);
+        assert_eq!(set.contracts[0].version, strict.content_version());
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Contracts: what a downstream promises for a tool (DESIGN.md "Contracts").
 //!
 //! `Contract` is plain data the audit core reads; `load` turns `contracts/*.toml` into it.
+//! Every contract carries its `version`, a hash of what it says (not of how its file is
+//! written), so a verdict can name the contract version it was computed under.
 
 mod load;
 
@@ -64,6 +66,10 @@ pub struct Contract {
     pub mismatch_errors: Vec<String>,
     /// How long a record may wait for its intent before it is an orphan.
     pub orphan_grace: Dur,
+    /// [`Contract::content_version`] of the fields above: set when the contract is built (the
+    /// loader, [`Contract::example`]) and again by [`Contracts::new`], so a contract changed
+    /// field by field (tests do) is versioned by what it says when it is put to use.
+    pub version: String,
 }
 
 impl Contract {
@@ -90,7 +96,97 @@ impl Contract {
             idempotency_key_pointer: None,
             mismatch_errors: default_mismatch_errors(),
             orphan_grace: Dur::minutes(10),
+            version: String::new(),
         }
+        .versioned()
+    }
+
+    /// The contract with its `version` computed from what it says now.
+    pub fn versioned(mut self) -> Contract {
+        self.version = self.content_version();
+        self
+    }
+
+    /// The contract's version (`contract_version` in verdicts): the first 16 hex digits of the
+    /// SHA-256 of its canonical form. The canonical form is what the contract means once
+    /// loaded: defaults filled in, durations in nanoseconds, the lists that are sets sorted; not
+    /// its file name, comments, layout or the order fields were written in. So the same content
+    /// gives the same version across restarts, machines and reformatting, and any edit that can
+    /// change a verdict gives another.
+    pub fn content_version(&self) -> String {
+        use sha2::{Digest, Sha256};
+        use std::fmt::Write as _;
+        // Every field but `version`, spelled out so a new field is a compile error here (and
+        // then changes every version, deliberately: the contract says something new).
+        let Contract {
+            name,
+            tools,
+            record_kind,
+            idempotency,
+            key_retention,
+            retry_margin,
+            max_in_flight,
+            unknown_deadline,
+            pending_deadline,
+            max_attempts,
+            success_states,
+            failure_states,
+            pending_states,
+            not_executed_status,
+            conflict_status,
+            params,
+            intent_id_pointer,
+            idempotency_key_pointer,
+            mismatch_errors,
+            orphan_grace,
+            version: _,
+        } = self;
+        fn set<T: Ord + Clone + serde::Serialize>(items: &[T]) -> String {
+            let mut v = items.to_vec();
+            v.sort();
+            v.dedup();
+            json(&v)
+        }
+        fn json<T: serde::Serialize + ?Sized>(v: &T) -> String {
+            // Strings, numbers, lists and null: serde_json cannot fail on these.
+            serde_json::to_string(v).unwrap_or_default()
+        }
+        let ns = |d: &Dur| d.0.to_string();
+        let opt_ns = |d: &Option<Dur>| d.as_ref().map_or("null".to_string(), ns);
+        let fields: [(&str, String); 22] = [
+            ("name", json(name)),
+            ("tools", set(tools)),
+            ("record_kind", json(record_kind)),
+            ("idempotency", json(idempotency.as_str())),
+            ("key_retention", opt_ns(key_retention)),
+            ("retry_margin", ns(retry_margin)),
+            ("max_in_flight", opt_ns(max_in_flight)),
+            ("unknown_deadline", ns(unknown_deadline)),
+            ("pending_deadline", ns(pending_deadline)),
+            ("max_attempts", json(max_attempts)),
+            ("success_states", set(success_states)),
+            ("failure_states", set(failure_states)),
+            ("pending_states", set(pending_states)),
+            ("not_executed_status", set(not_executed_status)),
+            ("conflict_status", set(conflict_status)),
+            ("params.amount", json(&params.amount)),
+            ("params.currency", json(&params.currency)),
+            ("params.target", json(&params.target)),
+            ("intent_id", json(intent_id_pointer)),
+            ("idempotency_key", json(idempotency_key_pointer)),
+            ("mismatch_errors", set(mismatch_errors)),
+            ("orphan_grace", ns(orphan_grace)),
+        ];
+        let mut canonical = String::from("reckon contract 1\n");
+        for (k, v) in fields {
+            let _ = writeln!(canonical, "{k}={v}");
+        }
+        let digest = Sha256::digest(canonical.as_bytes());
+        let mut out = String::with_capacity(VERSION_LEN);
+        for b in &digest[..VERSION_LEN / 2] {
+            let _ = write!(out, "{b:02x}");
+        }
+        out
     }
 
     pub fn is_success(&self, status: &str) -> bool {
@@ -117,6 +213,10 @@ impl Contract {
     }
 }
 
+/// Hex digits in a contract version: 64 bits, no collision among the versions one deployment
+/// will ever see.
+pub const VERSION_LEN: usize = 16;
+
 pub fn default_mismatch_errors() -> Vec<String> {
     vec![
         "idempotency_error".into(),
@@ -132,8 +232,11 @@ pub struct Contracts {
 }
 
 impl Contracts {
+    /// The set in force from now on; every contract is versioned by what it says.
     pub fn new(contracts: Vec<Contract>) -> Self {
-        Contracts { contracts }
+        Contracts {
+            contracts: contracts.into_iter().map(Contract::versioned).collect(),
+        }
     }
     pub fn for_tool(&self, tool: &str) -> Option<&Contract> {
         self.contracts

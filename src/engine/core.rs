@@ -78,6 +78,7 @@ fn same_but_for_when(a: &Verdict, b: &Verdict) -> bool {
         intent_id,
         tool,
         contract,
+        contract_version,
         idempotency_keys,
         state,
         decision,
@@ -95,6 +96,9 @@ fn same_but_for_when(a: &Verdict, b: &Verdict) -> bool {
     *intent_id == b.intent_id
         && *tool == b.tool
         && *contract == b.contract
+        // A reload that changes nothing but the contract's version is still written: the
+        // stored row must say which contract it was judged under.
+        && *contract_version == b.contract_version
         && *idempotency_keys == b.idempotency_keys
         && *state == b.state
         && *decision == b.decision
@@ -616,6 +620,57 @@ mod tests {
             core.verdict("i2").map(|v| v.state),
             Some(IntentState::Completed)
         );
+    }
+
+    /// A verdict names the version of the contract it was computed under. A reload that
+    /// changes a contract in a way that changes no conclusion still writes the verdicts it
+    /// judged (the stored row must name the version), and only theirs; a reload of the same
+    /// set writes nothing. An intent no contract covers names none.
+    #[test]
+    fn a_verdict_names_its_contract_version_and_a_new_version_is_material() {
+        let mut core = EngineCore::new(contracts());
+        let mut email = timeout("e1", 9, 0, "k9");
+        if let Event::Attempt(a) = &mut email {
+            a.tool = "send_email".into();
+        }
+        core.ingest(
+            vec![
+                timeout("i1", 1, 0, "k1"),
+                record("re_1", Some("k1"), "succeeded", 60),
+                email,
+            ],
+            t(100),
+        );
+        let v1 = Contract::example("payments.refund", "issue_refund").version;
+        assert_eq!(core.verdict("i1").unwrap().contract_version, v1);
+        assert_eq!(core.verdict("e1").unwrap().contract_version, "");
+
+        assert!(
+            core.reload(contracts(), t(101)).verdicts.is_empty(),
+            "the same contracts: nothing to write"
+        );
+        let mut later = Contract::example("payments.refund", "issue_refund");
+        later.orphan_grace = Dur::minutes(30);
+        let set = Arc::new(Contracts::new(vec![later]));
+        let v2 = set.contracts[0].version.clone();
+        assert_ne!(v1, v2);
+        let before = core.verdict("e1").cloned();
+        let out = core.reload(set, t(102));
+        assert_eq!(
+            out.verdicts
+                .iter()
+                .map(|v| (v.intent_id.as_str(), v.contract_version.as_str()))
+                .collect::<Vec<_>>(),
+            [("i1", v2.as_str())],
+            "only the intent under the changed contract is written"
+        );
+        assert_eq!(
+            core.verdict("i1").map(|v| (v.state, v.findings.len())),
+            Some((IntentState::Completed, 0))
+        );
+        let after = core.verdict("e1").unwrap();
+        assert!(same_but_for_when(before.as_ref().unwrap(), after));
+        assert_eq!(after.contract_version, "");
     }
 
     #[test]

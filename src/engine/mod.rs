@@ -9,13 +9,19 @@
 //! the queue, the gauges, the log) and before the export is acknowledged, together with the
 //! notifications that page someone about it (the outbox, see `crate::notify`). A person's claim
 //! or resolution is durable, and announced the same way, before the API answers.
+//!
+//! The engine owns the contracts in force. A reload (SIGHUP) validates the whole directory
+//! first, then swaps the set and re-audits what is in memory under the core lock, so no event
+//! is judged half under one set and half under the other; its outcome is persisted like any
+//! other step's.
 
 pub mod core;
 pub mod routes;
 
 use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, Notify};
@@ -23,7 +29,7 @@ use tokio::task::JoinHandle;
 
 use self::core::{EngineCore, Outcome};
 use crate::audit;
-use crate::contract::Contracts;
+use crate::contract::{ContractError, Contracts};
 use crate::escalation::{EscalationBook, EscalationError};
 use crate::metrics::Metrics;
 use crate::model::*;
@@ -50,12 +56,38 @@ pub enum EngineError {
     Conflict(String),
 }
 
+/// Why a reload left the contracts in force as they were.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// The directory did not validate (file, line and field named).
+    #[error("contracts not reloaded: {0}")]
+    Invalid(#[from] ContractError),
+    #[error("reloading contracts failed: {0}")]
+    Task(String),
+}
+
+/// What a reload changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reloaded {
+    /// Contracts added, removed or with another version, by name.
+    pub changed: Vec<String>,
+    /// Intents in memory judged again under the new set (none when nothing changed).
+    pub reaudited: usize,
+    /// Of those, the verdicts that changed (at least their `contract_version`).
+    pub verdicts: usize,
+}
+
 /// Compare-and-set rounds a person's action tries before answering a conflict.
 const PERSON_ACTION_TRIES: u32 = 5;
 
 pub struct Engine {
     core: Mutex<EngineCore>,
-    contracts: Arc<Contracts>,
+    /// The contracts in force, for whoever reads them outside the core (ingest's decoders,
+    /// the API): swapped whole, and only while the core lock is held, so it always equals the
+    /// set the core judges by once the swap's step is done.
+    contracts: RwLock<Arc<Contracts>>,
+    /// Reloads, one at a time: each reads the directory after the previous one swapped.
+    reloads: tokio::sync::Mutex<()>,
     store: Arc<AnyStore>,
     metrics: Arc<Metrics>,
     /// Wakes the timer when a new, earlier deadline may have been booked. Shared with the timer
@@ -342,7 +374,7 @@ impl Engine {
         // from the store): durable before anyone can see them.
         if !restored.escalations.is_empty() {
             let outbox = match &notifier {
-                Some(n) => announce_all(n, &core, &contracts, &restored.escalations),
+                Some(n) => announce_all(n, &core, &restored.escalations),
                 None => Vec::new(),
             };
             if outbox.is_empty() {
@@ -360,9 +392,11 @@ impl Engine {
         let (tx, rx) = mpsc::unbounded_channel();
         let wake = Arc::new(Notify::new());
         let progress = Arc::new(Progress::default());
+        metrics.set_contracts(versions(&contracts));
         let engine = Arc::new(Engine {
             core: Mutex::new(core),
-            contracts: contracts.clone(),
+            contracts: RwLock::new(contracts.clone()),
+            reloads: tokio::sync::Mutex::new(()),
             store: store.clone(),
             metrics,
             wake: wake.clone(),
@@ -451,13 +485,14 @@ impl Engine {
         let mut new = 0;
         let mut kept = Vec::with_capacity(events.len());
         // Counted before taking the lock: classifying needs only the contracts.
+        let contracts = self.contracts();
         for (e, status) in events.into_iter().zip(stored) {
             match status {
                 Appended::New => {
                     new += 1;
                     match &e {
                         Event::Attempt(a) => {
-                            let contract = match self.contracts.for_tool(&a.tool) {
+                            let contract = match contracts.for_tool(&a.tool) {
                                 Some(c) => c,
                                 None => audit::fallback_contract(),
                             };
@@ -605,11 +640,104 @@ impl Engine {
         }
     }
 
+    /// The contract in force that `v` names (it may have been reloaded since `v` was computed:
+    /// compare `v.contract_version` with its `version`).
     pub fn contract_of(&self, v: &Verdict) -> Option<crate::contract::Contract> {
-        v.contract
-            .as_deref()
-            .and_then(|name| self.contracts.by_name(name))
-            .cloned()
+        let name = v.contract.as_deref()?;
+        self.contracts().by_name(name).cloned()
+    }
+
+    /// The contracts in force now (a snapshot: a reload swaps in a new set, this one stays as
+    /// it is for whoever holds it).
+    pub fn contracts(&self) -> Arc<Contracts> {
+        self.contracts
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Reload the contracts from `dir`: validate every file first; on an error, log it (file,
+    /// line, field), count it and keep the contracts in force. Otherwise swap the set and
+    /// re-audit every intent in memory under it, in one step under the core lock: events
+    /// ingested meanwhile wait for the lock and are judged under the new set; the outcome is
+    /// persisted like any step's, escalations it opens durable before they are visible.
+    /// Settled intents out of memory keep their stored verdicts until an event brings them
+    /// back, when they are judged under the new set too.
+    pub async fn reload_contracts(self: &Arc<Self>, dir: &Path) -> Result<Reloaded, ReloadError> {
+        let _one_at_a_time = self.reloads.lock().await;
+        let result = self.reload_from(dir).await;
+        self.metrics.contract_reload(result.is_ok());
+        match &result {
+            Ok(r) if r.changed.is_empty() => {
+                tracing::info!(dir = %dir.display(), "contracts reloaded: nothing changed")
+            }
+            Ok(r) => tracing::info!(
+                dir = %dir.display(),
+                changed = ?r.changed,
+                reaudited = r.reaudited,
+                verdicts_changed = r.verdicts,
+                "contracts reloaded: intents in memory re-audited under the new contracts"
+            ),
+            Err(ReloadError::Invalid(ContractError::Invalid {
+                file,
+                line,
+                field,
+                message,
+            })) => tracing::error!(
+                file = %file.display(),
+                line,
+                field = field.as_str(),
+                error = %message,
+                "contracts not reloaded: {}:{line}: field `{field}`: {message}; the contracts in force stay",
+                file.display()
+            ),
+            Err(e) => tracing::error!(
+                dir = %dir.display(),
+                error = %e,
+                "contracts not reloaded; the contracts in force stay"
+            ),
+        }
+        result
+    }
+
+    async fn reload_from(self: &Arc<Self>, dir: &Path) -> Result<Reloaded, ReloadError> {
+        let path = dir.to_path_buf();
+        let loaded = tokio::task::spawn_blocking(move || crate::contract::load_dir(&path))
+            .await
+            .map_err(|e| ReloadError::Task(e.to_string()))??;
+        let new = Arc::new(Contracts::new(loaded));
+        if new.contracts.is_empty() {
+            tracing::warn!(dir = %dir.display(), "no contracts in the directory: only spans carrying reckon.intent.id will be audited");
+        }
+        let engine = self.clone();
+        // The re-audit is CPU work over every intent in memory: off the async workers.
+        let (concluded, reloaded) = tokio::task::spawn_blocking(move || {
+            let mut core = engine.lock();
+            let old = engine.contracts();
+            let changed = changed_contracts(&old, &new);
+            // Also a reorder (which file comes first picks the contract of an orphan record's
+            // kind) re-audits, though no version changed.
+            if versions(&old) == versions(&new) {
+                return (None, Reloaded::default());
+            }
+            *engine.contracts.write().unwrap_or_else(|p| p.into_inner()) = new.clone();
+            let out = core.reload(new, wall_now());
+            let reloaded = Reloaded {
+                changed,
+                reaudited: core.intents(),
+                verdicts: out.verdicts.len(),
+            };
+            (Some(engine.conclude(&core, out, true)), reloaded)
+        })
+        .await
+        .map_err(|e| ReloadError::Task(e.to_string()))?;
+        if let Some(concluded) = concluded {
+            self.finish(concluded).await;
+            // Deadlines and evictions were booked again under the new windows.
+            self.wake.notify_one();
+            self.metrics.set_contracts(versions(&self.contracts()));
+        }
+        Ok(reloaded)
     }
 
     pub fn intents(&self) -> usize {
@@ -802,7 +930,7 @@ impl Engine {
             self.durability.hold(&held);
         }
         let outbox = match &self.notifier {
-            Some(n) if !held.is_empty() => announce_all(n, locked, &self.contracts, &held),
+            Some(n) if !held.is_empty() => announce_all(n, locked, &held),
             _ => Vec::new(),
         };
         let new_findings = std::mem::take(&mut out.new_findings);
@@ -996,14 +1124,40 @@ async fn fill_route_filter(engine: std::sync::Weak<Engine>) {
     }
 }
 
+/// (name, version) of every contract of a set, in its order.
+fn versions(contracts: &Contracts) -> Vec<(String, String)> {
+    contracts
+        .contracts
+        .iter()
+        .map(|c| (c.name.clone(), c.version.clone()))
+        .collect()
+}
+
+/// Names of the contracts added, removed or changed (another version) from `old` to `new`.
+fn changed_contracts(old: &Contracts, new: &Contracts) -> Vec<String> {
+    let before: HashMap<&str, &str> = old
+        .contracts
+        .iter()
+        .map(|c| (c.name.as_str(), c.version.as_str()))
+        .collect();
+    let after: HashMap<&str, &str> = new
+        .contracts
+        .iter()
+        .map(|c| (c.name.as_str(), c.version.as_str()))
+        .collect();
+    let mut changed: Vec<String> = before
+        .iter()
+        .filter(|(name, version)| after.get(*name) != Some(*version))
+        .chain(after.iter().filter(|(name, _)| !before.contains_key(*name)))
+        .map(|(name, _)| name.to_string())
+        .collect();
+    changed.sort();
+    changed
+}
+
 /// The notifications announcing `escalations` (changes a step made), each with its intent's
 /// verdict as the core holds it now and the contract it was judged by.
-fn announce_all(
-    n: &Notifier,
-    core: &EngineCore,
-    contracts: &Contracts,
-    escalations: &[Escalation],
-) -> Vec<OutboxItem> {
+fn announce_all(n: &Notifier, core: &EngineCore, escalations: &[Escalation]) -> Vec<OutboxItem> {
     let now = wall_now();
     escalations
         .iter()
@@ -1012,7 +1166,7 @@ fn announce_all(
             let contract = verdict
                 .as_deref()
                 .and_then(|v| v.contract.as_deref())
-                .and_then(|name| contracts.by_name(name));
+                .and_then(|name| core.contracts().by_name(name));
             n.items(e, verdict.as_deref(), contract, now)
         })
         .collect()

@@ -36,7 +36,10 @@ impl TraceService for Traces {
         let service = self.0.clone();
         let req = request.into_inner();
         let (decoded, admitted) = tokio::task::spawn_blocking(move || {
-            (otlp::traces_from_proto(&req, service.contracts()), admitted)
+            (
+                otlp::traces_from_proto(&req, &service.contracts()),
+                admitted,
+            )
         })
         .await
         .map_err(|e| Status::internal(format!("decoder failed: {e}")))?;

@@ -116,10 +116,10 @@ async fn export(s: HttpState, headers: HeaderMap, body: Body, signal: Signal) ->
             let decoded = body_of(&encoding, &body, max).and_then(|raw| {
                 match (signal, format) {
                     (Signal::Traces, Format::Protobuf) => {
-                        otlp::traces_from_protobuf_bytes(&raw, service.contracts())
+                        otlp::traces_from_protobuf_bytes(&raw, &service.contracts())
                     }
                     (Signal::Traces, Format::Json) => {
-                        otlp::traces_from_json(&raw, service.contracts())
+                        otlp::traces_from_json(&raw, &service.contracts())
                     }
                     (Signal::Logs, Format::Protobuf) => otlp::logs_from_protobuf_bytes(&raw),
                     (Signal::Logs, Format::Json) => otlp::logs_from_json(&raw),

@@ -61,7 +61,6 @@ pub struct IngestService {
     engine: Arc<Engine>,
     /// Read only, to tell a re-delivered record from news (the engine owns every write).
     store: Arc<AnyStore>,
-    contracts: Arc<Contracts>,
     metrics: Arc<Metrics>,
     permits: Arc<Semaphore>,
     stripe_secret: Option<String>,
@@ -81,7 +80,6 @@ impl IngestService {
     pub fn new(
         engine: Arc<Engine>,
         store: Arc<AnyStore>,
-        contracts: Arc<Contracts>,
         metrics: Arc<Metrics>,
         max_concurrent: usize,
         stripe_secret: Option<String>,
@@ -90,7 +88,6 @@ impl IngestService {
         IngestService {
             engine,
             store,
-            contracts,
             metrics,
             permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
             stripe_secret,
@@ -107,8 +104,10 @@ impl IngestService {
         self.time_bounds.around(wall_now())
     }
 
-    pub fn contracts(&self) -> &Contracts {
-        &self.contracts
+    /// The contracts in force (the engine's, swapped whole by a reload): decoders recognise
+    /// tool spans by the set they were handed when they started.
+    pub fn contracts(&self) -> Arc<Contracts> {
+        self.engine.contracts()
     }
 
     pub fn metrics(&self) -> &Metrics {

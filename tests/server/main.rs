@@ -11,6 +11,7 @@ mod overload;
 mod paging;
 mod python_sdk;
 mod reaudit;
+mod reload;
 mod restart;
 mod seed_matrix;
 mod support;

@@ -587,3 +587,174 @@ impl Server {
         req.body(body).send().await.unwrap()
     }
 }
+
+// ------------------------------------------------------------------ the real binary
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Instant;
+
+pub fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// `reckon serve` as a child process on free ports.
+pub struct Reckon {
+    pub child: Child,
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    pub api: SocketAddr,
+}
+
+impl Reckon {
+    /// With the repository's contracts.
+    pub async fn spawn(data_dir: &Path, log: &Path) -> Reckon {
+        Self::spawn_with_contracts(data_dir, log, &repo_contracts()).await
+    }
+
+    /// With the contracts in `contracts` (a directory the test may edit and reload).
+    pub async fn spawn_with_contracts(data_dir: &Path, log: &Path, contracts: &Path) -> Reckon {
+        let (grpc, http, api) = (free_addr(), free_addr(), free_addr());
+        let child = Command::new(env!("CARGO_BIN_EXE_reckon"))
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(data_dir)
+            .arg("--store")
+            .arg(store_arg(data_dir))
+            .arg("--contracts")
+            .arg(contracts)
+            .arg("--grpc-addr")
+            .arg(grpc.to_string())
+            .arg("--http-addr")
+            .arg(http.to_string())
+            .arg("--api-addr")
+            .arg(api.to_string())
+            .env_remove("RECKON_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .expect("spawn reckon");
+        let mut r = Reckon {
+            child,
+            grpc,
+            http,
+            api,
+        };
+        r.wait_ready(log).await;
+        r
+    }
+
+    async fn wait_ready(&mut self, log: &Path) {
+        let client = reqwest::Client::new();
+        let began = Instant::now();
+        while began.elapsed() < Duration::from_secs(20) {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!(
+                    "reckon serve exited ({status}) before it was ready; stderr:\n{}",
+                    std::fs::read_to_string(log).unwrap_or_default()
+                );
+            }
+            if let Ok(resp) = client
+                .get(format!("http://{}/readyz", self.api))
+                .send()
+                .await
+            {
+                if resp.status() == 200 {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        let _ = self.child.kill();
+        panic!(
+            "reckon serve not ready after 20 s; stderr:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+    }
+
+    /// SIGKILL: no shutdown hook, no flush, no drain.
+    pub fn kill9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    pub async fn verdict(&self, intent: &str) -> Value {
+        let client = reqwest::Client::new();
+        for _ in 0..100 {
+            let resp = client
+                .get(format!("http://{}/api/v1/intents/{intent}", self.api))
+                .send()
+                .await
+                .unwrap();
+            if resp.status() == 200 {
+                return resp.json().await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("intent {intent} not found");
+    }
+}
+
+impl Reckon {
+    /// Send `signal` (a name `kill -s` takes: HUP, TERM, ...) to the process.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args(["-s", signal, "--"])
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -s {signal} failed");
+    }
+}
+
+impl Drop for Reckon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub async fn export_to(grpc: SocketAddr, spans: &[&ToolSpan]) {
+    use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
+    use opentelemetry_sdk::trace::SpanExporter as _;
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(format!("http://{grpc}"))
+        .with_compression(opentelemetry_otlp::Compression::Gzip)
+        .build()
+        .unwrap();
+    exporter
+        .export(spans.iter().map(|s| s.data()).collect())
+        .await
+        .expect("gRPC export acknowledged");
+}
+
+pub async fn export_http_to(http: SocketAddr, spans: &[&ToolSpan]) {
+    use opentelemetry_otlp::WithExportConfig;
+    use opentelemetry_sdk::trace::SpanExporter as _;
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_endpoint(format!("http://{http}/v1/traces"))
+        .build()
+        .unwrap();
+    exporter
+        .export(spans.iter().map(|s| s.data()).collect())
+        .await
+        .expect("HTTP export acknowledged");
+}
+
+/// `GET path` on a running binary's API.
+pub async fn api_get(r: &Reckon, path: &str) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .get(format!("http://{}{path}", r.api))
+        .send()
+        .await
+        .unwrap();
+    let code = resp.status().as_u16();
+    (code, resp.json().await.unwrap_or(Value::Null))
+}

@@ -522,8 +522,12 @@ async fn escalation_view(
     let contract: Option<ContractDoc> = verdict
         .as_ref()
         .and_then(|v| v.contract.as_deref())
-        .and_then(|name| s.ingest.contracts().by_name(name))
-        .map(ContractDoc::from_contract);
+        .and_then(|name| {
+            s.engine
+                .contracts()
+                .by_name(name)
+                .map(ContractDoc::from_contract)
+        });
     let records: Vec<RecordObservation> = s
         .engine
         .history(&e.intent_id)
@@ -666,7 +670,11 @@ async fn escalation_view(
         readbacks_section(&mut b, v);
         objects_section(&mut b, v, contract.as_ref(), &records);
     }
-    contract_section(&mut b, contract.as_ref());
+    contract_section(
+        &mut b,
+        contract.as_ref(),
+        verdict.as_ref().map(|v| v.contract_version.as_str()),
+    );
 
     let status = problem.map_or(StatusCode::OK, |(s, _)| s);
     respond(status, page(&format!("Escalation {}", e.id), &b))
@@ -1165,12 +1173,29 @@ fn objects_section(
     b.push_str("</tbody></table></section>");
 }
 
-fn contract_section(b: &mut String, c: Option<&ContractDoc>) {
+/// The contract in force, and whether the verdict shown was computed under this version of it
+/// (`judged_under`: the verdict's `contract_version`).
+fn contract_section(b: &mut String, c: Option<&ContractDoc>, judged_under: Option<&str>) {
     b.push_str("<section class=\"card\"><h2>The contract</h2>");
     let Some(c) = c else {
         b.push_str("<p class=\"empty\">No contract matched this intent's tool: it was judged as having no idempotency contract.</p></section>");
         return;
     };
+    match judged_under {
+        // Written before versions were kept: nothing to compare.
+        Some("") | None => {}
+        Some(v) if v == c.version => {}
+        Some(v) => {
+            let _ = write!(
+                b,
+                "<p class=\"notice\" id=\"contract-changed\">The verdict was computed under version \
+                 <span class=\"mono\">{}</span> of this contract; version <span class=\"mono\">{}</span> \
+                 (below) is in force now and applies from the intent's next event.</p>",
+                E(v),
+                E(&c.version)
+            );
+        }
+    }
     let list = |xs: &[String]| {
         if xs.is_empty() {
             "—".to_string()
@@ -1182,6 +1207,7 @@ fn contract_section(b: &mut String, c: Option<&ContractDoc>) {
     let _ = write!(b, "<dl class=\"facts contract\" id=\"contract\">");
     for (k, v) in [
         ("name", c.name.clone()),
+        ("version", c.version.clone()),
         ("tools", list(&c.tools)),
         (
             "record kind",
@@ -1269,6 +1295,7 @@ mod tests {
     fn tones_follow_the_contract() {
         let c = ContractDoc {
             name: "c".into(),
+            version: "0123456789abcdef".into(),
             tools: vec![],
             record_kind: None,
             idempotency: "replay".into(),
@@ -1289,5 +1316,27 @@ mod tests {
         assert_eq!(status_tone("draft", Some(&c)), "wait");
         assert_eq!(status_tone("succeeded", Some(&c)), "muted");
         assert_eq!(status_tone("succeeded", None), "ok");
+    }
+
+    /// The contract section names the version in force, and says so when the verdict shown
+    /// was computed under another one (a reload since).
+    #[test]
+    fn the_contract_section_shows_its_version() {
+        let c = ContractDoc::from_contract(&crate::contract::Contract::example("c", "t"));
+        let page = |judged: Option<&str>| {
+            let mut b = String::new();
+            contract_section(&mut b, Some(&c), judged);
+            b
+        };
+        let now = page(Some(&c.version));
+        assert!(
+            now.contains(&format!("<dt>version</dt><dd>{}</dd>", c.version)),
+            "{now}"
+        );
+        assert!(!now.contains("contract-changed"));
+        assert!(!page(Some("")).contains("contract-changed"));
+        let older = page(Some("<old>"));
+        assert!(older.contains("id=\"contract-changed\""), "{older}");
+        assert!(older.contains("&lt;old&gt;"), "escaped: {older}");
     }
 }

@@ -105,6 +105,7 @@ pub struct VerdictRow {
     pub doc: String,
     pub deleted: u8,
     pub version: u64,
+    pub contract_version: String,
     pub settled: u8,
 }
 
@@ -512,6 +513,7 @@ pub fn verdict_rows(
         deleted: 0,
         version,
         settled: u8::from(v.is_settled()),
+        contract_version: v.contract_version.clone(),
     };
     let findings = v
         .findings
@@ -566,6 +568,7 @@ pub fn verdict_tombstone(intent_id: &str, version: u64) -> VerdictRow {
         deleted: 1,
         version,
         settled: 0,
+        contract_version: String::new(),
     }
 }
 

@@ -228,19 +228,27 @@ CREATE TABLE IF NOT EXISTS reckon_outbox (
 ) ENGINE = ReplacingMergeTree(version)
 ORDER BY (target, id)";
 
-/// v5: what start-up needs so its time does not grow with history (DESIGN.md "Memory and
+/// v5: the version of the contract each verdict was computed under (`Contract::version`, a
+/// content hash). Empty with no contract, and in rows written before v5 (their documents do not
+/// say; the next write of the intent's verdict does).
+pub const V5_VERDICT_CONTRACT_VERSION: &str = "
+ALTER TABLE reckon_verdicts
+    ADD COLUMN contract_version String DEFAULT '' COMMENT 'version of the contract applied (a hash of its content); empty with no contract'";
+
+/// v6: what start-up needs so its time does not grow with history (DESIGN.md "Memory and
 /// history"): which verdicts are settled (the others are loaded), the routes by which later
 /// evidence reaches a settled intent, and the engine's checkpoint (events with `ingested_ns`
-/// from it on are read back). The views are recreated so current servers see the new column.
-pub const V5_VERDICT_SETTLED: &str = "
+/// from it on are read back). The verdicts view is recreated so current servers show the new
+/// column.
+pub const V6_VERDICT_SETTLED: &str = "
 ALTER TABLE reckon_verdicts ADD COLUMN settled UInt8 DEFAULT 0 COMMENT '1: terminal, no deadline, no open escalation: out of memory until evidence touches it'";
-pub const V5_ROUTES: &str = "
+pub const V6_ROUTES: &str = "
 CREATE TABLE IF NOT EXISTS reckon_routes (
     route String COMMENT 'i:{intent_id}, k:{idempotency key} or o:{object id}: how later evidence reaches the intent',
     intent_id String COMMENT 'a settled intent the route reaches'
 ) ENGINE = ReplacingMergeTree
 ORDER BY (route, intent_id)";
-pub const V5_META: &str = "
+pub const V6_META: &str = "
 CREATE TABLE IF NOT EXISTS reckon_meta (
     name String COMMENT 'checkpoint: every event ingested before value has its verdicts written',
     value UInt64 COMMENT 'unix nanoseconds; the highest is current'
@@ -285,15 +293,24 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 5,
-        name: "settled verdicts, routes, checkpoint",
+        name: "contract version of each verdict",
+        // The verdicts view is recreated so current servers, which keep a view's columns from
+        // when it was created, show the new column; the findings view reads no new column.
         statements: &[
-            V5_VERDICT_SETTLED,
-            V5_ROUTES,
-            V5_META,
-            V3_DROP_CURRENT_FINDINGS,
+            V5_VERDICT_CONTRACT_VERSION,
             V3_DROP_CURRENT_VERDICTS,
             V2_CURRENT_VERDICTS,
-            V2_CURRENT_FINDINGS,
+        ],
+    },
+    Migration {
+        version: 6,
+        name: "settled verdicts, routes, checkpoint",
+        statements: &[
+            V6_VERDICT_SETTLED,
+            V6_ROUTES,
+            V6_META,
+            V3_DROP_CURRENT_VERDICTS,
+            V2_CURRENT_VERDICTS,
         ],
     },
 ];

@@ -170,11 +170,18 @@ CREATE INDEX reckon_records_key ON reckon_records (idempotency_key);
 CREATE INDEX reckon_records_object ON reckon_records (object_id);
 ";
 
-/// v6: what start-up needs so its time does not grow with history (DESIGN.md "Memory and
+/// v6: the version of the contract each verdict was computed under (`Contract::version`, a
+/// content hash), so a reload's effect can be read from the table. Empty with no contract, and
+/// for rows written before v6 (their documents do not say; the next write of the row does).
+pub const V6_SQL: &str = "
+ALTER TABLE reckon_verdicts ADD COLUMN contract_version TEXT NOT NULL DEFAULT '';
+";
+
+/// v7: what start-up needs so its time does not grow with history (DESIGN.md "Memory and
 /// history"): when each event was received (the events since the last checkpoint are read
 /// back), which verdicts are settled (the others are loaded), the routes by which later
 /// evidence reaches a settled intent, and the checkpoint itself.
-pub const V6_SQL: &str = "
+pub const V7_SQL: &str = "
 ALTER TABLE reckon_attempts ADD COLUMN received_at INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE reckon_readbacks ADD COLUMN received_at INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE reckon_records ADD COLUMN received_at INTEGER NOT NULL DEFAULT 0;
@@ -193,6 +200,7 @@ CREATE TABLE reckon_meta (
     value INTEGER NOT NULL
 );
 ";
+
 
 /// The attempt-class count columns of `reckon_verdicts`, in [`AttemptClass::ALL`] order.
 pub const CLASS_COLUMNS: [&str; 6] = [
@@ -237,8 +245,14 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 6,
-        name: "receive times, settled verdicts, routes, checkpoint",
+        name: "contract version of each verdict",
         sql: V6_SQL,
+        backfill: None,
+    },
+    Migration {
+        version: 7,
+        name: "receive times, settled verdicts, routes, checkpoint",
+        sql: V7_SQL,
         backfill: None,
     },
 ];

@@ -117,6 +117,7 @@ fn verdict(id: &str, tool: Option<&str>, state: IntentState, last_event: i64) ->
         intent_id: id.into(),
         tool: tool.map(Into::into),
         contract: tool.map(|_| "payments.refund".into()),
+        contract_version: tool.map(|_| "0123456789abcdef".into()).unwrap_or_default(),
         idempotency_keys: vec!["k".into()],
         state,
         decision: Decision::None,
@@ -752,10 +753,88 @@ async fn migrates_a_v1_file_keeping_data() {
             .collect::<Result<_, _>>()
             .unwrap()
     };
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7]);
     // Opening again is a no-op.
     drop(store);
     SqliteStore::open(dir.path()).unwrap();
+}
+
+/// v6 adds each verdict's contract version: a v5 file keeps its verdicts (their documents do
+/// not say a version: empty), and a verdict written after the upgrade has it in the document and
+/// the column.
+#[tokio::test]
+async fn migrates_a_v5_file_to_contract_versions() {
+    let dir = TempDir::new().unwrap();
+    let mut old = verdict("before", Some("issue_refund"), IntentState::Unknown, 5);
+    old.contract_version = String::new();
+    {
+        let conn = raw(&dir);
+        conn.execute_batch(
+            "CREATE TABLE reckon_schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL);",
+        )
+        .unwrap();
+        for m in schema::MIGRATIONS.iter().filter(|m| m.version <= 5) {
+            conn.execute_batch(m.sql).unwrap();
+            conn.execute(
+                "INSERT INTO reckon_schema_migrations VALUES (?1, 0)",
+                [m.version],
+            )
+            .unwrap();
+        }
+        // A v5 document: no contract_version member at all.
+        let mut doc = serde_json::to_value(VerdictDoc::from_verdict(&old)).unwrap();
+        doc.as_object_mut().unwrap().remove("contract_version");
+        conn.execute(
+            "INSERT INTO reckon_verdicts (intent_id, tool, contract, state, decision, first_seen, last_event,
+                audited_at, finding_kinds, doc) VALUES ('before', 'issue_refund', 'payments.refund', 'unknown',
+                'none', 1, 5, 6, '', ?1)",
+            [doc.to_string()],
+        )
+        .unwrap();
+    }
+    assert!(matches!(
+        SqliteStore::open_read_only(dir.path()),
+        Err(StoreError::SchemaOutdated { found: 5, .. })
+    ));
+    let store = SqliteStore::open(dir.path()).unwrap();
+    assert_eq!(
+        store.get_verdict("before").await.unwrap(),
+        Some(VerdictDoc::from_verdict(&old)),
+        "an old document reads with an empty version"
+    );
+    let new = verdict("after", Some("issue_refund"), IntentState::Unknown, 7);
+    assert_eq!(new.contract_version, "0123456789abcdef");
+    store.put_verdicts(vec![new.clone()]).await.unwrap();
+    assert_eq!(
+        store
+            .get_verdict("after")
+            .await
+            .unwrap()
+            .map(|d| d.contract_version),
+        Some(new.contract_version.clone())
+    );
+    let column = |id: &str| -> String {
+        raw(&dir)
+            .query_row(
+                "SELECT contract_version FROM reckon_verdicts WHERE intent_id = ?1",
+                [id],
+                |r| r.get(0),
+            )
+            .unwrap()
+    };
+    assert_eq!(column("before"), "");
+    assert_eq!(column("after"), "0123456789abcdef");
+    // A rewrite of the old row (the engine re-audits it) fills its column.
+    store
+        .put_verdicts(vec![verdict(
+            "before",
+            Some("issue_refund"),
+            IntentState::Unknown,
+            5,
+        )])
+        .await
+        .unwrap();
+    assert_eq!(column("before"), "0123456789abcdef");
 }
 
 #[tokio::test]
