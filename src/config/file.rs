@@ -246,6 +246,9 @@ impl Src<'_> {
     }
 }
 
+/// Looks up an environment variable (the process environment, or a map in tests).
+pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
 /// Parses a config file's text. `file` names it in errors and anchors relative paths;
 /// `token_env` entries are read from the process environment.
 pub fn parse_file(file: &Path, text: &str) -> Result<FileConfig, ConfigFileError> {
@@ -258,7 +261,7 @@ pub fn parse_file(file: &Path, text: &str) -> Result<FileConfig, ConfigFileError
 pub fn parse_file_env(
     file: &Path,
     text: &str,
-    env: Option<&dyn Fn(&str) -> Option<String>>,
+    env: Option<EnvLookup<'_>>,
 ) -> Result<FileConfig, ConfigFileError> {
     let src = Src(TomlSource { file, text });
     let raw: RawFile = toml::from_str(text).map_err(|e| src.toml_err(&e))?;
@@ -331,7 +334,7 @@ pub fn parse_file_env(
 fn auth_config(
     src: &Src<'_>,
     table: &Spanned<RawAuth>,
-    env: &dyn Fn(&str) -> Option<String>,
+    env: EnvLookup<'_>,
 ) -> Result<crate::auth::AuthConfig, ConfigFileError> {
     use crate::auth::{AuthConfig, MetricsAccess, Role, Token, TokenError};
     let raw = table.get_ref();
@@ -449,7 +452,7 @@ pub fn load_file(file: &Path) -> Result<FileConfig, ConfigFileError> {
 /// [`load_file`] with `env` standing in for the process environment (see [`parse_file_env`]).
 pub fn load_file_env(
     file: &Path,
-    env: Option<&dyn Fn(&str) -> Option<String>>,
+    env: Option<EnvLookup<'_>>,
 ) -> Result<FileConfig, ConfigFileError> {
     let text = std::fs::read_to_string(file).map_err(|source| ConfigFileError::Io {
         file: file.to_path_buf(),
