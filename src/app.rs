@@ -278,14 +278,17 @@ fn log_access(config: &Config, access: &Access, tls: bool) {
         }
     }
     if !tls {
-        for (what, addr) in [
+        let exposed: Vec<String> = [
             ("OTLP gRPC", config.grpc_addr),
             ("OTLP HTTP", config.http_addr),
             ("API", config.api_addr),
-        ] {
-            if !addr.ip().is_loopback() {
-                tracing::warn!(listener = what, %addr, "TLS is off on a listener reachable from the network: tokens and evidence cross it in clear (set tls_cert and tls_key)");
-            }
+        ]
+        .iter()
+        .filter(|(_, addr)| !addr.ip().is_loopback())
+        .map(|(what, addr)| format!("{what} {addr}"))
+        .collect();
+        if !exposed.is_empty() {
+            tracing::warn!(listeners = %exposed.join(", "), "TLS is off on listeners reachable from the network: tokens and evidence cross it in clear (set tls_cert and tls_key)");
         }
     }
 }

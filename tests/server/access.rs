@@ -775,3 +775,62 @@ async fn a_bad_certificate_fails_the_start_naming_its_file() {
     };
     assert!(e.contains(&cert.display().to_string()), "{e}");
 }
+
+/// What the README tells exporters to set, read by the Python SDK's own OTLP/HTTP exporter:
+/// `OTEL_EXPORTER_OTLP_HEADERS=authorization=Bearer%20TOKEN`.
+const PYTHON_EXPORT: &str = r#"
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+import sys
+
+spans = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(spans))
+with provider.get_tracer("reckon-access-test").start_as_current_span("execute_tool issue_refund") as s:
+    s.set_attribute("gen_ai.operation.name", "execute_tool")
+    s.set_attribute("gen_ai.tool.name", "issue_refund")
+    s.set_attribute("reckon.intent.id", sys.argv[1])
+    s.set_attribute("reckon.idempotency_key", sys.argv[1] + "-key")
+    s.set_attribute("error.type", "timeout")
+# Endpoint and headers come from OTEL_EXPORTER_OTLP_* only.
+print(OTLPSpanExporter().export(spans.get_finished_spans()).name)
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn otel_exporter_otlp_headers_as_the_readme_writes_them() {
+    let probe = std::process::Command::new("python3")
+        .args(["-c", "import opentelemetry.exporter.otlp.proto.http"])
+        .output();
+    assert!(
+        probe.as_ref().is_ok_and(|o| o.status.success()),
+        "the Python OpenTelemetry SDK is missing: pip install -r examples/python/requirements.txt (.ci/run does)"
+    );
+    let s = start_with_tokens().await;
+    let run = |intent: String, token: &str| {
+        let endpoint = s.r().http_url();
+        let headers = format!("authorization=Bearer%20{token}");
+        tokio::task::spawn_blocking(move || {
+            let out = std::process::Command::new("python3")
+                .args(["-c", PYTHON_EXPORT, &intent])
+                .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+                .env("OTEL_EXPORTER_OTLP_HEADERS", headers)
+                .env_remove("OTEL_EXPORTER_OTLP_TRACES_HEADERS")
+                .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        })
+    };
+    let (good, bad) = (unique("py"), unique("py"));
+    assert_eq!(run(good.clone(), INGEST).await.unwrap(), "SUCCESS");
+    assert_eq!(run(bad.clone(), WRONG).await.unwrap(), "FAILURE");
+    // Just sent and timed out: the original may still commit.
+    let v = verdict(&s, &good).await;
+    assert_eq!(v["attempts"].as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(v["attempts"][0]["class"], "unknown", "{v}");
+    let a = get(&s, &format!("/api/v1/intents/{bad}"), Some(bearer(READ))).await;
+    assert_eq!(a.status, 404);
+    s.stop().await;
+}
