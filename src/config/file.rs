@@ -17,6 +17,8 @@
 //! log_format = "json"                  # or "text"
 //! log_filter = "info,reckon=debug"
 //! public_url = "https://reckon.example.internal"   # links in notifications
+//! tls_cert = "/etc/reckon/tls/cert.pem"  # TLS on every listener (both or neither)
+//! tls_key = "/etc/reckon/tls/key.pem"
 //!
 //! [[notify]]                           # any number of these
 //! kind = "alertmanager"                # one alert per unresolved escalation
@@ -28,9 +30,6 @@
 //! url = "http://hooks.internal/reckon"
 //! secret = "..."                       # Reckon-Signature is HMAC-SHA256 with it
 //! name = "pager"                       # optional: names it in delivery ids and logs
-//!
-//! tls_cert = "/etc/reckon/tls/cert.pem"  # TLS on every listener (both or neither)
-//! tls_key = "/etc/reckon/tls/key.pem"
 //!
 //! [auth]                               # optional: who may read /metrics ("read" or "open")
 //! metrics = "read"
@@ -978,6 +977,21 @@ role = "operator"
         assert_eq!((line, field.as_str()), (5, "auth.token.rol"), "{msg}");
         let (_, field, _) = invalid("tls_cert = \"\"\n");
         assert_eq!(field, "tls_cert");
+    }
+
+    /// The README's configuration example is a valid file, tokens and TLS included.
+    #[test]
+    fn the_readme_example_parses() {
+        let readme = include_str!("../../README.md");
+        let start = readme.find("### Configuration").unwrap();
+        let block = &readme[start..];
+        let block = &block[block.find("```toml\n").unwrap() + 8..];
+        let block = &block[..block.find("```").unwrap()];
+        let f = with_env(block, &[("RECKON_TOKEN_AGENTS", "agents-0123456789abcdef")]).unwrap();
+        let auth = f.auth.unwrap();
+        assert_eq!(auth.tokens.len(), 1);
+        assert_eq!(auth.tokens[0].name, "agents");
+        assert!(f.tls_cert.is_some() && f.tls_key.is_some());
     }
 
     #[test]
