@@ -192,6 +192,37 @@ async fn metric(s: &Server, series: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
+/// An escalation to work: an email with no idempotency contract that timed out, exported with
+/// the ingest token. Returns its id.
+async fn email_escalation(s: &Server) -> String {
+    let email = unique("mail");
+    grpc_export(
+        &s.r().grpc_url(),
+        Some(INGEST),
+        None,
+        &[&ToolSpan::new("send_email", ago(60.0), 30.0)
+            .intent(&email)
+            .timeout()
+            .told("unknown")],
+    )
+    .await
+    .unwrap();
+    for _ in 0..150 {
+        let list = get(s, "/api/v1/escalations?status=open", Some(bearer(READ))).await;
+        let found = list.json()["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["intent_id"] == email.as_str())
+            .map(|e| e["id"].as_str().unwrap().to_string());
+        if let Some(id) = found {
+            return id;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("the timed-out email {email} never escalated");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exporters_need_an_ingest_token_and_refused_exports_store_nothing() {
     let s = start_with_tokens().await;
@@ -357,34 +388,8 @@ async fn the_api_answers_by_role_and_records_the_operator_as_who_acted() {
         .await;
     assert_eq!(code, 400, "a bad signature is still refused");
 
-    // An escalation to work: an email with no idempotency contract that timed out.
-    let email = unique("mail");
-    grpc_export(
-        &s.r().grpc_url(),
-        Some(INGEST),
-        None,
-        &[&ToolSpan::new("send_email", ago(60.0), 30.0)
-            .intent(&email)
-            .timeout()
-            .told("unknown")],
-    )
-    .await
-    .unwrap();
-    let mut id = None;
-    for _ in 0..150 {
-        let list = get(&s, "/api/v1/escalations?status=open", Some(bearer(READ))).await;
-        id = list.json()["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["intent_id"] == email.as_str())
-            .map(|e| e["id"].as_str().unwrap().to_string());
-        if id.is_some() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    let id = id.expect("the timed-out email escalates");
+    // An escalation to work.
+    let id = email_escalation(&s).await;
     let claim = format!("/api/v1/escalations/{id}/claim");
     let resolve = format!("/api/v1/escalations/{id}/resolve");
 
@@ -428,33 +433,13 @@ async fn the_api_answers_by_role_and_records_the_operator_as_who_acted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pages_take_the_token_by_basic_auth_and_keep_refusing_cross_site_posts() {
     let s = start_with_tokens().await;
-    let email = unique("mail");
-    grpc_export(
-        &s.r().grpc_url(),
-        Some(INGEST),
-        None,
-        &[&ToolSpan::new("send_email", ago(60.0), 30.0)
-            .intent(&email)
-            .timeout()
-            .told("unknown")],
-    )
-    .await
-    .unwrap();
-    let mut id = None;
-    for _ in 0..150 {
-        let list = get(&s, "/api/v1/escalations?status=open", Some(bearer(READ))).await;
-        id = list.json()["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["intent_id"] == email.as_str())
-            .map(|e| e["id"].as_str().unwrap().to_string());
-        if id.is_some() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    let id = id.expect("the timed-out email escalates");
+    let id = email_escalation(&s).await;
+    let email = get(&s, &format!("/api/v1/escalations/{id}"), Some(bearer(READ)))
+        .await
+        .json()["intent_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
 
     // Without credentials the browser is asked for them; the stylesheet stays open.
     let q = get(&s, "/", None).await;
@@ -832,5 +817,42 @@ async fn otel_exporter_otlp_headers_as_the_readme_writes_them() {
     assert_eq!(v["attempts"][0]["class"], "unknown", "{v}");
     let a = get(&s, &format!("/api/v1/intents/{bad}"), Some(bearer(READ))).await;
     assert_eq!(a.status, 404);
+    s.stop().await;
+}
+
+/// `reckon escalations` sends `RECKON_TOKEN`; the server records the token's name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_escalations_command_sends_its_token() {
+    let s = start_with_tokens().await;
+    let id = email_escalation(&s).await;
+    let server = s.r().api_url();
+    let cli = |token: Option<&'static str>, args: Vec<String>| {
+        let server = server.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_reckon"));
+            c.arg("escalations").args(args).args(["--server", &server]);
+            c.env_remove("RECKON_TOKEN");
+            if let Some(t) = token {
+                c.env("RECKON_TOKEN", t);
+            }
+            c.output().unwrap()
+        })
+    };
+    let out = cli(None, vec!["claim".into(), id.clone()]).await.unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("401"), "{stderr}");
+    let out = cli(Some(OPERATOR), vec!["claim".into(), id.clone()])
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["claimed_by"], "ana", "{shown}");
+    let out = cli(Some(READ), vec!["list".into()]).await.unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&id));
     s.stop().await;
 }
