@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::api::{self, ApiState};
+use crate::auth::{Access, Gate, Role};
 use crate::config::{Config, StoreConfig};
 use crate::contract::{self, Contracts};
 use crate::engine::{Engine, EngineTasks};
@@ -20,6 +21,7 @@ use crate::metrics::Metrics;
 use crate::model::Dur;
 use crate::notify::{self, Notifier};
 use crate::store::{AnyStore, ClickHouseConfig, ClickHouseStore, SqliteStore};
+use crate::tls::{Tls, TlsListener};
 
 /// A started reckon. The addresses are the bound ones (a `:0` port in the config is resolved).
 pub struct Running {
@@ -27,6 +29,8 @@ pub struct Running {
     pub http_addr: SocketAddr,
     pub api_addr: SocketAddr,
     pub engine: Arc<Engine>,
+    /// Every listener speaks TLS.
+    pub tls: bool,
     stop: watch::Sender<bool>,
     servers: Vec<JoinHandle<anyhow::Result<()>>>,
     tasks: EngineTasks,
@@ -68,6 +72,11 @@ pub async fn open_store(config: &Config) -> anyhow::Result<AnyStore> {
 }
 
 pub async fn start(config: Config) -> anyhow::Result<Running> {
+    // Access and TLS first: a bad token or certificate fails the start before anything else
+    // is opened.
+    let access = Arc::new(Access::new(&config.auth).context("[[auth.token]]")?);
+    let tls = crate::tls::load(config.tls_cert.as_deref(), config.tls_key.as_deref())
+        .context("loading the TLS certificate")?;
     let contracts = contract::load_dir(&config.contracts_dir)?;
     if contracts.is_empty() {
         tracing::warn!(dir = %config.contracts_dir.display(), "no contracts loaded: only spans carrying reckon.intent.id will be audited");
@@ -123,14 +132,16 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         let _ = rx.wait_for(|s| *s).await;
     };
 
-    let grpc_routes = grpc::router(ingest.clone(), config.max_request_bytes);
+    let gate = |listener| Gate::new(access.clone(), metrics.clone(), listener);
+    let grpc_routes = grpc::router(ingest.clone(), config.max_request_bytes, gate("otlp_grpc"));
     let grpc_per_connection = config.max_concurrent_exports.max(1);
+    let grpc_tls = tls.as_ref().map(|t| t.grpc.clone());
     let grpc_server = tokio::spawn({
         let rx = stopped.clone();
         async move {
             // tonic reads and decodes a message before the handler can refuse it, so each
             // connection is also capped, and shed (UNAVAILABLE, retryable) when at its cap.
-            tonic::transport::Server::builder()
+            let server = tonic::transport::Server::builder()
                 // An export is often hundreds of KiB; with HTTP/2's default 64 KiB windows the
                 // client stalls for a window update several times per export.
                 .initial_stream_window_size(Some(GRPC_STREAM_WINDOW))
@@ -139,35 +150,46 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
                 .max_frame_size(Some(GRPC_MAX_FRAME))
                 .concurrency_limit_per_connection(grpc_per_connection)
                 .load_shed(true)
-                .add_routes(grpc_routes)
+                .add_routes(grpc_routes);
+            match grpc_tls {
                 // No Nagle: an export answer is one small frame, and holding it back for the
-                // client's delayed ACK cost ~25 ms per 1000-span export (gRPC ran at a tenth of
-                // HTTP's rate on the same batches).
-                .serve_with_incoming_shutdown(
-                    tonic::transport::server::TcpIncoming::from(grpc_listener)
-                        .with_nodelay(Some(true)),
-                    until_stopped(rx),
-                )
-                .await
-                .context("OTLP gRPC server")
+                // client's delayed ACK cost ~25 ms per 1000-span export (gRPC ran at a tenth
+                // of HTTP's rate on the same batches). The TLS acceptor sets it too.
+                None => {
+                    server
+                        .serve_with_incoming_shutdown(
+                            tonic::transport::server::TcpIncoming::from(grpc_listener)
+                                .with_nodelay(Some(true)),
+                            until_stopped(rx),
+                        )
+                        .await
+                }
+                Some(tls) => {
+                    server
+                        .serve_with_incoming_shutdown(
+                            TlsListener::new(grpc_listener, tls)?.incoming(),
+                            until_stopped(rx),
+                        )
+                        .await
+                }
+            }
+            .context("OTLP gRPC server")
         }
     });
-    let http_router = http::router(ingest.clone(), config.max_request_bytes);
-    let http_server = tokio::spawn({
-        let rx = stopped.clone();
-        async move {
-            axum::serve(http_listener.tap_io(no_delay), http_router)
-                .with_graceful_shutdown(until_stopped(rx))
-                .await
-                .context("OTLP HTTP server")
-        }
-    });
+    let http_router = http::router(ingest.clone(), config.max_request_bytes, gate("otlp_http"));
+    let http_server = tokio::spawn(serve_http(
+        http_listener,
+        tls.clone(),
+        http_router,
+        until_stopped(stopped.clone()),
+        "OTLP HTTP server",
+    ));
     let delivery = match notifier {
         Some(notifier) => {
             let public_url = config
                 .public_url
                 .clone()
-                .unwrap_or_else(|| default_public_url(api_addr));
+                .unwrap_or_else(|| default_public_url(api_addr, tls.is_some()));
             let lookup = engine.clone();
             let tool_of: notify::deliver::ToolOf =
                 Arc::new(move |intent: &str| lookup.cached_verdict(intent)?.tool.clone());
@@ -185,29 +207,30 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         engine: engine.clone(),
         ingest,
         store,
-        metrics,
+        metrics: metrics.clone(),
         max_bytes: config.max_request_bytes,
+        gate: gate("api"),
     });
-    let api_server = tokio::spawn({
-        let rx = stopped.clone();
-        async move {
-            axum::serve(api_listener.tap_io(no_delay), api_router)
-                .with_graceful_shutdown(until_stopped(rx))
-                .await
-                .context("API server")
-        }
-    });
+    let api_server = tokio::spawn(serve_http(
+        api_listener,
+        tls.clone(),
+        api_router,
+        until_stopped(stopped.clone()),
+        "API server",
+    ));
     let reloader = reload_on_hangup(
         engine.clone(),
         config.contracts_dir.clone(),
         stopped.clone(),
     )?;
-    tracing::info!(%grpc_addr, %http_addr, %api_addr, data_dir = %config.data_dir.display(), "reckon serving");
+    log_access(&config, &access, tls.is_some());
+    tracing::info!(%grpc_addr, %http_addr, %api_addr, tls = tls.is_some(), data_dir = %config.data_dir.display(), "reckon serving");
     Ok(Running {
         grpc_addr,
         http_addr,
         api_addr,
         engine,
+        tls: tls.is_some(),
         stop,
         servers: vec![grpc_server, http_server, api_server],
         tasks,
@@ -250,13 +273,76 @@ fn reload_on_hangup(
     }
 }
 
-/// `http://{api_addr}`, with `localhost` for an address that listens everywhere (a link to
-/// `0.0.0.0` opens nothing).
-fn default_public_url(api_addr: SocketAddr) -> String {
-    if api_addr.ip().is_unspecified() {
-        format!("http://localhost:{}", api_addr.port())
+/// Serves an axum router on `tcp`, over TLS when configured, until `stopped`.
+async fn serve_http(
+    tcp: TcpListener,
+    tls: Option<Tls>,
+    router: axum::Router,
+    stopped: impl std::future::Future<Output = ()> + Send + 'static,
+    what: &'static str,
+) -> anyhow::Result<()> {
+    match tls {
+        None => {
+            axum::serve(tcp.tap_io(no_delay), router)
+                .with_graceful_shutdown(stopped)
+                .await
+        }
+        Some(tls) => {
+            axum::serve(TlsListener::new(tcp, tls.http)?, router)
+                .with_graceful_shutdown(stopped)
+                .await
+        }
+    }
+    .context(what)
+}
+
+/// Says at start-up who may do what, and where tokens or data would cross a network in clear.
+/// Never logs a token.
+fn log_access(config: &Config, access: &Access, tls: bool) {
+    if access.is_open() {
+        tracing::warn!("no [[auth.token]] configured: every listener accepts everyone (local development only; see README \"Running on an untrusted network\")");
     } else {
-        format!("http://{api_addr}")
+        tracing::info!(
+            ingest = access.count(Role::Ingest),
+            read = access.count(Role::Read),
+            operator = access.count(Role::Operator),
+            metrics = if access.metrics_need().is_some() {
+                "read"
+            } else {
+                "open"
+            },
+            "access: tokens required on every listener (health probes open)"
+        );
+        if config.stripe_webhook_secret.is_none() {
+            tracing::info!(
+                "no stripe_webhook_secret: Stripe events need an ingest token like records"
+            );
+        }
+    }
+    if !tls {
+        let exposed: Vec<String> = [
+            ("OTLP gRPC", config.grpc_addr),
+            ("OTLP HTTP", config.http_addr),
+            ("API", config.api_addr),
+        ]
+        .iter()
+        .filter(|(_, addr)| !addr.ip().is_loopback())
+        .map(|(what, addr)| format!("{what} {addr}"))
+        .collect();
+        if !exposed.is_empty() {
+            tracing::warn!(listeners = %exposed.join(", "), "TLS is off on listeners reachable from the network: tokens and evidence cross it in clear (set tls_cert and tls_key)");
+        }
+    }
+}
+
+/// `http(s)://{api_addr}`, with `localhost` for an address that listens everywhere (a link to
+/// `0.0.0.0` opens nothing).
+fn default_public_url(api_addr: SocketAddr, tls: bool) -> String {
+    let scheme = if tls { "https" } else { "http" };
+    if api_addr.ip().is_unspecified() {
+        format!("{scheme}://localhost:{}", api_addr.port())
+    } else {
+        format!("{scheme}://{api_addr}")
     }
 }
 
@@ -273,14 +359,21 @@ fn no_delay(tcp: &mut tokio::net::TcpStream) {
 }
 
 impl Running {
+    fn scheme(&self) -> &'static str {
+        if self.tls {
+            "https"
+        } else {
+            "http"
+        }
+    }
     pub fn api_url(&self) -> String {
-        format!("http://{}", self.api_addr)
+        format!("{}://{}", self.scheme(), self.api_addr)
     }
     pub fn grpc_url(&self) -> String {
-        format!("http://{}", self.grpc_addr)
+        format!("{}://{}", self.scheme(), self.grpc_addr)
     }
     pub fn http_url(&self) -> String {
-        format!("http://{}", self.http_addr)
+        format!("{}://{}", self.scheme(), self.http_addr)
     }
 
     /// Reload the contracts from the configured directory, as SIGHUP does.

@@ -98,6 +98,8 @@ pub enum ReportFormat {
 pub struct EscalationsCmd {
     /// Base URL of the reckon API, without a trailing slash (default `http://127.0.0.1:8080`).
     pub server: String,
+    /// Sent as `Authorization: Bearer` when the server has `[[auth.token]]`s.
+    pub token: Option<String>,
     pub action: EscalationAction,
 }
 
@@ -109,13 +111,14 @@ pub enum EscalationAction {
     Show {
         id: String,
     },
+    /// `by`: `None` with a token (the server records the token's name).
     Claim {
         id: String,
-        by: String,
+        by: Option<String>,
     },
     Resolve {
         id: String,
-        by: String,
+        by: Option<String>,
         resolution: String,
         note: Option<String>,
     },
@@ -231,6 +234,9 @@ const ENV_EVICT_AFTER: &str = "RECKON_EVICT_AFTER";
 const ENV_LOG_FORMAT: &str = "RECKON_LOG_FORMAT";
 const ENV_LOG_FILTER: &str = "RECKON_LOG_FILTER";
 const ENV_PUBLIC_URL: &str = "RECKON_PUBLIC_URL";
+const ENV_TLS_CERT: &str = "RECKON_TLS_CERT";
+const ENV_TLS_KEY: &str = "RECKON_TLS_KEY";
+const ENV_TOKEN: &str = "RECKON_TOKEN";
 const ENV_SERVER: &str = "RECKON_SERVER";
 const ENV_DEMO_OTLP: &str = "RECKON_DEMO_OTLP";
 const ENV_DEMO_ONLY: &str = "RECKON_DEMO_ONLY";
@@ -269,10 +275,13 @@ impl Env<'_> {
     }
 
     /// `Config::default()` with the config file (from `--config` or `RECKON_CONFIG`) applied.
-    fn base(&self, config: Option<PathBuf>) -> Result<Config, CliError> {
+    /// Only `serve` resolves the file's tokens (`token_env`): `report` and the other readers of
+    /// the file must work where the server's secrets are not set.
+    fn base(&self, config: Option<PathBuf>, tokens: bool) -> Result<Config, CliError> {
         let mut cfg = Config::default();
         if let Some(path) = self.or(config, ENV_CONFIG, path)? {
-            file::load_file(&path)?.apply(&mut cfg);
+            let env = tokens.then_some(self.0);
+            file::load_file_env(&path, env)?.apply(&mut cfg);
         }
         Ok(cfg)
     }
@@ -396,11 +405,17 @@ struct ServeCli {
     /// [env: RECKON_PUBLIC_URL]
     #[arg(long, value_name = "URL", value_parser = value::parse_http_url)]
     public_url: Option<String>,
+    /// PEM certificate chain: TLS on every listener, with --tls-key [env: RECKON_TLS_CERT]
+    #[arg(long, value_name = "FILE", value_parser = non_empty_path)]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert [env: RECKON_TLS_KEY]
+    #[arg(long, value_name = "FILE", value_parser = non_empty_path)]
+    tls_key: Option<PathBuf>,
 }
 
 impl ServeCli {
     fn resolve(self, env: &Env) -> Result<Config, CliError> {
-        let mut c = env.base(self.config)?;
+        let mut c = env.base(self.config, true)?;
         set(
             &mut c.grpc_addr,
             env.or(self.grpc_addr, ENV_GRPC_ADDR, value::parse_addr)?,
@@ -480,6 +495,12 @@ impl ServeCli {
         if let Some(u) = env.or(self.public_url, ENV_PUBLIC_URL, value::parse_http_url)? {
             c.public_url = Some(u);
         }
+        if let Some(p) = env.or(self.tls_cert, ENV_TLS_CERT, non_empty_path)? {
+            c.tls_cert = Some(p);
+        }
+        if let Some(p) = env.or(self.tls_key, ENV_TLS_KEY, non_empty_path)? {
+            c.tls_key = Some(p);
+        }
         Ok(c)
     }
 }
@@ -505,7 +526,7 @@ struct ReportCli {
 
 impl ReportCli {
     fn resolve(self, env: &Env) -> Result<ReportArgs, CliError> {
-        let base = env.base(self.config)?;
+        let base = env.base(self.config, false)?;
         Ok(ReportArgs {
             data_dir: env
                 .or(self.data_dir, ENV_DATA_DIR, non_empty_path)?
@@ -553,6 +574,10 @@ struct EscalationsCli {
     /// Base URL of the reckon API [default: http://127.0.0.1:8080] [env: RECKON_SERVER]
     #[arg(long, global = true, value_name = "URL", value_parser = value::parse_http_url)]
     server: Option<String>,
+    /// The server's token (read, or operator to claim and resolve); prefer the variable,
+    /// arguments are visible to other users [env: RECKON_TOKEN]
+    #[arg(long, global = true, value_name = "TOKEN", value_parser = value::parse_secret)]
+    token: Option<String>,
     #[command(subcommand)]
     action: EscalationsSub,
 }
@@ -574,17 +599,17 @@ enum EscalationsSub {
     Claim {
         #[arg(value_parser = value::parse_non_empty)]
         id: String,
-        /// Who takes it
+        /// Who takes it (with --token: the token's name, which is what the server records)
         #[arg(long, value_parser = value::parse_non_empty)]
-        by: String,
+        by: Option<String>,
     },
     /// Close an escalation with what was done.
     Resolve {
         #[arg(value_parser = value::parse_non_empty)]
         id: String,
-        /// Who resolves it
+        /// Who resolves it (with --token: the token's name, which is what the server records)
         #[arg(long, value_parser = value::parse_non_empty)]
-        by: String,
+        by: Option<String>,
         /// What was decided (e.g. `refunded_once`, `reversed_duplicate`)
         #[arg(long, value_parser = value::parse_non_empty)]
         resolution: String,
@@ -599,6 +624,7 @@ impl EscalationsCli {
         let server = env
             .or(self.server, ENV_SERVER, value::parse_http_url)?
             .unwrap_or_else(|| DEFAULT_SERVER.to_string());
+        let token = env.or(self.token, ENV_TOKEN, value::parse_secret)?;
         let action = match self.action {
             EscalationsSub::List { status } => EscalationAction::List { status },
             EscalationsSub::Show { id } => EscalationAction::Show { id },
@@ -616,7 +642,11 @@ impl EscalationsCli {
                 note: note.filter(|n| !n.trim().is_empty()),
             },
         };
-        Ok(EscalationsCmd { server, action })
+        Ok(EscalationsCmd {
+            server,
+            token,
+            action,
+        })
     }
 }
 
@@ -762,7 +792,7 @@ struct CheckContractsCli {
 
 impl CheckContractsCli {
     fn resolve(self, env: &Env) -> Result<PathBuf, CliError> {
-        let base = env.base(self.config)?;
+        let base = env.base(self.config, false)?;
         Ok(env
             .or(self.contracts_dir, ENV_CONTRACTS_DIR, non_empty_path)?
             .unwrap_or(base.contracts_dir))
@@ -801,7 +831,7 @@ struct ReauditCli {
 
 impl ReauditCli {
     fn resolve(self, env: &Env) -> Result<ReauditArgs, CliError> {
-        let base = env.base(self.config)?;
+        let base = env.base(self.config, false)?;
         Ok(ReauditArgs {
             data_dir: env
                 .or(self.data_dir, ENV_DATA_DIR, non_empty_path)?

@@ -61,6 +61,12 @@ pub struct Config {
     pub public_url: Option<String>,
     /// `[[notify]]` targets (config file only): Alertmanager and signed webhooks.
     pub notify: Vec<crate::notify::Target>,
+    /// `[auth]` and its `[[auth.token]]` entries (config file only). No tokens: open access.
+    pub auth: crate::auth::AuthConfig,
+    /// PEM certificate chain for TLS on every listener (with `tls_key`; neither: plain TCP).
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `tls_cert`.
+    pub tls_key: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -82,6 +88,9 @@ impl Default for Config {
             log_filter: "info".into(),
             public_url: None,
             notify: Vec::new(),
+            auth: crate::auth::AuthConfig::default(),
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }

@@ -4,6 +4,7 @@
 pub mod api;
 pub mod app;
 pub mod audit;
+pub mod auth;
 pub mod cli;
 pub mod codec;
 pub mod config;
@@ -20,4 +21,5 @@ pub mod notify;
 pub mod reaudit;
 pub mod report;
 pub mod store;
+pub mod tls;
 mod toml_source;

@@ -174,34 +174,35 @@ async fn reaudit(args: cli::ReauditArgs) -> anyhow::Result<ExitCode> {
 async fn escalations(cmd: cli::EscalationsCmd) -> anyhow::Result<ExitCode> {
     let http = reqwest::Client::new();
     let base = format!("{}/api/v1/escalations", cmd.server);
-    let response = match &cmd.action {
+    let request = match &cmd.action {
         EscalationAction::List { status } => {
             let url = match status {
                 Some(s) => format!("{base}?status={}", s.as_str()),
                 None => base.clone(),
             };
-            http.get(url).send().await
+            http.get(url)
         }
-        EscalationAction::Show { id } => http.get(format!("{base}/{id}")).send().await,
-        EscalationAction::Claim { id, by } => {
-            http.post(format!("{base}/{id}/claim"))
-                .json(&serde_json::json!({ "by": by }))
-                .send()
-                .await
-        }
+        EscalationAction::Show { id } => http.get(format!("{base}/{id}")),
+        EscalationAction::Claim { id, by } => http
+            .post(format!("{base}/{id}/claim"))
+            .json(&serde_json::json!({ "by": by })),
         EscalationAction::Resolve {
             id,
             by,
             resolution,
             note,
-        } => {
-            http.post(format!("{base}/{id}/resolve"))
-                .json(&serde_json::json!({ "by": by, "resolution": resolution, "note": note }))
-                .send()
-                .await
-        }
-    }
-    .with_context(|| format!("reaching reckon at {}", cmd.server))?;
+        } => http
+            .post(format!("{base}/{id}/resolve"))
+            .json(&serde_json::json!({ "by": by, "resolution": resolution, "note": note })),
+    };
+    let request = match &cmd.token {
+        Some(token) => request.bearer_auth(token),
+        None => request,
+    };
+    let response = request
+        .send()
+        .await
+        .with_context(|| format!("reaching reckon at {}", cmd.server))?;
     let status = response.status();
     let body: serde_json::Value = response
         .json()

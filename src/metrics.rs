@@ -188,6 +188,7 @@ pub struct Metrics {
     contract_reload_refused: AtomicU8,
     /// (contract name, version) of every contract in force; replaced whole on each load.
     contracts: Mutex<Vec<(String, String)>>,
+    access_refused: Family,
     outbox_pending: AtomicU64,
     escalations: [AtomicU64; 3],
     escalations_unresolved: Mutex<BTreeMap<[String; 3], u64>>,
@@ -230,6 +231,7 @@ impl Metrics {
             },
             contract_reload_refused: AtomicU8::new(0),
             contracts: Mutex::new(Vec::new()),
+            access_refused: Family::new(&["listener", "reason"]),
             outbox_pending: AtomicU64::new(0),
             escalations: Default::default(),
             escalations_unresolved: Mutex::new(BTreeMap::new()),
@@ -318,6 +320,13 @@ impl Metrics {
     /// `overloaded`, `bad_signature`, `bad_record`.
     pub fn rejection(&self, reason: &str, n: u64) {
         self.ingest_rejections.add(&[reason], n);
+    }
+
+    /// A request refused by access control on `listener` (`otlp_grpc`, `otlp_http`, `api`),
+    /// `reason` `unauthenticated` or `permission_denied`. Apart from ingest rejections: on an
+    /// open network scanners fill it, and it must not page like refused evidence does.
+    pub fn access_refused(&self, listener: &str, reason: &str) {
+        self.access_refused.add(&[listener, reason], 1);
     }
 
     /// `n` downstream record observations from `source` (`api`, `stripe`, `otlp_log`) stored for
@@ -462,6 +471,12 @@ impl Metrics {
             &mut out,
             "reckon_ingest_rejections_total",
             "Items refused at ingest, by reason.",
+            "counter",
+        );
+        self.access_refused.render(
+            &mut out,
+            "reckon_access_refused_total",
+            "Requests refused for a missing or unknown token, or a role that does not allow them.",
             "counter",
         );
         self.records_received.render(

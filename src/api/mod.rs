@@ -2,6 +2,7 @@
 //! and reports out, plus metrics and health. JSON everywhere; errors are
 //! `{"error": {"code", "message"}}`.
 
+mod auth;
 mod error;
 mod ui;
 
@@ -9,7 +10,7 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Extension, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -18,6 +19,8 @@ use serde::Deserialize;
 
 pub use error::ApiError;
 
+use self::auth::{guard, Face};
+use crate::auth::{Gate, Need, Principal};
 use crate::codec::{rfc3339, EscalationDoc, VerdictDoc};
 use crate::engine::{wall_now, Engine};
 use crate::ingest::error::IngestError;
@@ -34,27 +37,50 @@ pub struct ApiState {
     pub store: Arc<AnyStore>,
     pub metrics: Arc<Metrics>,
     pub max_bytes: usize,
+    /// Who may do what on this port (`crate::auth`).
+    pub gate: Gate,
 }
 
+/// Each group of routes says what it needs (`crate::auth`'s roles); the health probes and the
+/// pages' stylesheet and icon are open.
 pub fn router(state: ApiState) -> Router {
     let max = state.max_bytes;
-    Router::new()
-        .route("/api/v1/records", post(post_records))
-        .route("/api/v1/webhooks/stripe", post(post_stripe))
+    let gate = state.gate.clone();
+    let evidence = Router::new().route("/api/v1/records", post(post_records));
+    // A Stripe event is authenticated by its signature; without a webhook secret to check it
+    // against, it is evidence like any record and needs an ingest token.
+    let stripe = Router::new().route("/api/v1/webhooks/stripe", post(post_stripe));
+    let stripe = if state.ingest.verifies_stripe() {
+        stripe
+    } else {
+        guard(stripe, &gate, Need::Ingest, Face::Json)
+    };
+    let reads = Router::new()
         .route("/api/v1/intents", get(list_intents))
         .route("/api/v1/intents/{intent_id}", get(get_intent))
         .route("/api/v1/escalations", get(list_escalations))
         .route("/api/v1/escalations/{id}", get(get_escalation))
+        .route("/api/v1/report", get(report));
+    let actions = Router::new()
         .route("/api/v1/escalations/{id}/claim", post(claim))
-        .route("/api/v1/escalations/{id}/resolve", post(resolve))
-        .route("/api/v1/report", get(report))
-        .route("/metrics", get(metrics))
+        .route("/api/v1/escalations/{id}/resolve", post(resolve));
+    let metrics_route = Router::new().route("/metrics", get(metrics));
+    let metrics_route = match gate.access().metrics_need() {
+        Some(need) => guard(metrics_route, &gate, need, Face::Json),
+        None => metrics_route,
+    };
+    Router::new()
+        .merge(guard(evidence, &gate, Need::Ingest, Face::Json))
+        .merge(stripe)
+        .merge(guard(reads, &gate, Need::Read, Face::Json))
+        .merge(guard(actions, &gate, Need::Act, Face::Json))
+        .merge(metrics_route)
         .route(
             "/healthz",
             get(|| async { Json(serde_json::json!({ "status": "ok" })) }),
         )
         .route("/readyz", get(ready))
-        .merge(ui::routes())
+        .merge(ui::routes(&gate))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(max))
@@ -220,16 +246,19 @@ pub(crate) async fn verdict_doc(s: &ApiState, intent_id: &str) -> Option<Verdict
     }
 }
 
+/// `by` may be left out when a token names who acts (`crate::auth::Principal::acting_as`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ClaimBody {
-    by: String,
+    #[serde(default)]
+    by: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ResolveBody {
-    by: String,
+    #[serde(default)]
+    by: Option<String>,
     resolution: String,
     note: Option<String>,
 }
@@ -257,23 +286,27 @@ fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError>
 
 async fn claim(
     State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let b: ClaimBody = json_body(&body_within_limit(body, s.max_bytes)?)?;
-    let e = s.engine.claim(&id, &b.by).await?;
+    let by = auth::acting_as(&principal, b.by.as_deref())?;
+    let e = s.engine.claim(&id, &by).await?;
     Ok(Json(bundle(&s, &e).await).into_response())
 }
 
 async fn resolve(
     State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let b: ResolveBody = json_body(&body_within_limit(body, s.max_bytes)?)?;
+    let by = auth::acting_as(&principal, b.by.as_deref())?;
     let e = s
         .engine
-        .resolve(&id, &b.by, &b.resolution, b.note.as_deref())
+        .resolve(&id, &by, &b.resolution, b.note.as_deref())
         .await?;
     Ok(Json(bundle(&s, &e).await).into_response())
 }

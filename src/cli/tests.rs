@@ -66,10 +66,17 @@ evict_after = "never"
 log_format = "json"
 log_filter = "warn"
 public_url = "http://file.example"
+tls_cert = "/file/cert.pem"
+tls_key = "/file/key.pem"
 
 [[notify]]
 kind = "alertmanager"
 url = "http://am:9093"
+
+[[auth.token]]
+name = "ana"
+token_env = "RECKON_TEST_TOKEN_ANA"
+role = "operator"
 "#,
         )
         .unwrap();
@@ -97,7 +104,26 @@ const ENV: &[(&str, &str)] = &[
     ("RECKON_LOG_FORMAT", "text"),
     ("RECKON_LOG_FILTER", "error"),
     ("RECKON_PUBLIC_URL", "http://env.example"),
+    ("RECKON_TLS_CERT", "/env/cert.pem"),
+    ("RECKON_TLS_KEY", "/env/key.pem"),
 ];
+
+/// What `token_env` names in the file: read through the same lookup as every variable.
+const TOKEN_ENV: (&str, &str) = ("RECKON_TEST_TOKEN_ANA", "ana-0123456789abcdef");
+
+/// The file's `[[auth.token]]` (file only, like `[[notify]]`).
+fn file_auth() -> crate::auth::AuthConfig {
+    crate::auth::AuthConfig {
+        tokens: vec![
+            crate::auth::Token::new("ana", TOKEN_ENV.1, crate::auth::Role::Operator).unwrap(),
+        ],
+        metrics: crate::auth::MetricsAccess::Read,
+    }
+}
+
+fn with_token(env: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
+    env.iter().copied().chain([TOKEN_ENV]).collect()
+}
 
 const FLAGS: &[&str] = &[
     "--grpc-addr=127.0.0.1:3001",
@@ -115,6 +141,8 @@ const FLAGS: &[&str] = &[
     "--log-format=json",
     "--log-filter=debug",
     "--public-url=https://flag.example/reckon/",
+    "--tls-cert=/flag/cert.pem",
+    "--tls-key=/flag/key.pem",
 ];
 
 #[test]
@@ -138,7 +166,7 @@ fn flag_beats_env_beats_file_beats_default() {
     let l = Layers::new();
     let config = format!("--config={}", l.file.display());
 
-    let file_only = serve(&["serve", &config], &[]);
+    let file_only = serve(&["serve", &config], &with_token(&[]));
     assert_eq!(
         file_only,
         Config {
@@ -158,10 +186,13 @@ fn flag_beats_env_beats_file_beats_default() {
             log_filter: "warn".into(),
             public_url: Some("http://file.example".into()),
             notify: vec![am()],
+            auth: file_auth(),
+            tls_cert: Some("/file/cert.pem".into()),
+            tls_key: Some("/file/key.pem".into()),
         }
     );
 
-    let env_over_file = serve(&["serve", &config], ENV);
+    let env_over_file = serve(&["serve", &config], &with_token(ENV));
     assert_eq!(
         env_over_file,
         Config {
@@ -181,12 +212,15 @@ fn flag_beats_env_beats_file_beats_default() {
             log_filter: "error".into(),
             public_url: Some("http://env.example".into()),
             notify: vec![am()],
+            auth: file_auth(),
+            tls_cert: Some("/env/cert.pem".into()),
+            tls_key: Some("/env/key.pem".into()),
         }
     );
 
     let mut args = vec!["serve", config.as_str()];
     args.extend_from_slice(FLAGS);
-    let flags_over_all = serve(&args, ENV);
+    let flags_over_all = serve(&args, &with_token(ENV));
     assert_eq!(
         flags_over_all,
         Config {
@@ -206,6 +240,9 @@ fn flag_beats_env_beats_file_beats_default() {
             log_filter: "debug".into(),
             public_url: Some("https://flag.example/reckon".into()),
             notify: vec![am()],
+            auth: file_auth(),
+            tls_cert: Some("/flag/cert.pem".into()),
+            tls_key: Some("/flag/key.pem".into()),
         }
     );
 
@@ -216,6 +253,7 @@ fn flag_beats_env_beats_file_beats_default() {
         serve(&args, ENV),
         Config {
             notify: Vec::new(),
+            auth: Default::default(),
             ..flags_over_all
         }
     );
@@ -229,6 +267,7 @@ fn layers_mix_per_setting() {
         &[
             ("RECKON_CONFIG", l.file.to_str().unwrap()),
             ("RECKON_HTTP_ADDR", "127.0.0.1:2002"),
+            TOKEN_ENV,
         ],
     );
     assert_eq!(c.api_addr, addr("127.0.0.1:3003"));
@@ -246,6 +285,36 @@ fn layers_mix_per_setting() {
             ..Config::default()
         }
     );
+}
+
+#[test]
+fn only_serve_resolves_tokens() {
+    let l = Layers::new();
+    let file = l.file.to_str().unwrap();
+    // The variable `token_env` names is not set: serve refuses, naming file, line and field.
+    match run(&["serve", "--config", file], &[]) {
+        Err(CliError::ConfigFile(ConfigFileError::Invalid {
+            line,
+            field,
+            message,
+            ..
+        })) => {
+            let text = std::fs::read_to_string(&l.file).unwrap();
+            let want = text
+                .lines()
+                .position(|l| l.starts_with("token_env"))
+                .unwrap()
+                + 1;
+            assert_eq!((line, field.as_str()), (want, "auth.token.token_env"));
+            assert!(message.contains("RECKON_TEST_TOKEN_ANA"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // `report` reads the same file where the server's secrets are not set.
+    assert!(matches!(
+        run(&["report", "--config", file], &[]),
+        Ok(Command::Report(_))
+    ));
 }
 
 #[test]
@@ -269,6 +338,7 @@ fn empty_env_counts_as_unset() {
         &[
             ("RECKON_GRPC_ADDR", ""),
             ("RECKON_STRIPE_WEBHOOK_SECRET", ""),
+            TOKEN_ENV,
         ],
     );
     assert_eq!(c.grpc_addr, addr("127.0.0.1:1001"));
@@ -342,7 +412,8 @@ fn bad_flags_are_usage_errors() {
         &["report", "--since", "yesterday"],
         &["report", "--format", "xml"],
         &["escalations", "list", "--status", "closed"],
-        &["escalations", "claim", "e1"],
+        &["escalations", "claim", "e1", "--by", " "],
+        &["escalations", "list", "--token", ""],
         &["escalations", "claim", " ", "--by", "ann"],
         &["escalations", "--server", "127.0.0.1:8080", "list"],
         &["demo", "--target", "ftp://x"],
@@ -487,6 +558,7 @@ fn escalations() {
         esc(&["list"], &[]),
         EscalationsCmd {
             server: DEFAULT_SERVER.into(),
+            token: None,
             action: EscalationAction::List { status: None },
         }
     );
@@ -504,7 +576,7 @@ fn escalations() {
         esc(&["claim", "esc-1", "--by", "ann"], &[]).action,
         EscalationAction::Claim {
             id: "esc-1".into(),
-            by: "ann".into()
+            by: Some("ann".into())
         }
     );
     assert_eq!(
@@ -524,7 +596,7 @@ fn escalations() {
         .action,
         EscalationAction::Resolve {
             id: "esc-1".into(),
-            by: "ann".into(),
+            by: Some("ann".into()),
             resolution: "reversed_duplicate".into(),
             note: Some("called the bank".into()),
         }
@@ -546,7 +618,7 @@ fn escalations() {
         .action,
         EscalationAction::Resolve {
             id: "e".into(),
-            by: "a".into(),
+            by: Some("a".into()),
             resolution: "r".into(),
             note: None,
         }
@@ -561,6 +633,26 @@ fn escalations() {
     assert_eq!(
         esc(&["show", "x", "--server", "http://after:1"], env).server,
         "http://after:1"
+    );
+    // The token: flag over RECKON_TOKEN; with one, `--by` may be left out (the server records
+    // the token's name).
+    let token = &[("RECKON_TOKEN", "env-token-0123456789")];
+    assert_eq!(
+        esc(&["list"], token).token.as_deref(),
+        Some("env-token-0123456789")
+    );
+    assert_eq!(
+        esc(&["list", "--token", "flag-token-0123456789"], token)
+            .token
+            .as_deref(),
+        Some("flag-token-0123456789")
+    );
+    assert_eq!(
+        esc(&["claim", "esc-1"], token).action,
+        EscalationAction::Claim {
+            id: "esc-1".into(),
+            by: None
+        }
     );
     assert!(matches!(
         run(&["escalations", "list"], &[("RECKON_SERVER", "nope")]),

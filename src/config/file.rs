@@ -17,6 +17,8 @@
 //! log_format = "json"                  # or "text"
 //! log_filter = "info,reckon=debug"
 //! public_url = "https://reckon.example.internal"   # links in notifications
+//! tls_cert = "/etc/reckon/tls/cert.pem"  # TLS on every listener (both or neither)
+//! tls_key = "/etc/reckon/tls/key.pem"
 //!
 //! [[notify]]                           # any number of these
 //! kind = "alertmanager"                # one alert per unresolved escalation
@@ -28,6 +30,14 @@
 //! url = "http://hooks.internal/reckon"
 //! secret = "..."                       # Reckon-Signature is HMAC-SHA256 with it
 //! name = "pager"                       # optional: names it in delivery ids and logs
+//!
+//! [auth]                               # optional: who may read /metrics ("read" or "open")
+//! metrics = "read"
+//!
+//! [[auth.token]]                       # any number of these; none: everyone may do everything
+//! name = "agents"                      # recorded as who claimed or resolved (operators)
+//! token_env = "RECKON_TOKEN_AGENTS"    # or token = "..." (16 bytes at least)
+//! role = "ingest"                      # ingest | read | operator
 //! ```
 //!
 //! As with contracts, a typo must not silently become a default: unknown keys are errors, and every
@@ -81,6 +91,10 @@ pub struct FileConfig {
     pub public_url: Option<String>,
     /// `[[notify]]` tables; `None` when there are none.
     pub notify: Option<Vec<crate::notify::Target>>,
+    /// The `[auth]` table; `None` when there is none.
+    pub auth: Option<crate::auth::AuthConfig>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
 }
 
 impl FileConfig {
@@ -114,6 +128,13 @@ impl FileConfig {
             cfg.public_url = self.public_url.clone();
         }
         set(&mut cfg.notify, &self.notify);
+        set(&mut cfg.auth, &self.auth);
+        if self.tls_cert.is_some() {
+            cfg.tls_cert = self.tls_cert.clone();
+        }
+        if self.tls_key.is_some() {
+            cfg.tls_key = self.tls_key.clone();
+        }
     }
 }
 
@@ -138,6 +159,27 @@ struct RawFile {
     log_filter: Option<Spanned<String>>,
     public_url: Option<Spanned<String>>,
     notify: Option<Vec<Spanned<RawNotify>>>,
+    tls_cert: Option<Spanned<String>>,
+    tls_key: Option<Spanned<String>>,
+    auth: Option<Spanned<RawAuth>>,
+}
+
+/// The `[auth]` table.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuth {
+    metrics: Option<Spanned<String>>,
+    token: Option<Vec<Spanned<RawToken>>>,
+}
+
+/// One `[[auth.token]]` table.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawToken {
+    name: Spanned<String>,
+    token: Option<Spanned<String>>,
+    token_env: Option<Spanned<String>>,
+    role: Spanned<String>,
 }
 
 /// One `[[notify]]` table.
@@ -203,8 +245,23 @@ impl Src<'_> {
     }
 }
 
-/// Parses a config file's text. `file` names it in errors and anchors relative paths.
+/// Looks up an environment variable (the process environment, or a map in tests).
+pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// Parses a config file's text. `file` names it in errors and anchors relative paths;
+/// `token_env` entries are read from the process environment.
 pub fn parse_file(file: &Path, text: &str) -> Result<FileConfig, ConfigFileError> {
+    parse_file_env(file, text, Some(&|name| std::env::var(name).ok()))
+}
+
+/// [`parse_file`] with `env` standing in for the process environment. With `None` the `[auth]`
+/// table is checked for shape but its tokens are not resolved (`auth` stays `None`): for the
+/// commands that read the file but serve nothing.
+pub fn parse_file_env(
+    file: &Path,
+    text: &str,
+    env: Option<EnvLookup<'_>>,
+) -> Result<FileConfig, ConfigFileError> {
     let src = Src(TomlSource { file, text });
     let raw: RawFile = toml::from_str(text).map_err(|e| src.toml_err(&e))?;
 
@@ -235,6 +292,10 @@ pub fn parse_file(file: &Path, text: &str) -> Result<FileConfig, ConfigFileError
         None => None,
         Some(tables) => Some(notify_targets(&src, tables)?),
     };
+    let auth = match (&raw.auth, env) {
+        (Some(table), Some(env)) => Some(auth_config(&src, table, env)?),
+        _ => None,
+    };
 
     Ok(FileConfig {
         grpc_addr: src.value("grpc_addr", &raw.grpc_addr, value::parse_addr)?,
@@ -261,7 +322,72 @@ pub fn parse_file(file: &Path, text: &str) -> Result<FileConfig, ConfigFileError
         log_filter: src.value("log_filter", &raw.log_filter, value::parse_log_filter)?,
         public_url: src.value("public_url", &raw.public_url, value::parse_http_url)?,
         notify,
+        auth,
+        tls_cert: src.path("tls_cert", &raw.tls_cert)?,
+        tls_key: src.path("tls_key", &raw.tls_key)?,
     })
+}
+
+/// The `[auth]` table; an error names the line and the field (`auth.token.role`, ...) and never
+/// repeats a token.
+fn auth_config(
+    src: &Src<'_>,
+    table: &Spanned<RawAuth>,
+    env: EnvLookup<'_>,
+) -> Result<crate::auth::AuthConfig, ConfigFileError> {
+    use crate::auth::{AuthConfig, MetricsAccess, Role, Token, TokenError};
+    let raw = table.get_ref();
+    let metrics = match &raw.metrics {
+        None => MetricsAccess::default(),
+        Some(m) => MetricsAccess::parse(m.get_ref()).ok_or_else(|| {
+            src.err(
+                m.span(),
+                "auth.metrics",
+                format!(
+                    "invalid value {:?}: expected \"read\" (a read or operator token) or \"open\"",
+                    m.get_ref()
+                ),
+            )
+        })?,
+    };
+    let mut tokens: Vec<Token> = Vec::new();
+    for entry in raw.token.iter().flatten() {
+        let t = entry.get_ref();
+        let role = Role::parse(t.role.get_ref())
+            .map_err(|e| src.err(t.role.span(), "auth.token.role", e))?;
+        let (secret, span, field) = match (&t.token, &t.token_env) {
+            (Some(_), Some(v)) => {
+                return Err(src.err(v.span(), "auth.token.token_env", TokenError::Both))
+            }
+            (None, None) => {
+                return Err(src.err(t.name.span(), "auth.token.token", TokenError::Neither))
+            }
+            (Some(s), None) => (s.get_ref().clone(), s.span(), "auth.token.token"),
+            (None, Some(v)) => {
+                let var = v.get_ref().trim();
+                match env(var).filter(|s| !s.is_empty()) {
+                    Some(s) => (s, v.span(), "auth.token.token_env"),
+                    None => {
+                        return Err(src.err(
+                            v.span(),
+                            "auth.token.token_env",
+                            TokenError::Env(var.to_string()),
+                        ))
+                    }
+                }
+            }
+        };
+        let token = Token::new(t.name.get_ref(), &secret, role).map_err(|e| {
+            let (span, field) = match e {
+                TokenError::Name(_) => (t.name.span(), "auth.token.name"),
+                _ => (span.clone(), field),
+            };
+            src.err(span, field, e)
+        })?;
+        tokens.push(token);
+        AuthConfig::check_unique(&tokens).map_err(|e| src.err(span.clone(), field, e))?;
+    }
+    Ok(AuthConfig { tokens, metrics })
 }
 
 /// The `[[notify]]` tables as targets; an error names the table's line and its field
@@ -319,11 +445,19 @@ fn notify_targets(
 /// Reads and parses a config file. A missing file is an error naming it: a service started with
 /// `--config` that silently ran on defaults would be listening where nobody expects.
 pub fn load_file(file: &Path) -> Result<FileConfig, ConfigFileError> {
+    load_file_env(file, Some(&|name| std::env::var(name).ok()))
+}
+
+/// [`load_file`] with `env` standing in for the process environment (see [`parse_file_env`]).
+pub fn load_file_env(
+    file: &Path,
+    env: Option<EnvLookup<'_>>,
+) -> Result<FileConfig, ConfigFileError> {
     let text = std::fs::read_to_string(file).map_err(|source| ConfigFileError::Io {
         file: file.to_path_buf(),
         source,
     })?;
-    parse_file(file, &text)
+    parse_file_env(file, &text, env)
 }
 
 #[cfg(test)]
@@ -679,6 +813,185 @@ name = "pager"
             "[[notify]]\nkind = \"alertmanager\"\nurl = \"http://x\"\nsecret = \"hunter2\"\n",
         );
         assert!(!msg.contains("hunter2"), "{msg}");
+    }
+
+    fn with_env(text: &str, env: &[(&str, &str)]) -> Result<FileConfig, ConfigFileError> {
+        let env: std::collections::HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        parse_file_env(
+            Path::new(FILE),
+            text,
+            Some(&move |k: &str| env.get(k).cloned()),
+        )
+    }
+
+    const OP: &str = "op-0123456789abcdef";
+
+    #[test]
+    fn auth_tokens_and_tls_files() {
+        use crate::auth::{MetricsAccess, Role, Token};
+        let text = r#"
+tls_cert = "tls/cert.pem"
+tls_key = "/etc/reckon/key.pem"
+
+[auth]
+metrics = "open"
+
+[[auth.token]]
+name = "agents"
+token_env = "AGENTS_TOKEN"
+role = "ingest"
+
+[[auth.token]]
+name = "ana"
+token = "op-0123456789abcdef"
+role = "operator"
+"#;
+        let f = with_env(text, &[("AGENTS_TOKEN", "agents-0123456789abcdef")]).unwrap();
+        let mut cfg = Config::default();
+        f.apply(&mut cfg);
+        assert_eq!(cfg.tls_cert.as_deref(), Some(Path::new("etc/tls/cert.pem")));
+        assert_eq!(
+            cfg.tls_key.as_deref(),
+            Some(Path::new("/etc/reckon/key.pem"))
+        );
+        assert_eq!(cfg.auth.metrics, MetricsAccess::Open);
+        assert_eq!(
+            cfg.auth.tokens,
+            vec![
+                Token::new("agents", "agents-0123456789abcdef", Role::Ingest).unwrap(),
+                Token::new("ana", OP, Role::Operator).unwrap(),
+            ]
+        );
+        // Without an environment to resolve them (commands that serve nothing), tokens are
+        // left alone and no variable is needed.
+        let f = parse_file_env(Path::new(FILE), text, None).unwrap();
+        assert_eq!(f.auth, None);
+        // `[auth]` alone: no tokens, metrics as said.
+        let f = with_env("[auth]\nmetrics = \"read\"\n", &[]).unwrap();
+        assert_eq!(f.auth.unwrap().tokens, vec![]);
+    }
+
+    #[test]
+    fn bad_auth_tables_name_line_and_field_and_never_the_token() {
+        let t = |name: &str, secret_line: &str, role: &str| {
+            format!("[[auth.token]]\nname = \"{name}\"\n{secret_line}\nrole = \"{role}\"\n")
+        };
+        let ok = format!("token = \"{OP}\"");
+        let cases: Vec<(String, usize, &str, &str)> = vec![
+            (t("ana", &ok, "admin"), 4, "auth.token.role", "unknown role"),
+            (
+                t("a b", &ok, "read"),
+                2,
+                "auth.token.name",
+                "invalid token name",
+            ),
+            (
+                t("ana", "token = \"hunter2\"", "read"),
+                3,
+                "auth.token.token",
+                "at least 16 bytes",
+            ),
+            (
+                t("ana", "token = \"hunter2 hunter2 hunter2\"", "read"),
+                3,
+                "auth.token.token",
+                "visible ASCII",
+            ),
+            (
+                t("ana", "token_env = \"UNSET_VAR\"", "read"),
+                3,
+                "auth.token.token_env",
+                "UNSET_VAR is not set",
+            ),
+            (
+                t("ana", "token_env = \"EMPTY_VAR\"", "read"),
+                3,
+                "auth.token.token_env",
+                "EMPTY_VAR is not set",
+            ),
+            (
+                t("ana", "token_env = \"SHORT_VAR\"", "read"),
+                3,
+                "auth.token.token_env",
+                "at least 16 bytes",
+            ),
+            (
+                t(
+                    "ana",
+                    &format!("token = \"{OP}\"\ntoken_env = \"X\""),
+                    "read",
+                ),
+                4,
+                "auth.token.token_env",
+                "not both",
+            ),
+            (
+                "[[auth.token]]\nname = \"ana\"\nrole = \"read\"\n".into(),
+                2,
+                "auth.token.token",
+                "inline",
+            ),
+            (
+                format!("{}\n{}", t("ana", &ok, "read"), t("bob", &ok, "operator")),
+                8,
+                "auth.token.token",
+                "configured twice",
+            ),
+            (
+                "[auth]\nmetrics = \"public\"\n".into(),
+                2,
+                "auth.metrics",
+                "invalid value",
+            ),
+        ];
+        let env = [("EMPTY_VAR", ""), ("SHORT_VAR", "hunter2")];
+        for (text, want_line, want_field, want_msg) in &cases {
+            match with_env(text, &env) {
+                Err(ConfigFileError::Invalid {
+                    line,
+                    field,
+                    message,
+                    ..
+                }) => {
+                    assert_eq!(
+                        (line, field.as_str()),
+                        (*want_line, *want_field),
+                        "{text}: {message}"
+                    );
+                    assert!(message.contains(want_msg), "{text}: {message}");
+                    assert!(
+                        !message.contains("hunter2") && !message.contains(OP),
+                        "{message}"
+                    );
+                }
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        // Unknown keys in a token table are errors too.
+        let (line, field, msg) = invalid(&format!(
+            "[[auth.token]]\nname = \"ana\"\n{ok}\nrole = \"read\"\nrol = \"x\"\n"
+        ));
+        assert_eq!((line, field.as_str()), (5, "auth.token.rol"), "{msg}");
+        let (_, field, _) = invalid("tls_cert = \"\"\n");
+        assert_eq!(field, "tls_cert");
+    }
+
+    /// The README's configuration example is a valid file, tokens and TLS included.
+    #[test]
+    fn the_readme_example_parses() {
+        let readme = include_str!("../../README.md");
+        let start = readme.find("### Configuration").unwrap();
+        let block = &readme[start..];
+        let block = &block[block.find("```toml\n").unwrap() + 8..];
+        let block = &block[..block.find("```").unwrap()];
+        let f = with_env(block, &[("RECKON_TOKEN_AGENTS", "agents-0123456789abcdef")]).unwrap();
+        let auth = f.auth.unwrap();
+        assert_eq!(auth.tokens.len(), 1);
+        assert_eq!(auth.tokens[0].name, "agents");
+        assert!(f.tls_cert.is_some() && f.tls_key.is_some());
     }
 
     #[test]

@@ -26,6 +26,21 @@ pub enum IngestError {
     BadSignature(String),
     #[error("{0}")]
     BadRequest(String),
+    /// No token, or one reckon does not know: one answer for both (`auth`).
+    #[error("{}", crate::auth::AuthError::Unauthenticated)]
+    Unauthenticated,
+    /// A known token whose role does not allow this.
+    #[error("{0}")]
+    PermissionDenied(String),
+}
+
+impl From<crate::auth::AuthError> for IngestError {
+    fn from(e: crate::auth::AuthError) -> Self {
+        match e {
+            crate::auth::AuthError::Unauthenticated => IngestError::Unauthenticated,
+            other => IngestError::PermissionDenied(other.to_string()),
+        }
+    }
 }
 
 /// How an [`IngestError`] appears on the wire.
@@ -65,6 +80,12 @@ impl IngestError {
             ),
             IngestError::BadSignature(_) => (Code::Unauthenticated, 400, "bad_signature", None),
             IngestError::BadRequest(_) => (Code::InvalidArgument, 400, "bad_request", None),
+            // Not retryable: OTLP exporters drop the batch and log, which is what a wrong
+            // token deserves (retrying cannot fix it).
+            IngestError::Unauthenticated => (Code::Unauthenticated, 401, "unauthenticated", None),
+            IngestError::PermissionDenied(_) => {
+                (Code::PermissionDenied, 403, "permission_denied", None)
+            }
         };
         WireError {
             grpc,

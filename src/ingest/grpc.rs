@@ -18,8 +18,10 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use tonic::codec::CompressionEncoding;
 use tonic::{Request, Response, Status};
 
+use super::error::IngestError;
 use super::otlp;
 use super::service::{IngestService, Transport};
+use crate::auth::{Gate, Need};
 
 pub struct Traces(pub Arc<IngestService>);
 pub struct Logs(pub Arc<IngestService>);
@@ -87,8 +89,31 @@ impl LogsService for Logs {
     }
 }
 
-/// The gRPC router: gzip accepted, messages capped at `max_message_bytes` after decompression.
-pub fn router(service: Arc<IngestService>, max_message_bytes: usize) -> tonic::service::Routes {
+/// Every export needs an `ingest` token in its `authorization` metadata. The interceptor sees
+/// the headers before the message is read, so a refused export costs no decoding.
+#[derive(Clone)]
+pub struct Authorize(pub Gate);
+
+impl tonic::service::Interceptor for Authorize {
+    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+        let header = request
+            .metadata()
+            .get("authorization")
+            .map(|v| v.as_bytes());
+        match self.0.check(header, Need::Ingest) {
+            Ok(_) => Ok(request),
+            Err(e) => Err(IngestError::from(e).to_status()),
+        }
+    }
+}
+
+/// The gRPC router: exports authorized by `gate`, gzip accepted, messages capped at
+/// `max_message_bytes` after decompression.
+pub fn router(
+    service: Arc<IngestService>,
+    max_message_bytes: usize,
+    gate: Gate,
+) -> tonic::service::Routes {
     let traces = TraceServiceServer::new(Traces(service.clone()))
         .accept_compressed(CompressionEncoding::Gzip)
         .send_compressed(CompressionEncoding::Gzip)
@@ -97,5 +122,12 @@ pub fn router(service: Arc<IngestService>, max_message_bytes: usize) -> tonic::s
         .accept_compressed(CompressionEncoding::Gzip)
         .send_compressed(CompressionEncoding::Gzip)
         .max_decoding_message_size(max_message_bytes);
-    tonic::service::Routes::new(traces).add_service(logs)
+    let authorize = Authorize(gate);
+    tonic::service::Routes::new(tonic::service::interceptor::InterceptedService::new(
+        traces,
+        authorize.clone(),
+    ))
+    .add_service(tonic::service::interceptor::InterceptedService::new(
+        logs, authorize,
+    ))
 }

@@ -23,6 +23,7 @@ use prost::Message;
 use super::error::IngestError;
 use super::otlp;
 use super::service::{IngestService, PartialSuccess, Transport};
+use crate::auth::{Gate, Need};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -36,13 +37,42 @@ struct HttpState {
     max_bytes: usize,
 }
 
-pub fn router(service: Arc<IngestService>, max_bytes: usize) -> Router {
+pub fn router(service: Arc<IngestService>, max_bytes: usize, gate: Gate) -> Router {
     Router::new()
         .route("/v1/traces", post(traces))
         .route("/v1/logs", post(logs))
+        // Before admission and before the body is read: a refused export costs nothing.
+        .route_layer(axum::middleware::from_fn_with_state(gate, authorize))
         // Bodies are read by `read_body` under the limit, after admission.
         .layer(DefaultBodyLimit::disable())
         .with_state(HttpState { service, max_bytes })
+}
+
+/// Every export needs an `ingest` token; a refusal answers in the request's format, as every
+/// other OTLP/HTTP error does.
+async fn authorize(
+    State(gate): State<Gate>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let header = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|v| v.as_bytes());
+    match gate.check(header, Need::Ingest) {
+        Ok(_) => next.run(request).await,
+        Err(e) => {
+            let format = format_of(request.headers()).unwrap_or(Format::Protobuf);
+            let mut response = error_response(format, &IngestError::from(e));
+            if response.status() == StatusCode::UNAUTHORIZED {
+                response.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"reckon\""),
+                );
+            }
+            response
+        }
+    }
 }
 
 fn format_of(headers: &HeaderMap) -> Result<Format, IngestError> {

@@ -110,6 +110,11 @@ impl IngestService {
         self.engine.contracts()
     }
 
+    /// Stripe events are checked against a webhook secret (their signature authenticates them).
+    pub fn verifies_stripe(&self) -> bool {
+        self.stripe_secret.is_some()
+    }
+
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
     }

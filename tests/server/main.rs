@@ -1,5 +1,6 @@
 //! reckon as a running server: real OTLP exporters, real HTTP, a real SQLite file.
 
+mod access;
 mod api;
 mod bad_input;
 mod eviction;

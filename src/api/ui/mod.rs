@@ -15,7 +15,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use axum::extract::rejection::{FormRejection, QueryRejection};
-use axum::extract::{Form, Path, Query, State};
+use axum::extract::{Extension, Form, Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -24,7 +24,9 @@ use serde::Deserialize;
 
 use self::html::{error_page, human_duration, page, respond, short_time, when, E, U};
 use self::timeline::{Item, Lane, Shape, Timeline};
+use super::auth::{guard, Face};
 use super::{ApiError, ApiState};
+use crate::auth::{Gate, Need, Principal};
 use crate::codec::{parse_rfc3339, ContractDoc, VerdictDoc};
 use crate::engine::wall_now;
 use crate::model::*;
@@ -52,14 +54,25 @@ const fn fnv1a(bytes: &[u8]) -> u64 {
 /// Rows the queue shows at most; the filters narrow it down.
 const QUEUE_ROWS: usize = 500;
 
-pub fn routes() -> Router<ApiState> {
-    Router::new()
+/// The pages are API reads and person's actions (`crate::auth`); a browser sends the token as
+/// the password of HTTP Basic. The stylesheet and icon are open: they say nothing.
+pub fn routes(gate: &Gate) -> Router<ApiState> {
+    let reads = Router::new()
         .route("/", get(queue))
-        .route("/escalations/{id}", get(escalation_page))
+        .route("/escalations/{id}", get(escalation_page));
+    let actions = Router::new()
         .route("/escalations/{id}/claim", post(claim))
-        .route("/escalations/{id}/resolve", post(resolve))
+        .route("/escalations/{id}/resolve", post(resolve));
+    Router::new()
+        .merge(guard(reads, gate, Need::Read, Face::Page))
+        .merge(guard(actions, gate, Need::Act, Face::Page))
         .route("/ui/reckon.css", get(css))
         .route("/ui/favicon.svg", get(favicon))
+}
+
+/// A refused request to a page, as a page.
+pub(super) fn refusal_page(status: StatusCode, message: &str) -> Response {
+    error_page(status, message)
 }
 
 /// A mark for the browser tab: the queue's red "open" badge.
@@ -376,6 +389,7 @@ struct PageQuery {
 
 async fn escalation_page(
     State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
     q: Result<Query<PageQuery>, QueryRejection>,
 ) -> Response {
@@ -385,16 +399,19 @@ async fn escalation_page(
         Some("resolved") => Some("Resolved. It has left the queue; new evidence with a high or critical finding opens a new escalation."),
         _ => None,
     };
-    escalation_view(&s, &id, notice, None).await
+    escalation_view(&s, &principal, &id, notice, None).await
 }
 
+/// `by` is absent when a token names who acts (the form then has no name field).
 #[derive(Debug, Deserialize)]
 struct ClaimForm {
+    #[serde(default)]
     by: String,
 }
 
 #[derive(Debug, Deserialize)]
 struct ResolveForm {
+    #[serde(default)]
     by: String,
     resolution: String,
     #[serde(default)]
@@ -402,8 +419,10 @@ struct ResolveForm {
 }
 
 /// A browser's form post from another site is refused: with no tokens configured anyone may
-/// claim and resolve, and a page elsewhere must not do it in a visitor's name. Clients that are
-/// not browsers (no `Origin`, no `Sec-Fetch-Site`) are let through, as the JSON API lets them.
+/// claim and resolve, and with tokens the browser sends its saved Basic credentials to this
+/// origin whoever made the form, so a page elsewhere must not act in a visitor's name either
+/// way. Clients that are not browsers (no `Origin`, no `Sec-Fetch-Site`) are let through, as the
+/// JSON API lets them.
 fn same_origin(headers: &HeaderMap) -> bool {
     if let Some(site) = headers.get("sec-fetch-site") {
         return matches!(site.to_str(), Ok("same-origin" | "none"));
@@ -434,12 +453,16 @@ fn api_status(e: &ApiError) -> StatusCode {
         ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
         ApiError::Conflict(_) => StatusCode::CONFLICT,
         ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+        ApiError::Ingest(e) => {
+            StatusCode::from_u16(e.wire().http).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
+        }
         _ => StatusCode::SERVICE_UNAVAILABLE,
     }
 }
 
 async fn claim(
     State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
     headers: HeaderMap,
     form: Result<Form<ClaimForm>, FormRejection>,
@@ -454,17 +477,23 @@ async fn claim(
         Ok(Form(f)) => f,
         Err(r) => return error_page(StatusCode::BAD_REQUEST, &r.body_text()),
     };
-    match s.engine.claim(&id, f.by.trim()).await {
+    let by = match super::auth::acting_as(&principal, Some(&f.by)) {
+        Ok(by) => by,
+        Err(e) => return error_page(api_status(&e), &e.to_string()),
+    };
+    match s.engine.claim(&id, &by).await {
         Ok(_) => see_other(format!("/escalations/{}?done=claimed", U(&id))),
         Err(e) => {
             let e = ApiError::from(e);
-            escalation_view(&s, &id, None, Some((api_status(&e), e.to_string()))).await
+            let problem = Some((api_status(&e), e.to_string()));
+            escalation_view(&s, &principal, &id, None, problem).await
         }
     }
 }
 
 async fn resolve(
     State(s): State<ApiState>,
+    Extension(principal): Extension<Principal>,
     Path(id): Path<String>,
     headers: HeaderMap,
     form: Result<Form<ResolveForm>, FormRejection>,
@@ -479,16 +508,17 @@ async fn resolve(
         Ok(Form(f)) => f,
         Err(r) => return error_page(StatusCode::BAD_REQUEST, &r.body_text()),
     };
+    let by = match super::auth::acting_as(&principal, Some(&f.by)) {
+        Ok(by) => by,
+        Err(e) => return error_page(api_status(&e), &e.to_string()),
+    };
     let note = Some(f.note.trim()).filter(|n| !n.is_empty());
-    match s
-        .engine
-        .resolve(&id, f.by.trim(), f.resolution.trim(), note)
-        .await
-    {
+    match s.engine.resolve(&id, &by, f.resolution.trim(), note).await {
         Ok(_) => see_other(format!("/escalations/{}?done=resolved", U(&id))),
         Err(e) => {
             let e = ApiError::from(e);
-            escalation_view(&s, &id, None, Some((api_status(&e), e.to_string()))).await
+            let problem = Some((api_status(&e), e.to_string()));
+            escalation_view(&s, &principal, &id, None, problem).await
         }
     }
 }
@@ -504,6 +534,7 @@ const RESOLUTIONS: [&str; 5] = [
 
 async fn escalation_view(
     s: &ApiState,
+    principal: &Principal,
     id: &str,
     notice: Option<&str>,
     problem: Option<(StatusCode, String)>,
@@ -639,7 +670,7 @@ async fn escalation_view(
         "</dl><p class=\"json\"><a href=\"/api/v1/escalations/{}\">Evidence bundle as JSON</a></p></section>",
         E(&U(&e.id).to_string())
     );
-    actions(&mut b, &e);
+    actions(&mut b, &e, principal);
     b.push_str("</div>");
 
     // The time axis.
@@ -684,31 +715,44 @@ fn fact(b: &mut String, name: &str, value_html: &str) {
     let _ = write!(b, "<dt>{}</dt><dd>{}</dd>", E(name), value_html);
 }
 
-fn actions(b: &mut String, e: &Escalation) {
+/// The claim and resolve forms. With a token the person is the token's name, shown instead of
+/// a name field; a token that may only read gets no forms.
+fn actions(b: &mut String, e: &Escalation, principal: &Principal) {
     let action = |what: &str| format!("/escalations/{}/{what}", U(&e.id));
     b.push_str("<section class=\"card actions\"><h2>Work it</h2>");
+    let by_field = |value: &str| {
+        match principal.name() {
+        Some(name) => format!("<p class=\"who\" id=\"acting-as\">as <b>{}</b></p>", E(name)),
+        None => format!(
+            "<label>By <input name=\"by\" required maxlength=\"200\" autocomplete=\"username\" value=\"{}\" placeholder=\"your name\"></label>",
+            E(value)
+        ),
+    }
+    };
     match e.status {
         EscalationStatus::Resolved => {
             b.push_str("<p>Resolved: nothing left to do here. New evidence with a high or critical finding opens a new escalation.</p>");
+        }
+        _ if !principal.may(Need::Act) => {
+            b.push_str("<p id=\"read-only\">Your token may read the queue; claiming and resolving needs an operator token.</p>");
         }
         status => {
             if status == EscalationStatus::Open {
                 let _ = write!(
                     b,
-                    "<form method=\"post\" action=\"{}\" id=\"claim-form\"><h3>Claim</h3>\
-                     <label>By <input name=\"by\" required maxlength=\"200\" autocomplete=\"username\" placeholder=\"your name\"></label>\
+                    "<form method=\"post\" action=\"{}\" id=\"claim-form\"><h3>Claim</h3>{}\
                      <button type=\"submit\" id=\"claim\">Claim</button></form>",
-                    E(&action("claim"))
+                    E(&action("claim")),
+                    by_field("")
                 );
             }
             let _ = write!(
                 b,
-                "<form method=\"post\" action=\"{}\" id=\"resolve-form\"><h3>Resolve</h3>\
-                 <label>By <input name=\"by\" required maxlength=\"200\" autocomplete=\"username\" value=\"{}\" placeholder=\"your name\"></label>\
+                "<form method=\"post\" action=\"{}\" id=\"resolve-form\"><h3>Resolve</h3>{}\
                  <label>Resolution <input name=\"resolution\" required maxlength=\"200\" list=\"resolutions\" placeholder=\"what was done\"></label>\
                  <datalist id=\"resolutions\">",
                 E(&action("resolve")),
-                E(e.claimed_by.as_deref().unwrap_or(""))
+                by_field(e.claimed_by.as_deref().unwrap_or(""))
             );
             for r in RESOLUTIONS {
                 let _ = write!(b, "<option value=\"{r}\">");
