@@ -92,6 +92,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         (!config.notify.is_empty()).then(|| Arc::new(Notifier::new(config.notify.clone())));
     let options = crate::engine::EngineOptions {
         evict_after: config.evict_after,
+        retention: config.retention,
         ..Default::default()
     };
     let (engine, tasks) = Engine::start_notifying(

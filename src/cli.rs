@@ -231,6 +231,7 @@ const ENV_MAX_REQUEST_BYTES: &str = "RECKON_MAX_REQUEST_BYTES";
 const ENV_MAX_CONCURRENT_EXPORTS: &str = "RECKON_MAX_CONCURRENT_EXPORTS";
 const ENV_SHUTDOWN_GRACE: &str = "RECKON_SHUTDOWN_GRACE";
 const ENV_EVICT_AFTER: &str = "RECKON_EVICT_AFTER";
+const ENV_RETENTION: &str = "RECKON_RETENTION";
 const ENV_LOG_FORMAT: &str = "RECKON_LOG_FORMAT";
 const ENV_LOG_FILTER: &str = "RECKON_LOG_FILTER";
 const ENV_PUBLIC_URL: &str = "RECKON_PUBLIC_URL";
@@ -302,7 +303,8 @@ fn store(s: &str) -> Result<StoreConfig, ValueError> {
     Ok(value::parse_store(s)?)
 }
 
-/// `--evict-after`: clap reads a bare `Option<Option<_>>` as a flag with an optional value.
+/// `--evict-after`, `--retention`: clap reads a bare `Option<Option<_>>` as a flag with an
+/// optional value.
 #[derive(Clone, Debug)]
 struct EvictAfter(Option<Duration>);
 
@@ -395,6 +397,10 @@ struct ServeCli {
     /// it) [default: 60s] [env: RECKON_EVICT_AFTER]
     #[arg(long, value_name = "DURATION", value_parser = |s: &str| value::parse_evict_after(s).map(EvictAfter))]
     evict_after: Option<EvictAfter>,
+    /// How long raw events of settled intents are kept; verdicts, findings and escalations stay
+    /// (`forever`: keep everything) [default: forever] [env: RECKON_RETENTION]
+    #[arg(long, value_name = "DURATION", value_parser = |s: &str| value::parse_retention(s).map(EvictAfter))]
+    retention: Option<EvictAfter>,
     /// `text` or `json` [default: text] [env: RECKON_LOG_FORMAT]
     #[arg(long, value_name = "FORMAT", value_parser = value::parse_log_format)]
     log_format: Option<LogFormat>,
@@ -482,6 +488,14 @@ impl ServeCli {
                 self.evict_after.map(|e| e.0),
                 ENV_EVICT_AFTER,
                 value::parse_evict_after,
+            )?,
+        );
+        set(
+            &mut c.retention,
+            env.or(
+                self.retention.map(|e| e.0),
+                ENV_RETENTION,
+                value::parse_retention,
             )?,
         );
         set(

@@ -53,6 +53,9 @@ pub struct Config {
     /// How long a settled intent stays in memory before it leaves for the store (default 60 s;
     /// `None`: never). It comes back when an event touches it.
     pub evict_after: Option<Duration>,
+    /// How long raw events of settled intents are kept (default `None`: for ever). Verdicts,
+    /// findings and escalations are kept whatever this says.
+    pub retention: Option<Duration>,
     pub log_format: LogFormat,
     /// A `tracing` env-filter directive (default `info`).
     pub log_filter: String,
@@ -84,6 +87,7 @@ impl Default for Config {
             max_concurrent_exports: 64,
             shutdown_grace: Duration::from_secs(10),
             evict_after: Some(Duration::from_secs(60)),
+            retention: None,
             log_format: LogFormat::Text,
             log_filter: "info".into(),
             public_url: None,

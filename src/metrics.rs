@@ -197,6 +197,7 @@ pub struct Metrics {
     deadline_overdue_ns: AtomicU64,
     intents: AtomicI64,
     intents_evicted: AtomicI64,
+    intents_expired: AtomicU64,
     verdict_latency: Histogram,
     store_append: Histogram,
     version: &'static str,
@@ -239,6 +240,7 @@ impl Metrics {
             deadline_overdue_ns: AtomicU64::new(0),
             intents: AtomicI64::new(0),
             intents_evicted: AtomicI64::new(0),
+            intents_expired: AtomicU64::new(0),
             verdict_latency: Histogram::new(&LATENCY_BUCKETS),
             store_append: Histogram::new(&LATENCY_BUCKETS),
             version: env!("CARGO_PKG_VERSION"),
@@ -383,6 +385,11 @@ impl Metrics {
     pub fn set_intents_evicted(&self, n: u64) {
         self.intents_evicted
             .store(i64::try_from(n).unwrap_or(i64::MAX), Relaxed);
+    }
+
+    /// Settled intents whose raw events retention deleted.
+    pub fn intents_expired(&self, n: u64) {
+        self.intents_expired.fetch_add(n, Relaxed);
     }
 
     pub fn set_intents(&self, n: u64) {
@@ -571,6 +578,17 @@ impl Metrics {
             out,
             "reckon_intents_evicted {}",
             self.intents_evicted.load(Relaxed)
+        );
+        header(
+            &mut out,
+            "reckon_intents_expired_total",
+            "Settled intents whose raw events were deleted by `retention` (verdicts, findings and escalations stay).",
+            "counter",
+        );
+        let _ = writeln!(
+            out,
+            "reckon_intents_expired_total {}",
+            self.intents_expired.load(Relaxed)
         );
         if let up @ (0 | 1) = self.store_up.load(Relaxed) {
             header(

@@ -255,6 +255,13 @@ macro_rules! conformance {
                 .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn retention_expires_raw_events_of_settled_intents() {
+                run(|h| async move {
+                    super::retention_expires_raw_events_of_settled_intents(&*h).await
+                })
+                .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn restart_loads_only_what_is_open() {
                 run(|h| async move { super::restart_loads_only_what_is_open(&*h).await }).await
             }
@@ -2749,4 +2756,80 @@ async fn contracts_reload_through_the_engine<H: Harness>(h: &H) {
         );
     }
     stop(engine, tasks).await;
+}
+
+/// Retention: the raw events of a settled intent whose latest event is older than the cut
+/// leave the store (its attempts, the intent-less record of an object only it reaches, its
+/// routes); its verdict stays. An open intent as old, and a settled one newer than the cut,
+/// keep theirs. A second pass finds nothing more. (ClickHouse deletes by mutation, in the
+/// background: polled.)
+async fn retention_expires_raw_events_of_settled_intents<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let old = [
+        A {
+            http: Some(200),
+            key: Some("k-old"),
+            object: Some("re_old"),
+            status: Some("succeeded"),
+            ..A::new(1, "old", 0)
+        }
+        .event(),
+        record("re_old", None, Some("k-old"), "succeeded", 5),
+    ];
+    let new = A {
+        http: Some(200),
+        key: Some("k-new"),
+        object: Some("re_new"),
+        status: Some("succeeded"),
+        ..A::new(2, "new", 1000)
+    }
+    .event();
+    let open = A {
+        error: Some("timeout"),
+        key: Some("k-open"),
+        ..A::new(3, "open", 0)
+    }
+    .event();
+    let all: Vec<Event> = old.iter().cloned().chain([new.clone(), open.clone()]).collect();
+    appended(&store, all.clone()).await;
+    let out = EngineCore::new(contracts()).ingest(all, at(1100));
+    store
+        .put_derived(Derived {
+            verdicts: out.verdicts.iter().map(|v| Verdict::clone(v)).collect(),
+            routes: out.routes,
+            ..Derived::default()
+        })
+        .await
+        .unwrap();
+
+    assert_eq!(store.expire_events(at(500), 10).await.unwrap(), 1);
+    let gone = || async {
+        store
+            .events_touching(reckon::store::EventQuery {
+                intents: vec!["old".into()],
+                keys: vec!["k-old".into()],
+                objects: vec!["re_old".into()],
+            })
+            .await
+            .unwrap()
+            .is_empty()
+            && store.route_owners(vec!["i:old".into()]).await.unwrap().is_empty()
+    };
+    let mut tries = 0;
+    while !gone().await {
+        tries += 1;
+        assert!(tries < 40, "the old intent's raw events and routes are still there");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let kept = store
+        .events_touching(reckon::store::EventQuery {
+            intents: vec!["new".into(), "open".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(sorted_events(kept), sorted_events(vec![new, open]));
+    let v = store.get_verdict("old").await.unwrap().expect("the verdict stays");
+    assert_eq!(v.state, "completed");
+    assert_eq!(store.expire_events(at(500), 10).await.unwrap(), 0, "nothing more");
 }

@@ -63,6 +63,7 @@ max_request_bytes = 1001
 max_concurrent_exports = 1
 shutdown_grace = "1s"
 evict_after = "never"
+retention = "30d"
 log_format = "json"
 log_filter = "warn"
 public_url = "http://file.example"
@@ -101,6 +102,7 @@ const ENV: &[(&str, &str)] = &[
     ("RECKON_MAX_CONCURRENT_EXPORTS", "2"),
     ("RECKON_SHUTDOWN_GRACE", "2s"),
     ("RECKON_EVICT_AFTER", "2m"),
+    ("RECKON_RETENTION", "60d"),
     ("RECKON_LOG_FORMAT", "text"),
     ("RECKON_LOG_FILTER", "error"),
     ("RECKON_PUBLIC_URL", "http://env.example"),
@@ -138,6 +140,7 @@ const FLAGS: &[&str] = &[
     "--max-concurrent-exports=3",
     "--shutdown-grace=3s",
     "--evict-after=3m",
+    "--retention=90d",
     "--log-format=json",
     "--log-filter=debug",
     "--public-url=https://flag.example/reckon/",
@@ -159,6 +162,7 @@ fn defaults_without_anything() {
     assert_eq!(c.stripe_tolerance, std::time::Duration::from_secs(300));
     assert_eq!(c.stripe_webhook_secret, None);
     assert_eq!(c.evict_after, Some(std::time::Duration::from_secs(60)));
+    assert_eq!(c.retention, None, "raw events are kept for ever unless told");
 }
 
 #[test]
@@ -182,6 +186,7 @@ fn flag_beats_env_beats_file_beats_default() {
             max_concurrent_exports: 1,
             shutdown_grace: Duration::from_secs(1),
             evict_after: None,
+            retention: Some(Duration::from_secs(30 * 86_400)),
             log_format: LogFormat::Json,
             log_filter: "warn".into(),
             public_url: Some("http://file.example".into()),
@@ -208,6 +213,7 @@ fn flag_beats_env_beats_file_beats_default() {
             max_concurrent_exports: 2,
             shutdown_grace: Duration::from_secs(2),
             evict_after: Some(Duration::from_secs(120)),
+            retention: Some(Duration::from_secs(60 * 86_400)),
             log_format: LogFormat::Text,
             log_filter: "error".into(),
             public_url: Some("http://env.example".into()),
@@ -236,6 +242,7 @@ fn flag_beats_env_beats_file_beats_default() {
             max_concurrent_exports: 3,
             shutdown_grace: Duration::from_secs(3),
             evict_after: Some(Duration::from_secs(180)),
+            retention: Some(Duration::from_secs(90 * 86_400)),
             log_format: LogFormat::Json,
             log_filter: "debug".into(),
             public_url: Some("https://flag.example/reckon".into()),

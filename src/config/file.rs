@@ -86,6 +86,7 @@ pub struct FileConfig {
     pub max_concurrent_exports: Option<usize>,
     pub shutdown_grace: Option<Duration>,
     pub evict_after: Option<Option<Duration>>,
+    pub retention: Option<Option<Duration>>,
     pub log_format: Option<LogFormat>,
     pub log_filter: Option<String>,
     pub public_url: Option<String>,
@@ -122,6 +123,7 @@ impl FileConfig {
         );
         set(&mut cfg.shutdown_grace, &self.shutdown_grace);
         set(&mut cfg.evict_after, &self.evict_after);
+        set(&mut cfg.retention, &self.retention);
         set(&mut cfg.log_format, &self.log_format);
         set(&mut cfg.log_filter, &self.log_filter);
         if self.public_url.is_some() {
@@ -155,6 +157,7 @@ struct RawFile {
     max_concurrent_exports: Option<Spanned<i64>>,
     shutdown_grace: Option<Spanned<String>>,
     evict_after: Option<Spanned<String>>,
+    retention: Option<Spanned<String>>,
     log_format: Option<Spanned<String>>,
     log_filter: Option<Spanned<String>>,
     public_url: Option<Spanned<String>>,
@@ -318,6 +321,7 @@ pub fn parse_file_env(
         max_concurrent_exports,
         shutdown_grace: src.value("shutdown_grace", &raw.shutdown_grace, value::parse_duration)?,
         evict_after: src.value("evict_after", &raw.evict_after, value::parse_evict_after)?,
+        retention: src.value("retention", &raw.retention, value::parse_retention)?,
         log_format: src.value("log_format", &raw.log_format, value::parse_log_format)?,
         log_filter: src.value("log_filter", &raw.log_filter, value::parse_log_filter)?,
         public_url: src.value("public_url", &raw.public_url, value::parse_http_url)?,

@@ -89,6 +89,14 @@ pub fn parse_evict_after(s: &str) -> Result<Option<Duration>, ValueError> {
     }
 }
 
+/// `retention`: a duration, or `forever` (the default: raw events are never expired).
+pub fn parse_retention(s: &str) -> Result<Option<Duration>, ValueError> {
+    match s.trim() {
+        "forever" | "never" | "off" => Ok(None),
+        other => parse_positive_duration(other).map(Some),
+    }
+}
+
 /// A duration that must not be zero (a zero Stripe tolerance would refuse every webhook).
 pub fn parse_positive_duration(s: &str) -> Result<Duration, ValueError> {
     let d = parse_duration(s)?;

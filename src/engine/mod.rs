@@ -130,6 +130,8 @@ pub struct EngineOptions {
     /// touched at start so memory does not grow with settled history (default 32 MiB: ~2 %
     /// false positives, each one store lookup, at 10M settled intents).
     pub route_filter_bytes: usize,
+    /// How long raw events of settled intents are kept (`None`, the default: for ever).
+    pub retention: Option<Duration>,
 }
 
 impl Default for EngineOptions {
@@ -139,6 +141,7 @@ impl Default for EngineOptions {
             evict_after: Some(Duration::from_secs(60)),
             append_deadline: Duration::from_secs(5),
             route_filter_bytes: 32 << 20,
+            retention: None,
         }
     }
 }
@@ -422,6 +425,9 @@ impl Engine {
         ));
         if history_in_store {
             tokio::spawn(fill_route_filter(Arc::downgrade(&engine)));
+        }
+        if let Some(retention) = options.retention {
+            tokio::spawn(expire_loop(Arc::downgrade(&engine), retention));
         }
         Ok((engine, EngineTasks { timer, persister }))
     }
@@ -1121,6 +1127,42 @@ async fn fill_route_filter(engine: std::sync::Weak<Engine>) {
                 tokio::time::sleep(Duration::from_millis(100u64 << failures.min(6))).await;
             }
         }
+    }
+}
+
+/// Intents expired per store call: one SQLite transaction, or one mutation per table.
+const EXPIRE_PAGE: usize = 1000;
+
+/// Retention: at start and then every `retention` (at most hourly), the raw events of settled
+/// intents whose latest event is older than `retention` leave the store
+/// ([`Store::expire_events`]), page by page.
+async fn expire_loop(engine: std::sync::Weak<Engine>, retention: Duration) {
+    let every = retention.min(Duration::from_secs(3600));
+    let retention = Dur(retention.as_nanos().min(i64::MAX as u128) as i64);
+    loop {
+        let Some(e) = engine.upgrade() else { return };
+        let before = wall_now() - retention;
+        let mut expired = 0u64;
+        loop {
+            match e.store.expire_events(before, EXPIRE_PAGE).await {
+                Ok(n) => {
+                    expired += n as u64;
+                    e.metrics.intents_expired(n as u64);
+                    if n < EXPIRE_PAGE {
+                        break;
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "expiring raw events failed; trying again later");
+                    break;
+                }
+            }
+        }
+        if expired > 0 {
+            tracing::info!(intents = expired, "raw events past retention deleted");
+        }
+        drop(e);
+        tokio::time::sleep(every).await;
     }
 }
 

@@ -39,6 +39,9 @@ impl Store for AnyStore {
     async fn route_owners(&self, routes: Vec<String>) -> Result<Vec<String>, StoreError> {
         dispatch!(self, s => s.route_owners(routes))
     }
+    async fn expire_events(&self, before: Timestamp, limit: usize) -> Result<usize, StoreError> {
+        dispatch!(self, s => s.expire_events(before, limit))
+    }
     async fn routes_after(&self, after: &str, limit: usize) -> Result<Vec<String>, StoreError> {
         dispatch!(self, s => s.routes_after(after, limit))
     }

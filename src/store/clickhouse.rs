@@ -415,6 +415,14 @@ impl ClickHouseStore {
             .await?)
     }
 
+    /// A statement that returns nothing, retried like a read.
+    async fn execute(&self, op: &str, q: ::clickhouse::query::Query) -> Result<(), StoreError> {
+        Ok(self
+            .retry
+            .run(|| op.to_string(), || q.clone().execute())
+            .await?)
+    }
+
     async fn escalations(
         &self,
         op: &str,
@@ -495,6 +503,79 @@ impl Store for ClickHouseStore {
             out.extend(ids);
         }
         Ok(out.into_iter().collect())
+    }
+
+    /// Mutations (`ALTER TABLE ... DELETE`), which 18.16 runs in the background: rows leave
+    /// the tables as the server rewrites their parts, not before this returns.
+    async fn expire_events(&self, before: Timestamp, limit: usize) -> Result<usize, StoreError> {
+        let mark = self
+            .client
+            .query("SELECT value FROM reckon_meta WHERE name = 'expired_through' ORDER BY value DESC LIMIT 1");
+        let from: u64 = self
+            .fetch::<u64>("read the retention mark", mark)
+            .await?
+            .first()
+            .copied()
+            .unwrap_or(0);
+        let q = self
+            .client
+            .query(
+                "SELECT intent_id, last_event_ns FROM (
+                     SELECT intent_id, last_event_ns, settled, deleted FROM reckon_verdicts FINAL
+                     WHERE last_event_ns >= ? AND last_event_ns < ?)
+                 WHERE settled = 1 AND deleted = 0 ORDER BY last_event_ns, intent_id LIMIT ?",
+            )
+            .bind(from)
+            .bind(before.0.max(0) as u64)
+            .bind(limit.max(1) as u64);
+        let page: Vec<(String, u64)> = self.fetch("intents past retention", q).await?;
+        let (Some(first), Some(last)) = (page.first(), page.last()) else {
+            return Ok(0);
+        };
+        let ids: Vec<&str> = page.iter().map(|(id, _)| id.as_str()).collect();
+        // Objects only these intents reach: their intent-less records go too.
+        let routes = self
+            .client
+            .query("SELECT route FROM reckon_routes WHERE intent_id IN ? AND startsWith(route, 'o:')")
+            .bind(writer::SqlTuple(&ids));
+        let object_routes: Vec<String> = self.fetch("routes past retention", routes).await?;
+        let mut objects = Vec::new();
+        for r in object_routes {
+            let owners = self.route_owners(vec![r.clone()]).await?;
+            if owners.iter().all(|o| ids.contains(&o.as_str())) {
+                objects.push(r[2..].to_string());
+            }
+        }
+        let mut mutations = vec![
+            (ATTEMPTS, "intent_id IN ?"),
+            (READBACKS, "intent_id IN ?"),
+            (RECORDS, "intent_id IN ?"),
+            (ROUTES, "intent_id IN ?"),
+        ];
+        if !objects.is_empty() {
+            mutations.push((RECORDS, "isNull(intent_id) AND object_id IN ?"));
+        }
+        for (table, filter) in mutations {
+            let q = self
+                .client
+                .query(&format!("ALTER TABLE {table} DELETE WHERE {filter}"));
+            let q = if filter.contains("object_id") {
+                q.bind(writer::SqlTuple(&objects))
+            } else {
+                q.bind(writer::SqlTuple(&ids))
+            };
+            self.execute("expire raw events", q).await?;
+        }
+        let mark = super::expiry_mark(page.len() == limit, first.1 as i64, last.1 as i64) as u64;
+        let rows = Rows {
+            meta: vec![MetaRow {
+                name: "expired_through".into(),
+                value: mark,
+            }],
+            ..Rows::default()
+        };
+        self.write(rows).await?;
+        Ok(page.len())
     }
 
     async fn routes_after(&self, after: &str, limit: usize) -> Result<Vec<String>, StoreError> {

@@ -516,6 +516,18 @@ pub trait Store: Send + Sync {
         routes: Vec<String>,
     ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
 
+    /// Retention (DESIGN.md "Memory and history"): the raw events of at most `limit` settled
+    /// intents whose latest event is before `before`, oldest first from where the last call
+    /// stopped, are deleted: their attempts and read-backs, the records that name them or
+    /// observe an object only they reach, and their routes (so a late event starts afresh
+    /// rather than bringing back half a history). Verdicts, findings and escalations stay.
+    /// Returns how many intents; fewer than `limit` means none are left for now.
+    fn expire_events(
+        &self,
+        before: Timestamp,
+        limit: usize,
+    ) -> impl Future<Output = Result<usize, StoreError>> + Send;
+
     /// Distinct routes greater than `after`, in order, at most `limit`: for filling the
     /// engine's route filter page by page.
     fn routes_after(
@@ -738,6 +750,19 @@ pub async fn reached<S: Store + ?Sized>(
         }
     }
     Ok((ids.into_iter().collect(), events))
+}
+
+/// Where the next page of [`Store::expire_events`] starts, after a page whose latest events
+/// ran from `first` to `last`: past `last` when the page was not full (everything up to it is
+/// done); at `last` when it was (intents of that instant may not all have fit; those done are
+/// deleted again, harmlessly), unless the whole page was that one instant (then past it, so
+/// the mark always moves).
+pub fn expiry_mark(full: bool, first: i64, last: i64) -> i64 {
+    if full && first != last {
+        last
+    } else {
+        last.saturating_add(1)
+    }
 }
 
 /// What [`Store::events_touching`] returns: the attempts and read-backs of `intents`, and the

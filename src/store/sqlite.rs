@@ -893,6 +893,11 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn expire_events(&self, before: Timestamp, limit: usize) -> Result<usize, StoreError> {
+        self.write(|reply| Request::Expire(before, limit.max(1), reply))
+            .await
+    }
+
     async fn routes_after(&self, after: &str, limit: usize) -> Result<Vec<String>, StoreError> {
         let after = after.to_string();
         self.read(move |conn| {

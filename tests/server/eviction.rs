@@ -110,3 +110,39 @@ async fn a_settled_intent_leaves_memory_and_later_evidence_brings_it_back() {
     assert_eq!(v["attempts"].as_array().map(Vec::len), Some(1), "{v}");
     s.stop().await;
 }
+
+/// `retention`: the raw events of a settled intent older than it leave the store while the
+/// service runs; its verdict is still served. The expiry runs at start and every `retention`
+/// (here a second).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_deletes_old_raw_events_and_keeps_the_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(dir.path().join("data"));
+    config.retention = Some(Duration::from_secs(1));
+    let s = Server::start_with(dir, config).await;
+    let a = unique("int");
+    export_http(
+        &s,
+        &[&ToolSpan::new("issue_refund", ago(3.0 * MIN), 0.4)
+            .intent(&a)
+            .key(&unique("k"))
+            .args(refund_args("45.00"))
+            .http(200)
+            .object(&unique("re"), "succeeded")],
+    )
+    .await;
+    assert_verdict(&s.verdict(&a).await, "completed / none / -");
+    let mut expired = 0.0;
+    for _ in 0..100 {
+        expired = s.metric("reckon_intents_expired_total").await.unwrap_or(0.0);
+        if expired >= 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(expired, 1.0, "the settled intent's raw events were expired");
+    let (code, v) = s.get(&format!("/api/v1/intents/{a}")).await;
+    assert_eq!(code, 200, "{v}");
+    assert_verdict(&v, "completed / none / -");
+    s.stop().await;
+}

@@ -758,3 +758,21 @@ pub async fn api_get(r: &Reckon, path: &str) -> (u16, Value) {
     let code = resp.status().as_u16();
     (code, resp.json().await.unwrap_or(Value::Null))
 }
+
+impl Server {
+    /// One series' value from `/metrics` (`name` with its labels as rendered, e.g.
+    /// `reckon_escalations{status="open"}`); `None` when absent.
+    pub async fn metric(&self, series: &str) -> Option<f64> {
+        let text = self
+            .http
+            .get(self.api("/metrics"))
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+}

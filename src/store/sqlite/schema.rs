@@ -190,11 +190,13 @@ CREATE INDEX reckon_readbacks_received ON reckon_readbacks (received_at);
 CREATE INDEX reckon_records_received ON reckon_records (received_at);
 ALTER TABLE reckon_verdicts ADD COLUMN settled INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX reckon_verdicts_unsettled ON reckon_verdicts (intent_id) WHERE settled = 0;
+CREATE INDEX reckon_verdicts_expiry ON reckon_verdicts (last_event, intent_id) WHERE settled = 1;
 CREATE TABLE reckon_routes (
     route TEXT NOT NULL,
     intent_id TEXT NOT NULL,
     PRIMARY KEY (route, intent_id)
 ) WITHOUT ROWID;
+CREATE INDEX reckon_routes_intent ON reckon_routes (intent_id);
 CREATE TABLE reckon_meta (
     name TEXT PRIMARY KEY,
     value INTEGER NOT NULL

@@ -11,7 +11,7 @@
 
 use std::sync::LazyLock;
 
-use rusqlite::{params, Connection};
+use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::{mpsc, oneshot};
 
 use super::schema::CLASS_COLUMNS;
@@ -48,6 +48,8 @@ pub enum Request {
     SwapEscalation(Box<(Escalation, Escalation, Vec<OutboxItem>)>, Reply<Swap>),
     /// Notifications, upserted by rank.
     PutOutbox(Vec<OutboxItem>, Reply<()>),
+    /// Retention: raw events of settled intents older than the instant, at most so many intents.
+    Expire(Timestamp, usize, Reply<usize>),
 }
 
 /// [`crate::store::Derived`] with its verdict documents encoded.
@@ -76,6 +78,7 @@ impl Request {
             }
             Request::SwapEscalation(s, _) => 1 + s.2.len(),
             Request::PutOutbox(v, _) => v.len(),
+            Request::Expire(_, limit, _) => *limit,
         }
     }
 }
@@ -85,6 +88,7 @@ enum Done {
     Append(Result<Vec<Appended>, StoreError>, Reply<Vec<Appended>>),
     Unit(Result<(), StoreError>, Reply<()>),
     Swap(Result<Swap, StoreError>, Reply<Swap>),
+    Count(Result<usize, StoreError>, Reply<usize>),
 }
 
 impl Done {
@@ -93,6 +97,7 @@ impl Done {
             Done::Append(r, _) if r.is_ok() => *r = Err(StoreError::WriteFailed(msg.to_string())),
             Done::Unit(r, _) if r.is_ok() => *r = Err(StoreError::WriteFailed(msg.to_string())),
             Done::Swap(r, _) if r.is_ok() => *r = Err(StoreError::WriteFailed(msg.to_string())),
+            Done::Count(r, _) if r.is_ok() => *r = Err(StoreError::WriteFailed(msg.to_string())),
             _ => {}
         }
     }
@@ -103,6 +108,7 @@ impl Done {
             Done::Append(r, tx) => drop(tx.send(r)),
             Done::Unit(r, tx) => drop(tx.send(r)),
             Done::Swap(r, tx) => drop(tx.send(r)),
+            Done::Count(r, tx) => drop(tx.send(r)),
         }
     }
 }
@@ -163,12 +169,14 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Request>, seq: &mut i64) {
                 Done::Swap(swap_escalation(conn, &swap.0, &swap.1, &swap.2), tx)
             }
             Request::PutOutbox(items, tx) => Done::Unit(put_outbox(conn, &items), tx),
+            Request::Expire(before, limit, tx) => Done::Count(expire(conn, before, limit), tx),
         };
         let ok = match &d {
             Done::Append(r, _) => r.is_ok(),
             Done::Unit(r, _) => r.is_ok(),
             // A conflict wrote nothing; only an error rolls the savepoint back.
             Done::Swap(r, _) => r.is_ok(),
+            Done::Count(r, _) => r.is_ok(),
         };
         let end = if ok {
             "RELEASE request"
@@ -207,6 +215,7 @@ fn unanswered(r: Request) -> Done {
         | Request::PutEscalations(_, tx)
         | Request::PutDerived(_, tx)
         | Request::PutOutbox(_, tx) => Done::Unit(Ok(()), tx),
+        Request::Expire(_, _, tx) => Done::Count(Ok(0), tx),
         Request::SwapEscalation(_, tx) => Done::Swap(Ok(Swap::Written), tx),
     }
 }
@@ -642,4 +651,54 @@ fn put_outbox(conn: &Connection, items: &[OutboxItem]) -> Result<(), StoreError>
         ])?;
     }
     Ok(())
+}
+
+/// [`crate::store::Store::expire_events`]: one page of settled intents, oldest latest event
+/// first from the `expired_through` mark, and their raw events. Intent-less records go with the
+/// intent when it is the only one their object's route reaches.
+fn expire(conn: &Connection, before: Timestamp, limit: usize) -> Result<usize, StoreError> {
+    let from: i64 = conn
+        .query_row(
+            "SELECT value FROM reckon_meta WHERE name = 'expired_through'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?
+        .unwrap_or(i64::MIN);
+    let page: Vec<(String, i64)> = conn
+        .prepare_cached(
+            "SELECT intent_id, last_event FROM reckon_verdicts
+             WHERE settled = 1 AND last_event >= ?1 AND last_event < ?2
+             ORDER BY last_event, intent_id LIMIT ?3",
+        )?
+        .query_map(params![from, before.0, limit as i64], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?
+        .collect::<Result<_, _>>()?;
+    let mut orphaned = conn.prepare_cached(
+        "DELETE FROM reckon_records WHERE intent_id IS NULL AND object_id IN (
+             SELECT substr(r.route, 3) FROM reckon_routes r
+             WHERE r.intent_id = ?1 AND r.route LIKE 'o:%' AND NOT EXISTS (
+                 SELECT 1 FROM reckon_routes o WHERE o.route = r.route AND o.intent_id <> ?1))",
+    )?;
+    for (id, _) in &page {
+        orphaned.execute([id])?;
+        for sql in [
+            "DELETE FROM reckon_attempts WHERE intent_id = ?1",
+            "DELETE FROM reckon_readbacks WHERE intent_id = ?1",
+            "DELETE FROM reckon_records WHERE intent_id = ?1",
+            "DELETE FROM reckon_routes WHERE intent_id = ?1",
+        ] {
+            conn.prepare_cached(sql)?.execute([id])?;
+        }
+    }
+    if let (Some(first), Some(last)) = (page.first(), page.last()) {
+        let mark = crate::store::expiry_mark(page.len() == limit, first.1, last.1);
+        conn.prepare_cached(
+            "INSERT INTO reckon_meta (name, value) VALUES ('expired_through', ?1)
+             ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)",
+        )?
+        .execute([mark])?;
+    }
+    Ok(page.len())
 }
