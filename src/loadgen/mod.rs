@@ -17,7 +17,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
@@ -148,15 +147,19 @@ async fn run_phase(
     let (samples_tx, samples_rx) = tokio::sync::mpsc::channel::<Sample>(64);
 
     let grpc = match phase.transport {
-        Transport::Grpc => Some(
-            TraceServiceClient::connect(args.otlp_grpc.clone())
+        Transport::Grpc => {
+            let unreachable = |e: &dyn std::fmt::Display| LoadgenError::Unreachable {
+                what: "OTLP gRPC",
+                url: args.otlp_grpc.clone(),
+                error: e.to_string(),
+            };
+            let channel = tonic::transport::Endpoint::from_shared(args.otlp_grpc.clone())
+                .map_err(|e| unreachable(&e))?
+                .connect()
                 .await
-                .map_err(|e| LoadgenError::Unreachable {
-                    what: "OTLP gRPC",
-                    url: args.otlp_grpc.clone(),
-                    error: e.to_string(),
-                })?,
-        ),
+                .map_err(|e| unreachable(&e))?;
+            Some(tonic::client::Grpc::new(channel))
+        }
         Transport::Http => None,
     };
 
@@ -198,7 +201,7 @@ async fn run_phase(
 
 struct Worker {
     http: reqwest::Client,
-    grpc: Option<TraceServiceClient<tonic::transport::Channel>>,
+    grpc: Option<tonic::client::Grpc<tonic::transport::Channel>>,
     traces_url: String,
     records_url: String,
     mix: Mix,
@@ -266,10 +269,13 @@ impl Worker {
     /// Send one export until it is acknowledged or the phase ends; true when acknowledged.
     async fn export(&mut self, request: ExportTraceServiceRequest, n: u64) -> bool {
         self.tally.spans_sent.fetch_add(n, Relaxed);
+        // Encoded once, sent as is over either transport (and again on a retry).
+        let body = bytes::Bytes::from(request.encode_to_vec());
+        drop(request);
         loop {
             let answer = match &mut self.grpc {
-                Some(client) => match client.export(request.clone()).await {
-                    Ok(resp) => Answer::Ok(resp.into_inner()),
+                Some(client) => match export_grpc(client, body.clone()).await {
+                    Ok(resp) => Answer::Ok(resp),
                     Err(s)
                         if matches!(
                             s.code(),
@@ -280,7 +286,7 @@ impl Worker {
                     }
                     Err(_) => Answer::Failed,
                 },
-                None => self.export_http(&request).await,
+                None => self.export_http(body.clone()).await,
             };
             match answer {
                 Answer::Ok(resp) => {
@@ -310,12 +316,12 @@ impl Worker {
         }
     }
 
-    async fn export_http(&self, request: &ExportTraceServiceRequest) -> Answer {
+    async fn export_http(&self, body: bytes::Bytes) -> Answer {
         let resp = self
             .http
             .post(&self.traces_url)
             .header("content-type", "application/x-protobuf")
-            .body(request.encode_to_vec())
+            .body(body)
             .send()
             .await;
         match resp {
@@ -433,4 +439,71 @@ async fn server_rss(http: &reqwest::Client, api: &str) -> Result<Option<u64>, Lo
         .find_map(|l| l.strip_prefix("process_resident_memory_bytes "))
         .and_then(|v| v.trim().parse::<f64>().ok())
         .map(|v| v as u64))
+}
+
+/// `TraceService/Export` with an export already encoded: the HTTP phase posts the same bytes,
+/// so the comparison measures the server's transports, not the generator's encoding.
+async fn export_grpc(
+    client: &mut tonic::client::Grpc<tonic::transport::Channel>,
+    body: bytes::Bytes,
+) -> Result<ExportTraceServiceResponse, tonic::Status> {
+    client
+        .ready()
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+        "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+    );
+    client
+        .unary(tonic::Request::new(body), path, RawExport)
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+/// The codec of [`export_grpc`]: bytes out as they are, the response decoded.
+#[derive(Clone, Copy, Default)]
+struct RawExport;
+
+impl tonic::codec::Codec for RawExport {
+    type Encode = bytes::Bytes;
+    type Decode = ExportTraceServiceResponse;
+    type Encoder = RawExport;
+    type Decoder = RawExport;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        RawExport
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RawExport
+    }
+}
+
+impl tonic::codec::Encoder for RawExport {
+    type Item = bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: bytes::Bytes,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        use bytes::BufMut;
+        dst.put(item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawExport {
+    type Item = ExportTraceServiceResponse;
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<ExportTraceServiceResponse>, tonic::Status> {
+        ExportTraceServiceResponse::decode(src)
+            .map(Some)
+            .map_err(|e| tonic::Status::internal(e.to_string()))
+    }
 }
