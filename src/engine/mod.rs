@@ -1081,9 +1081,15 @@ async fn load_unsettled(store: &AnyStore) -> Result<(Vec<Event>, bool), StoreErr
         objects.into_iter().collect(),
     )
     .await?;
-    let routes: Vec<String> = tail.iter().chain(&events).flat_map(Event::routes).collect();
+    // An intent's own id reaches only itself, and these are loaded already.
+    let routes: Vec<String> = tail
+        .iter()
+        .chain(&events)
+        .flat_map(Event::routes)
+        .filter(|r| r.strip_prefix("i:").is_none_or(|id| !intents.contains(id)))
+        .collect();
     let (_, reached) = crate::store::reached(store, routes, |id| intents.contains(id)).await?;
-    let mut known: std::collections::HashSet<Event> = events.iter().cloned().collect();
+    let mut known: foldhash::HashSet<Event> = events.iter().cloned().collect();
     for e in tail.into_iter().chain(reached) {
         if known.insert(e.clone()) {
             events.push(e);

@@ -674,8 +674,8 @@ pub async fn evidence<S: Store + ?Sized>(
     intents: Vec<String>,
     objects: Vec<String>,
 ) -> Result<Vec<Event>, StoreError> {
-    let mut asked_objects: std::collections::HashSet<String> = objects.iter().cloned().collect();
-    let mut asked_keys: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut asked_objects: foldhash::HashSet<String> = objects.iter().cloned().collect();
+    let mut asked_keys: foldhash::HashSet<String> = Default::default();
     let mut loaded = store
         .events_touching(EventQuery {
             intents,
@@ -683,7 +683,7 @@ pub async fn evidence<S: Store + ?Sized>(
             objects,
         })
         .await?;
-    let mut known: std::collections::HashSet<Event> = loaded.iter().cloned().collect();
+    let mut known: foldhash::HashSet<Event> = loaded.iter().cloned().collect();
     for _ in 0..EVIDENCE_ROUNDS {
         let (keys, objects) = crate::model::keys_and_objects(&loaded);
         let keys: Vec<String> = keys
@@ -723,9 +723,9 @@ pub async fn reached<S: Store + ?Sized>(
     here: impl Fn(&str) -> bool,
 ) -> Result<(Vec<String>, Vec<Event>), StoreError> {
     let mut ids: std::collections::BTreeSet<String> = Default::default();
-    let mut asked: std::collections::HashSet<String> = Default::default();
+    let mut asked: foldhash::HashSet<String> = Default::default();
     let mut events: Vec<Event> = Vec::new();
-    let mut known: std::collections::HashSet<Event> = Default::default();
+    let mut known: foldhash::HashSet<Event> = Default::default();
     let mut routes = routes;
     for _ in 0..EVIDENCE_ROUNDS {
         routes.retain(|r| asked.insert(r.clone()));

@@ -1134,7 +1134,8 @@ fn events_touching(conn: &Connection, q: &super::EventQuery) -> Result<Vec<Event
      -> Result<(), StoreError> {
         for chunk in ids.chunks(CHUNK) {
             let marks = vec!["?"; chunk.len()].join(", ");
-            let mut stmt = conn.prepare(&format!(
+            // Cached: every full chunk has the same text.
+            let mut stmt = conn.prepare_cached(&format!(
                 "SELECT {cols} FROM {table} WHERE {column} IN ({marks})"
             ))?;
             let mut rows = stmt.query(rusqlite::params_from_iter(chunk.iter()))?;
