@@ -6,6 +6,7 @@ pub mod app;
 pub mod audit;
 pub mod auth;
 pub mod cli;
+pub mod clock;
 pub mod codec;
 pub mod config;
 pub mod contract;

@@ -65,7 +65,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                         reckon::app::open_store(&config).await?
                     }
                 };
-                let now = reckon::engine::wall_now();
+                let now = reckon::clock::wall_now();
                 anyhow::Ok(store.report(Some(args.since.resolve(now)), now).await?)
             })?;
             let out = match args.format {
@@ -149,7 +149,7 @@ async fn reaudit(args: cli::ReauditArgs) -> anyhow::Result<ExitCode> {
     let proposed = load(&args.contracts)?;
     let baseline = load(&args.baseline)?;
     let store = open_for_reading(&args.data_dir, &args.store).await?;
-    let now = reckon::engine::wall_now();
+    let now = reckon::clock::wall_now();
     let since = args.since.map(|s| s.resolve(now));
     let options = reckon::reaudit::Options {
         since,

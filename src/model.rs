@@ -759,6 +759,15 @@ pub struct Verdict {
     pub last_event: Timestamp,
 }
 
+/// One way later evidence can reach a settled intent (DESIGN.md "Memory and history"): its id
+/// (`i:{id}`), a key it sent or its objects' records carry (`k:{key}`), an object it may see
+/// (`o:{object}`). Settled intents are not kept in memory; the store finds them by these.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Route {
+    pub route: String,
+    pub intent_id: String,
+}
+
 /// Intent ids of the pseudo-intents that orphan records (linked to no intent yet) are audited
 /// under: `orphan:{object_id}`.
 pub const ORPHAN_PREFIX: &str = "orphan:";

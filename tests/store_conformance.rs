@@ -87,6 +87,19 @@ fn clickhouse_url() -> Option<String> {
 
 static DB_SEQ: AtomicU64 = AtomicU64::new(0);
 
+/// A ClickHouse store's settings from a URL, through the one parser `--store` uses.
+fn clickhouse_config(url: &str) -> ClickHouseConfig {
+    match reckon::config::value::parse_store(url).expect("a store URL") {
+        reckon::config::StoreConfig::ClickHouse {
+            url,
+            user,
+            password,
+            database,
+        } => ClickHouseConfig::new(&url, &user, &password, &database).expect("ClickHouse settings"),
+        reckon::config::StoreConfig::Sqlite => panic!("{url}: not a ClickHouse URL"),
+    }
+}
+
 fn unique_database() -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -103,7 +116,7 @@ fn unique_database() -> String {
 impl ClickHouse {
     async fn new() -> Option<ClickHouse> {
         let url = clickhouse_url()?;
-        let mut config = ClickHouseConfig::from_url(&url).expect("RECKON_TEST_CLICKHOUSE");
+        let mut config = clickhouse_config(&url);
         config.database = unique_database();
         // Longer than any read-to-insert gap of a loaded test machine, so the concurrent
         // compare-and-set race is decided by the store, not by timing (see swap_escalation).
@@ -1964,8 +1977,7 @@ async fn clickhouse_unreachable_is_retried_then_fails() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     drop(listener);
-    let mut config =
-        ClickHouseConfig::from_url(&format!("clickhouse://127.0.0.1:{port}/reckon_x")).unwrap();
+    let mut config = clickhouse_config(&format!("clickhouse://127.0.0.1:{port}/reckon_x"));
     config.retry = RetryPolicy {
         attempts: 3,
         first_delay: Duration::from_millis(50),
@@ -2384,23 +2396,29 @@ async fn startup_reads_what_is_open<H: Harness>(h: &H) {
         .await
         .unwrap();
     assert_eq!(owners, ["done", "other"]);
-    assert_eq!(store.routes_after("", 10).await.unwrap(), ["i:done", "k:k1"]);
+    assert_eq!(
+        store.routes_after("", 10).await.unwrap(),
+        ["i:done", "k:k1"]
+    );
     assert_eq!(store.routes_after("i:done", 10).await.unwrap(), ["k:k1"]);
     assert_eq!(store.routes_after("", 1).await.unwrap(), ["i:done"]);
 
     let first = A::new(1, "intent-1", 0).event();
     let second = A::new(2, "intent-2", 0).event();
     store
-        .append_received(vec![first.clone()], reckon::engine::wall_now())
+        .append_received(vec![first.clone()], reckon::clock::wall_now())
         .await
         .unwrap();
-    let between = reckon::engine::wall_now();
+    let between = reckon::clock::wall_now();
     tokio::time::sleep(Duration::from_millis(2)).await;
     store
-        .append_received(vec![second.clone()], reckon::engine::wall_now())
+        .append_received(vec![second.clone()], reckon::clock::wall_now())
         .await
         .unwrap();
-    assert_eq!(store.events_received_since(between).await.unwrap(), [second]);
+    assert_eq!(
+        store.events_received_since(between).await.unwrap(),
+        [second]
+    );
     assert_eq!(
         sorted_events(store.events_received_since(Timestamp(0)).await.unwrap()),
         sorted_events(vec![first, A::new(2, "intent-2", 0).event()])
@@ -2468,18 +2486,16 @@ async fn restart_loads_only_what_is_open<H: Harness>(h: &H) {
 /// duplicate is found and written.
 async fn what_arrived_after_the_checkpoint_is_read_back<H: Harness>(h: &H) {
     let store = h.open().await;
-    let first = vec![
-        A {
-            http: Some(200),
-            key: Some("k-a"),
-            object: Some("re_a"),
-            status: Some("succeeded"),
-            ..A::new(1, "intent-a", 0)
-        }
-        .event(),
-    ];
+    let first = vec![A {
+        http: Some(200),
+        key: Some("k-a"),
+        object: Some("re_a"),
+        status: Some("succeeded"),
+        ..A::new(1, "intent-a", 0)
+    }
+    .event()];
     store
-        .append_received(first.clone(), reckon::engine::wall_now())
+        .append_received(first.clone(), reckon::clock::wall_now())
         .await
         .unwrap();
     let out = EngineCore::new(contracts()).ingest(first, at(10));
@@ -2490,14 +2506,14 @@ async fn what_arrived_after_the_checkpoint_is_read_back<H: Harness>(h: &H) {
         .put_derived(Derived {
             verdicts: out.verdicts.iter().map(|v| Verdict::clone(v)).collect(),
             routes: out.routes,
-            checkpoint: Some(reckon::engine::wall_now()),
+            checkpoint: Some(reckon::clock::wall_now()),
             ..Derived::default()
         })
         .await
         .unwrap();
     let second = record("re_a2", Some("intent-a"), Some("k-a"), "succeeded", 20);
     store
-        .append_received(vec![second], reckon::engine::wall_now())
+        .append_received(vec![second], reckon::clock::wall_now())
         .await
         .unwrap();
     drop(store);
@@ -2512,7 +2528,13 @@ async fn what_arrived_after_the_checkpoint_is_read_back<H: Harness>(h: &H) {
         v.findings
     );
     stop(engine, tasks).await;
-    let stored = h.open().await.get_verdict("intent-a").await.unwrap().unwrap();
+    let stored = h
+        .open()
+        .await
+        .get_verdict("intent-a")
+        .await
+        .unwrap()
+        .unwrap();
     assert!(
         stored.findings.iter().any(|f| f.kind == "duplicate_effect"),
         "and written: {:?}",
@@ -2790,7 +2812,11 @@ async fn retention_expires_raw_events_of_settled_intents<H: Harness>(h: &H) {
         ..A::new(3, "open", 0)
     }
     .event();
-    let all: Vec<Event> = old.iter().cloned().chain([new.clone(), open.clone()]).collect();
+    let all: Vec<Event> = old
+        .iter()
+        .cloned()
+        .chain([new.clone(), open.clone()])
+        .collect();
     appended(&store, all.clone()).await;
     let out = EngineCore::new(contracts()).ingest(all, at(1100));
     store
@@ -2813,12 +2839,19 @@ async fn retention_expires_raw_events_of_settled_intents<H: Harness>(h: &H) {
             .await
             .unwrap()
             .is_empty()
-            && store.route_owners(vec!["i:old".into()]).await.unwrap().is_empty()
+            && store
+                .route_owners(vec!["i:old".into()])
+                .await
+                .unwrap()
+                .is_empty()
     };
     let mut tries = 0;
     while !gone().await {
         tries += 1;
-        assert!(tries < 40, "the old intent's raw events and routes are still there");
+        assert!(
+            tries < 40,
+            "the old intent's raw events and routes are still there"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let kept = store
@@ -2829,7 +2862,15 @@ async fn retention_expires_raw_events_of_settled_intents<H: Harness>(h: &H) {
         .await
         .unwrap();
     assert_eq!(sorted_events(kept), sorted_events(vec![new, open]));
-    let v = store.get_verdict("old").await.unwrap().expect("the verdict stays");
+    let v = store
+        .get_verdict("old")
+        .await
+        .unwrap()
+        .expect("the verdict stays");
     assert_eq!(v.state, "completed");
-    assert_eq!(store.expire_events(at(500), 10).await.unwrap(), 0, "nothing more");
+    assert_eq!(
+        store.expire_events(at(500), 10).await.unwrap(),
+        0,
+        "nothing more"
+    );
 }

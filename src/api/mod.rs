@@ -21,8 +21,9 @@ pub use error::ApiError;
 
 use self::auth::{guard, Face};
 use crate::auth::{Gate, Need, Principal};
+use crate::clock::wall_now;
 use crate::codec::{rfc3339, EscalationDoc, VerdictDoc};
-use crate::engine::{wall_now, Engine};
+use crate::engine::Engine;
 use crate::ingest::error::IngestError;
 use crate::ingest::http::{body_of, read_body};
 use crate::ingest::service::IngestService;

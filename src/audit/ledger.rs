@@ -687,4 +687,3 @@ fn same_record(a: &RecordObservation, b: &RecordObservation) -> bool {
         && a.status == b.status
         && a.observed_at == b.observed_at
 }
-

@@ -162,7 +162,10 @@ fn defaults_without_anything() {
     assert_eq!(c.stripe_tolerance, std::time::Duration::from_secs(300));
     assert_eq!(c.stripe_webhook_secret, None);
     assert_eq!(c.evict_after, Some(std::time::Duration::from_secs(60)));
-    assert_eq!(c.retention, None, "raw events are kept for ever unless told");
+    assert_eq!(
+        c.retention, None,
+        "raw events are kept for ever unless told"
+    );
 }
 
 #[test]

@@ -14,7 +14,6 @@ use crate::audit::{self, Ledger};
 use crate::contract::Contracts;
 use crate::escalation::EscalationBook;
 use crate::model::*;
-use crate::store::Route;
 
 /// What one step changed, for the store, the metrics and the API.
 #[derive(Debug, Default)]
@@ -112,7 +111,6 @@ fn same_but_for_when(a: &Verdict, b: &Verdict) -> bool {
         && *first_seen == b.first_seen
         && *last_event == b.last_event
 }
-
 
 impl EngineCore {
     pub fn new(contracts: Arc<Contracts>) -> Self {
@@ -496,10 +494,11 @@ impl EngineCore {
         if v.is_settled() {
             // Written with the verdict (again, if it was written before: a new key or object
             // may reach it now), so the store can find it once it leaves memory.
-            out.routes.extend(self.ledger.routes(id).into_iter().map(|route| Route {
-                route,
-                intent_id: id.to_string(),
-            }));
+            out.routes
+                .extend(self.ledger.routes(id).into_iter().map(|route| Route {
+                    route,
+                    intent_id: id.to_string(),
+                }));
             if self.evict_after.is_some() {
                 self.settled.push_back((now, out.seq, id.to_string()));
             }

@@ -37,13 +37,7 @@ use crate::notify::{Notifier, OutboxItem};
 use crate::store::{event_kind, AnyStore, Appended, Derived, Route, Store, StoreError, Swap};
 use routes::RouteFilter;
 
-/// The only place reckon reads the wall clock.
-pub fn wall_now() -> Timestamp {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    Timestamp(d.as_nanos() as i64)
-}
+use crate::clock::wall_now;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -480,13 +474,10 @@ impl Engine {
         // A write that outlives the deadline may still land: the client's retry then finds it
         // stored (a duplicate) and the engine takes it in then.
         let append = self.store.append_received(events.clone(), receipt.key.0);
-        let stored =
-            match tokio::time::timeout(self.append_deadline, append)
-                .await
-            {
-                Ok(stored) => stored?,
-                Err(_) => return Err(StoreError::Timeout(self.append_deadline)),
-            };
+        let stored = match tokio::time::timeout(self.append_deadline, append).await {
+            Ok(stored) => stored?,
+            Err(_) => return Err(StoreError::Timeout(self.append_deadline)),
+        };
         self.metrics.store_append(began.elapsed());
         let mut new = 0;
         let mut kept = Vec::with_capacity(events.len());
@@ -1371,7 +1362,8 @@ async fn persist_loop(
                 // Shut down, or idle: everything received so far is written; say so, so the
                 // next start reads back only what comes after.
                 Ok(None) | Err(_) => {
-                    let done = matches!(rx.try_recv(), Err(mpsc::error::TryRecvError::Disconnected));
+                    let done =
+                        matches!(rx.try_recv(), Err(mpsc::error::TryRecvError::Disconnected));
                     let at = progress.settled_before();
                     if at > last_checkpoint {
                         let checkpoint = Derived {

@@ -11,8 +11,9 @@ use super::bounds::{TimeBounds, TimeWindow};
 use super::error::IngestError;
 use super::otlp::Decoded;
 use super::{records, stripe};
+use crate::clock::wall_now;
 use crate::contract::Contracts;
-use crate::engine::{wall_now, Engine};
+use crate::engine::Engine;
 use crate::metrics::Metrics;
 use crate::model::{Dur, Event, RecordObservation};
 use crate::store::{AnyStore, RecordKey, Store};
@@ -157,7 +158,7 @@ impl IngestService {
     fn warn_no_intent(&self, trace: &str, tool: &str, n: u64) {
         use std::sync::atomic::Ordering::Relaxed;
         let pending = self.no_intent_unlogged.fetch_add(n, Relaxed) + n;
-        let now = crate::engine::wall_now().0 / 1_000_000_000;
+        let now = crate::clock::wall_now().0 / 1_000_000_000;
         let last = self.no_intent_logged_at.load(Relaxed);
         if now.saturating_sub(last) < NO_INTENT_LOG_EVERY_SECS
             || self

@@ -24,7 +24,7 @@ use super::alertmanager::{self, Draft};
 use super::outbox::{self, after_attempt, Attempt, OutboxItem, OutboxState, Policy};
 use super::sign::sign;
 use super::{Notifier, Target, TargetKind};
-use crate::engine::wall_now;
+use crate::clock::wall_now;
 use crate::metrics::Metrics;
 use crate::model::{Dur, Escalation, EscalationStatus, Timestamp};
 use crate::store::{AnyStore, Store};

@@ -60,10 +60,9 @@ pub fn items_for(
             let body = match &t.kind {
                 TargetKind::Webhook { .. } => {
                     let id = delivery_id(&e.id, e.version, &t.name);
-                    let bundle =
-                        bundle.get_or_insert_with(|| {
-                            escalation_bundle(e, verdict.map(VerdictDoc::from_verdict), contract)
-                        });
+                    let bundle = bundle.get_or_insert_with(|| {
+                        escalation_bundle(e, verdict.map(VerdictDoc::from_verdict), contract)
+                    });
                     webhook_body(&id, e, bundle, now)
                 }
                 TargetKind::Alertmanager { .. } => {

@@ -38,8 +38,6 @@ use ::clickhouse::Row;
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::config::StoreConfig;
-
 pub use self::error::{ClickHouseError, ErrorClass, RetryPolicy};
 use self::rows::*;
 use self::writer::{Request, Rows};
@@ -90,21 +88,7 @@ fn bad_config(msg: impl Into<String>) -> StoreError {
 }
 
 impl ClickHouseConfig {
-    /// The store a `--store` URL names (`clickhouse://user:pass@host:8123/db`), read by the one
-    /// parser the command line and the config file use.
-    pub fn from_url(url: &str) -> Result<ClickHouseConfig, StoreError> {
-        match crate::config::value::parse_store(url).map_err(|e| bad_config(e.to_string()))? {
-            StoreConfig::ClickHouse {
-                url,
-                user,
-                password,
-                database,
-            } => Self::new(&url, &user, &password, &database),
-            StoreConfig::Sqlite => Err(bad_config("expected a ClickHouse URL, not \"sqlite\"")),
-        }
-    }
-
-    /// From the app's already parsed [`StoreConfig::ClickHouse`] fields.
+    /// From the app's already parsed store URL (`config::value::parse_store`).
     pub fn new(
         url: &str,
         user: &str,
@@ -181,7 +165,7 @@ impl Clock {
 
     /// `n` consecutive values; returns the first.
     fn take(&self, n: u64) -> u64 {
-        let now = crate::engine::wall_now().0.max(0) as u64;
+        let now = crate::clock::wall_now().0.max(0) as u64;
         let mut prev = self.0.load(Ordering::Relaxed);
         loop {
             let first = now.max(prev + 1);
@@ -330,7 +314,6 @@ fn first_line(sql: &str) -> &str {
 }
 
 impl ClickHouseStore {
-
     /// Events whose row was written at or after `since_ns` (`ingested_ns`; 0: all), each
     /// identity once. Not `FINAL`: that would keep the *last* copy of an identity stored twice
     /// (by two processes at once, or before the writer looked identities up). The first written
@@ -338,7 +321,9 @@ impl ClickHouseStore {
     async fn load_events_since(&self, since_ns: u64) -> Result<Vec<Event>, StoreError> {
         let q = |table: &str| {
             self.client
-                .query(&format!("SELECT ?fields FROM {table} WHERE ingested_ns >= ?"))
+                .query(&format!(
+                    "SELECT ?fields FROM {table} WHERE ingested_ns >= ?"
+                ))
                 .bind(since_ns)
         };
         let attempts: Vec<AttemptRow> = self.fetch("load attempts", q(ATTEMPTS)).await?;
@@ -475,7 +460,9 @@ impl Store for ClickHouseStore {
             "SELECT value FROM reckon_meta WHERE name = 'checkpoint' ORDER BY value DESC LIMIT 1",
         );
         let found: Vec<u64> = self.fetch("read the checkpoint", q).await?;
-        Ok(found.first().map(|v| Timestamp(i64::try_from(*v).unwrap_or(i64::MAX))))
+        Ok(found
+            .first()
+            .map(|v| Timestamp(i64::try_from(*v).unwrap_or(i64::MAX))))
     }
 
     async fn unsettled_intents(&self) -> Result<Vec<String>, StoreError> {
@@ -536,7 +523,9 @@ impl Store for ClickHouseStore {
         // Objects only these intents reach: their intent-less records go too.
         let routes = self
             .client
-            .query("SELECT route FROM reckon_routes WHERE intent_id IN ? AND startsWith(route, 'o:')")
+            .query(
+                "SELECT route FROM reckon_routes WHERE intent_id IN ? AND startsWith(route, 'o:')",
+            )
             .bind(writer::SqlTuple(&ids));
         let object_routes: Vec<String> = self.fetch("routes past retention", routes).await?;
         let mut objects = Vec::new();
@@ -581,7 +570,9 @@ impl Store for ClickHouseStore {
     async fn routes_after(&self, after: &str, limit: usize) -> Result<Vec<String>, StoreError> {
         let q = self
             .client
-            .query("SELECT DISTINCT route FROM reckon_routes WHERE route > ? ORDER BY route LIMIT ?")
+            .query(
+                "SELECT DISTINCT route FROM reckon_routes WHERE route > ? ORDER BY route LIMIT ?",
+            )
             .bind(after)
             .bind(limit as u64);
         self.fetch("routes", q).await
@@ -1115,40 +1106,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn store_urls_parse() {
-        let c =
-            ClickHouseConfig::from_url("clickhouse://alice:s%40cret@db.local:9123/audit").unwrap();
-        assert_eq!(
-            (
-                c.url.as_str(),
-                c.user.as_str(),
-                c.password.as_str(),
-                c.database.as_str()
-            ),
-            ("http://db.local:9123", "alice", "s@cret", "audit")
-        );
-        let c = ClickHouseConfig::from_url("clickhouse://localhost").unwrap();
-        assert_eq!(
-            (
-                c.url.as_str(),
-                c.user.as_str(),
-                c.password.as_str(),
-                c.database.as_str()
-            ),
-            ("http://localhost:8123", "default", "", "default")
-        );
-        let c = ClickHouseConfig::from_url("http://127.0.0.1:8123/").unwrap();
-        assert_eq!(c.database, "default");
+    fn clickhouse_settings_are_checked() {
         let c = ClickHouseConfig::new("http://127.0.0.1:8123", "u", "p", "d1").unwrap();
         assert_eq!(
             (c.user.as_str(), c.password.as_str(), c.database.as_str()),
             ("u", "p", "d1")
         );
-        assert!(ClickHouseConfig::from_url("https://host/db").is_err());
-        assert!(ClickHouseConfig::from_url("clickhouse://host/bad-name").is_err());
-        assert!(ClickHouseConfig::from_url("clickhouse://host/x`y").is_err());
-        assert!(ClickHouseConfig::from_url("clickhouse:///db").is_err());
         assert!(!format!("{c:?}").contains("\"p\""), "password is redacted");
+        assert_eq!(
+            ClickHouseConfig::new("http://h:8123/", "", "", "db")
+                .unwrap()
+                .user,
+            "default"
+        );
+        assert!(ClickHouseConfig::new("https://h:8443", "", "", "db").is_err());
+        assert!(ClickHouseConfig::new("http://h:8123", "", "", "bad-name").is_err());
+        assert!(ClickHouseConfig::new("http://h:8123", "", "", "x`y").is_err());
     }
 
     #[test]

@@ -26,6 +26,7 @@ use base64::Engine as _;
 use serde::Serialize;
 
 use crate::codec::{rfc3339, VerdictDoc};
+pub use crate::model::Route;
 use crate::model::{
     AttemptClass, Decision, Escalation, EscalationStatus, Event, FindingKind, IntentState,
     Severity, Timestamp, Verdict,
@@ -415,15 +416,6 @@ impl Derived {
             && self.routes.is_empty()
             && self.checkpoint.is_none()
     }
-}
-
-/// One way later evidence can reach a settled intent (DESIGN.md "Memory and history"): its id
-/// (`i:{id}`), a key it sent or its objects' records carry (`k:{key}`), an object it may see
-/// (`o:{object}`). Settled intents are not kept in memory; the store finds them by these.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Route {
-    pub route: String,
-    pub intent_id: String,
 }
 
 /// One target's pending notifications (see [`Store::outbox_pending`]).

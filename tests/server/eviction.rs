@@ -134,7 +134,10 @@ async fn retention_deletes_old_raw_events_and_keeps_the_verdict() {
     assert_verdict(&s.verdict(&a).await, "completed / none / -");
     let mut expired = 0.0;
     for _ in 0..100 {
-        expired = s.metric("reckon_intents_expired_total").await.unwrap_or(0.0);
+        expired = s
+            .metric("reckon_intents_expired_total")
+            .await
+            .unwrap_or(0.0);
         if expired >= 1.0 {
             break;
         }

@@ -29,7 +29,7 @@ async fn timed_out_refund_is_unknown_then_completed_by_its_record() {
     assert_eq!(v["idempotency_keys"][0], key.as_str());
 
     let record = serde_json::json!({"kind": "refund", "object_id": unique("re"), "intent_id": intent, "status": "succeeded",
-        "amount": "45.00", "currency": "usd", "target": "1042", "observed_at": reckon::codec::rfc3339(reckon::engine::wall_now())});
+        "amount": "45.00", "currency": "usd", "target": "1042", "observed_at": reckon::codec::rfc3339(reckon::clock::wall_now())});
     let resp = server
         .http
         .post(server.api("/api/v1/records"))

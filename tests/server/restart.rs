@@ -639,7 +639,10 @@ async fn sigkill_under_sustained_load_loses_nothing_acknowledged() {
     let load = tokio::spawn(loadgen::run(args));
     tokio::time::sleep(Duration::from_millis(2500)).await;
     r.kill9();
-    let report = load.await.unwrap().expect("a report, though the server died");
+    let report = load
+        .await
+        .unwrap()
+        .expect("a report, though the server died");
     let acked = report.phases[0].spans_acked;
     assert!(acked > 0, "load was acknowledged before the kill");
 

@@ -72,7 +72,9 @@ impl OwnClickHouse {
             .text()
             .await
             .unwrap();
-        text.trim().parse().unwrap_or_else(|_| panic!("{sql}: {text}"))
+        text.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{sql}: {text}"))
     }
 
     fn signal(&self, sig: &str) {

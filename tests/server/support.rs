@@ -772,7 +772,12 @@ impl Server {
             .text()
             .await
             .ok()?;
-        text.lines()
-            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+        text.lines().find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
     }
 }

@@ -27,8 +27,8 @@ use self::timeline::{Item, Lane, Shape, Timeline};
 use super::auth::{guard, Face};
 use super::{ApiError, ApiState};
 use crate::auth::{Gate, Need, Principal};
+use crate::clock::wall_now;
 use crate::codec::{parse_rfc3339, ContractDoc, VerdictDoc};
-use crate::engine::wall_now;
 use crate::model::*;
 use crate::store::Store;
 

@@ -162,10 +162,7 @@ impl RetryPolicy {
             .first_delay
             .saturating_mul(1u32 << n.saturating_sub(1).min(16))
             .min(self.max_delay);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
+        let nanos = crate::clock::wall_now().0.rem_euclid(1_000_000_000) as u32;
         let quarter = base.as_nanos() as u64 / 4;
         let jitter = if quarter == 0 {
             0

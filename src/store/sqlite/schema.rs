@@ -203,7 +203,6 @@ CREATE TABLE reckon_meta (
 );
 ";
 
-
 /// The attempt-class count columns of `reckon_verdicts`, in [`AttemptClass::ALL`] order.
 pub const CLASS_COLUMNS: [&str; 6] = [
     "attempts_rejected",
