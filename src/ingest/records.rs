@@ -21,6 +21,7 @@
 //! observation kept exactly.
 
 use super::bounds::TimeWindow;
+use super::limits::{IntentBudget, MAX_VALUE_BYTES};
 use crate::codec::parse_rfc3339;
 use crate::model::{Amount, Decimal, RecordObservation, Timestamp};
 use serde::de::IgnoredAny;
@@ -94,14 +95,24 @@ pub fn parse_records(body: &[u8], window: &TimeWindow) -> Result<RecordsBatch, R
     }
 
     let mut batch = RecordsBatch::default();
-    let mut push = |index: usize, item: Result<Item, String>| match item {
-        Ok(Item { record, timed }) => {
-            if !timed {
-                batch.untimed.push(batch.accepted.len());
+    let mut budget = IntentBudget::default();
+    let mut push = |index: usize, item: Result<Item, String>| {
+        let item = item.and_then(|item| {
+            if budget.admit_record(&item.record) {
+                Ok(item)
+            } else {
+                Err(IntentBudget::refusal())
             }
-            batch.accepted.push(record);
+        });
+        match item {
+            Ok(Item { record, timed }) => {
+                if !timed {
+                    batch.untimed.push(batch.accepted.len());
+                }
+                batch.accepted.push(record);
+            }
+            Err(error) => batch.rejected.push(RecordRejection { index, error }),
         }
-        Err(error) => batch.rejected.push(RecordRejection { index, error }),
     };
 
     match serde_json::from_str::<IgnoredAny>(trimmed) {
@@ -235,6 +246,12 @@ fn describe(raw: &str) -> String {
 /// A string field: `null` means absent; an empty string is refused rather than stored, since an
 /// empty id or status can match nothing and would hide the sender's bug.
 fn opt_string(raw: &str) -> Result<Option<String>, String> {
+    if raw.len() > MAX_VALUE_BYTES {
+        return Err(format!(
+            "{} bytes, over the limit of {MAX_VALUE_BYTES}",
+            raw.len()
+        ));
+    }
     match raw.as_bytes().first() {
         Some(b'n') => Ok(None),
         Some(b'"') => {
@@ -763,5 +780,48 @@ mod tests {
         for s in samples {
             let _ = parse_records(s, &w());
         }
+    }
+
+    #[test]
+    fn string_fields_over_the_value_limit_are_refused_alone() {
+        let long = "x".repeat(MAX_VALUE_BYTES);
+        let b = ok(&format!(
+            "{{\"object_id\":\"re_1\",\"status\":\"succeeded\"}}\n{{\"object_id\":\"{long}\",\"status\":\"succeeded\"}}"
+        ));
+        assert_eq!(b.accepted.len(), 1);
+        assert_eq!(
+            b.rejected,
+            vec![RecordRejection {
+                index: 1,
+                error: "object_id: 65538 bytes, over the limit of 65536".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn a_post_naming_too_many_intents_keeps_the_first_ones() {
+        use crate::ingest::limits::MAX_INTENTS_PER_EXPORT;
+        let mut lines: Vec<String> = (0..=MAX_INTENTS_PER_EXPORT)
+            .map(|i| {
+                format!(r#"{{"object_id":"re_{i}","status":"pending","intent_id":"int_{i}"}}"#)
+            })
+            .collect();
+        // An intent already admitted, and an orphan: it counts as its object's.
+        lines.push(r#"{"object_id":"re_x","status":"succeeded","intent_id":"int_0"}"#.into());
+        lines.push(r#"{"object_id":"re_orphan","status":"succeeded"}"#.into());
+        let b = ok(&lines.join("\n"));
+        assert_eq!(b.accepted.len(), MAX_INTENTS_PER_EXPORT + 1);
+        let refusal = format!(
+            "the export names more than {MAX_INTENTS_PER_EXPORT} distinct intents; send the rest in another export"
+        );
+        assert_eq!(
+            b.rejected,
+            [MAX_INTENTS_PER_EXPORT, MAX_INTENTS_PER_EXPORT + 2]
+                .map(|index| RecordRejection {
+                    index,
+                    error: refusal.clone()
+                })
+                .to_vec()
+        );
     }
 }

@@ -3,6 +3,7 @@
 mod api;
 mod bad_input;
 mod eviction;
+mod limits;
 mod loadgen;
 mod notify;
 mod otlp_export;
