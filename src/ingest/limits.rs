@@ -36,6 +36,11 @@ pub const MAX_VALUE_BYTES: usize = 64 * 1024;
 /// each of them under one lock.
 pub const MAX_INTENTS_PER_EXPORT: usize = 2048;
 
+/// Items in one records API post. Each item costs the reply a line, accepted or refused, so a
+/// body of millions of one-byte items must not be answered item by item; a reconciler's batch
+/// (at most `MAX_INTENTS_PER_EXPORT` objects of their own anyway) stays far below.
+pub const MAX_RECORDS_PER_POST: usize = 10_000;
+
 /// A tool span within the limits, or why not (for the partial-success message).
 pub fn check_span(span: &Span) -> Result<(), String> {
     if span.name.len() > MAX_VALUE_BYTES {

@@ -21,7 +21,7 @@
 //! observation kept exactly.
 
 use super::bounds::TimeWindow;
-use super::limits::{IntentBudget, MAX_VALUE_BYTES};
+use super::limits::{IntentBudget, MAX_RECORDS_PER_POST, MAX_VALUE_BYTES};
 use crate::codec::parse_rfc3339;
 use crate::model::{Amount, Decimal, RecordObservation, Timestamp};
 use serde::de::IgnoredAny;
@@ -56,6 +56,10 @@ pub enum RecordsError {
     Malformed(String),
     #[error("body must be a record object, an array of records, or NDJSON, not a JSON {0}")]
     NotRecords(&'static str),
+    /// Each item costs its reply a line, accepted or not: a body of millions of tiny items
+    /// would cost far more memory than its size.
+    #[error("body holds more than {MAX_RECORDS_PER_POST} records: send them in several posts")]
+    TooMany,
 }
 
 /// The fields a record may carry. Anything else is an error for that item: a misspelt
@@ -120,8 +124,11 @@ pub fn parse_records(body: &[u8], window: &TimeWindow) -> Result<RecordsBatch, R
         Ok(_) => match trimmed.as_bytes()[0] {
             b'{' => push(0, parse_item(trimmed, window)),
             b'[' => {
-                let items = raw::elements(trimmed)
+                let items = raw::elements(trimmed, MAX_RECORDS_PER_POST + 1)
                     .ok_or_else(|| RecordsError::Malformed("unreadable array".into()))?;
+                if items.len() > MAX_RECORDS_PER_POST {
+                    return Err(RecordsError::TooMany);
+                }
                 for (i, item) in items.into_iter().enumerate() {
                     push(i, parse_item(item, window));
                 }
@@ -139,6 +146,7 @@ pub fn parse_records(body: &[u8], window: &TimeWindow) -> Result<RecordsBatch, R
                 .lines()
                 .map(str::trim)
                 .filter(|l| !l.is_empty())
+                .take(MAX_RECORDS_PER_POST + 1)
                 .collect();
             let ndjson = !trimmed.starts_with('[')
                 && lines.len() >= 2
@@ -147,6 +155,9 @@ pub fn parse_records(body: &[u8], window: &TimeWindow) -> Result<RecordsBatch, R
                     .any(|l| serde_json::from_str::<IgnoredAny>(l).is_ok());
             if !ndjson {
                 return Err(RecordsError::Malformed(whole.to_string()));
+            }
+            if lines.len() > MAX_RECORDS_PER_POST {
+                return Err(RecordsError::TooMany);
             }
             for (i, line) in lines.into_iter().enumerate() {
                 let item = match serde_json::from_str::<IgnoredAny>(line) {
@@ -432,8 +443,8 @@ mod raw {
         }
     }
 
-    /// Each element's raw text; `None` if not an array.
-    pub fn elements(s: &str) -> Option<Vec<&str>> {
+    /// Each element's raw text, up to the first `max`; `None` if not an array.
+    pub fn elements(s: &str, max: usize) -> Option<Vec<&str>> {
         let b = s.as_bytes();
         let mut i = ws(b, 0);
         if b.get(i) != Some(&b'[') {
@@ -447,6 +458,9 @@ mod raw {
         loop {
             let end = value_end(b, i)?;
             out.push(s.get(i..end)?);
+            if out.len() == max {
+                return Some(out);
+            }
             i = ws(b, end);
             match b.get(i)? {
                 b',' => i = ws(b, i + 1),
@@ -795,6 +809,38 @@ mod tests {
                 index: 1,
                 error: "object_id: 65538 bytes, over the limit of 65536".into()
             }]
+        );
+    }
+
+    #[test]
+    fn a_post_of_more_records_than_the_limit_is_refused_whole() {
+        let item = r#"{"object_id":"re_1","status":"pending"}"#;
+        let array = |n: usize| format!("[{}]", vec![item; n].join(","));
+        let ndjson = |n: usize| vec![item; n].join("\n");
+        assert_eq!(
+            ok(&array(MAX_RECORDS_PER_POST)).accepted.len(),
+            MAX_RECORDS_PER_POST
+        );
+        assert_eq!(
+            ok(&ndjson(MAX_RECORDS_PER_POST)).accepted.len(),
+            MAX_RECORDS_PER_POST
+        );
+        for body in [
+            array(MAX_RECORDS_PER_POST + 1),
+            ndjson(MAX_RECORDS_PER_POST + 1),
+        ] {
+            let e = parse_records(body.as_bytes(), &w()).unwrap_err();
+            assert_eq!(e, RecordsError::TooMany);
+            assert_eq!(
+                e.to_string(),
+                "body holds more than 10000 records: send them in several posts"
+            );
+        }
+        // Millions of one-byte items are refused before a slice or an error is kept for each.
+        let tiny = format!("[{}0]", "0,".repeat(4_000_000));
+        assert_eq!(
+            parse_records(tiny.as_bytes(), &w()),
+            Err(RecordsError::TooMany)
         );
     }
 

@@ -422,3 +422,44 @@ async fn tool_names_from_the_wire_cannot_grow_the_metrics() {
     }
     server.stop().await;
 }
+
+/// A records post is answered item by item, so one of more items than the limit (here a
+/// 400,000 one-byte items, 800 KB) is refused whole with a 400 naming the limit; one naming more
+/// intents than an export may is kept up to the limit, the rest refused by index.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_posts_are_bounded_in_items_and_intents() {
+    use reckon::ingest::limits::MAX_RECORDS_PER_POST;
+    let server = Server::start().await;
+    let (code, body) = server
+        .post_records_raw(format!("[{}0]", "0,".repeat(400_000)))
+        .await;
+    assert_eq!(code, 400, "{body}");
+    assert_eq!(body["error"]["code"], "bad_request", "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        format!("body holds more than {MAX_RECORDS_PER_POST} records: send them in several posts"),
+    );
+
+    let run = unique("rec");
+    let items: Vec<Value> = (0..MAX_INTENTS_PER_EXPORT + 2)
+        .map(|i| {
+            serde_json::json!({"object_id": format!("{run}-re{i}"), "status": "pending",
+                               "intent_id": format!("{run}-int{i}")})
+        })
+        .collect();
+    let (code, body) = server
+        .post_json("/api/v1/records", &Value::Array(items))
+        .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["accepted"], MAX_INTENTS_PER_EXPORT);
+    let rejected = body["rejected"].as_array().unwrap();
+    assert_eq!(rejected.len(), 2);
+    assert_eq!(rejected[0]["index"], MAX_INTENTS_PER_EXPORT);
+    assert!(
+        rejected[0]["error"].as_str().unwrap().starts_with(&format!(
+            "the export names more than {MAX_INTENTS_PER_EXPORT} distinct intents"
+        )),
+        "{body}"
+    );
+    server.stop().await;
+}
