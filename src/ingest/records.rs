@@ -179,7 +179,9 @@ struct Item {
 
 /// One record from the raw text of a JSON value already known to be valid.
 fn parse_item(raw_item: &str, window: &TimeWindow) -> Result<Item, String> {
-    let members = raw::members(raw_item)
+    // One member more than there are fields is enough: among them is an unknown or a repeated
+    // field, refused below, and the rest of a huge object is never sliced.
+    let members = raw::members(raw_item, FIELDS.len() + 1)
         .ok_or_else(|| format!("expected a record object, got {}", describe(raw_item)))?;
     let mut r = RecordObservation {
         source: DEFAULT_SOURCE.to_string(),
@@ -412,8 +414,9 @@ mod raw {
         }
     }
 
-    /// `(raw key with its quotes, raw value)` for each member, in order; `None` if not an object.
-    pub fn members(s: &str) -> Option<Vec<(&str, &str)>> {
+    /// `(raw key with its quotes, raw value)` for each member, in order, up to the first `max`;
+    /// `None` if not an object.
+    pub fn members(s: &str, max: usize) -> Option<Vec<(&str, &str)>> {
         let b = s.as_bytes();
         let mut i = ws(b, 0);
         if b.get(i) != Some(&b'{') {
@@ -434,6 +437,9 @@ mod raw {
             i = ws(b, i + 1);
             let end = value_end(b, i)?;
             out.push((key, s.get(i..end)?));
+            if out.len() == max {
+                return Some(out);
+            }
             i = ws(b, end);
             match b.get(i)? {
                 b',' => i = ws(b, i + 1),
@@ -842,6 +848,18 @@ mod tests {
             parse_records(tiny.as_bytes(), &w()),
             Err(RecordsError::TooMany)
         );
+    }
+
+    #[test]
+    fn an_object_of_many_members_is_refused_at_the_first_bad_one() {
+        let padding: String = (0..100_000).map(|i| format!(r#","x{i}":1"#)).collect();
+        let body = format!(r#"{{"object_id":"re_1","status":"pending"{padding}}}"#);
+        assert_eq!(
+            one_error(&body),
+            format!("x0: unknown field (expected one of {})", FIELDS.join(", "))
+        );
+        let repeated = r#"{"object_id":"a","status":"s","status":"t"}"#;
+        assert_eq!(one_error(repeated), "status: given twice");
     }
 
     #[test]
