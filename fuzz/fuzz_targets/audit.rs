@@ -32,11 +32,23 @@ const TOOLS: [&str; 6] = [
 ];
 const KINDS: [&str; 3] = ["refund", "draft", "email"];
 const STATUSES: [&str; 9] = [
-    "succeeded", "failed", "pending", "requires_action", "canceled", "created", "sent", "bounced",
+    "succeeded",
+    "failed",
+    "pending",
+    "requires_action",
+    "canceled",
+    "created",
+    "sent",
+    "bounced",
     "weird",
 ];
 const HTTP: [u16; 9] = [200, 201, 400, 409, 422, 429, 500, 503, 504];
-const ERRORS: [&str; 4] = ["timeout", "java.net.SocketTimeoutException", "500", "idempotency_error"];
+const ERRORS: [&str; 4] = [
+    "timeout",
+    "java.net.SocketTimeoutException",
+    "500",
+    "idempotency_error",
+];
 const AMOUNTS: [&str; 4] = ["45", "45.00", "\"45.00\"", "40"];
 
 /// Seconds after the base instant; spans up to ~2 days so key retention (24 h) and every
@@ -144,7 +156,10 @@ fn identity(e: &Event) -> String {
     match e {
         Event::Attempt(a) => format!("span:{:?}", a.span),
         Event::Readback(r) => format!("span:{:?}", r.span),
-        Event::Record(r) => format!("record:{}:{}:{}:{}", r.source, r.object_id, r.status, r.observed_at.0),
+        Event::Record(r) => format!(
+            "record:{}:{}:{}:{}",
+            r.source, r.object_id, r.status, r.observed_at.0
+        ),
     }
 }
 
@@ -220,7 +235,11 @@ fn check(v: &Verdict, now: Timestamp) {
         .unwrap_or_else(|| audit::fallback_contract());
     for a in &v.attempts {
         if a.object_status.is_none() {
-            assert_ne!(a.class, AttemptClass::Failed, "failed without an object: {v:#?}");
+            assert_ne!(
+                a.class,
+                AttemptClass::Failed,
+                "failed without an object: {v:#?}"
+            );
         }
     }
     if v.state == IntentState::FailedAfterExecution {
@@ -239,16 +258,24 @@ fn check(v: &Verdict, now: Timestamp) {
     match expected {
         Some(d) => assert_eq!(v.decision, d, "{v:#?}"),
         None if v.decision == Decision::Escalate => assert!(
-            v.findings.iter().any(|f| f.kind == FindingKind::EffectMismatch),
+            v.findings
+                .iter()
+                .any(|f| f.kind == FindingKind::EffectMismatch),
             "an unknown intent escalated without an effect mismatch: {v:#?}"
         ),
         None => assert!(
-            matches!(v.decision, Decision::Wait | Decision::RetrySameKey | Decision::Reconcile),
+            matches!(
+                v.decision,
+                Decision::Wait | Decision::RetrySameKey | Decision::Reconcile
+            ),
             "{v:#?}"
         ),
     }
     if v.decision == Decision::RetrySameKey {
-        assert!(v.objects.is_empty(), "retry_same_key with a linked object: {v:#?}");
+        assert!(
+            v.objects.is_empty(),
+            "retry_same_key with a linked object: {v:#?}"
+        );
     }
     if let Some(t) = v.next_change {
         assert!(t > now, "next_change {t:?} is not after now {now:?}");
@@ -256,12 +283,20 @@ fn check(v: &Verdict, now: Timestamp) {
 }
 
 fuzz_target!(|case: Case| {
-    let Case { events, delivered, now } = case;
+    let Case {
+        events,
+        delivered,
+        now,
+    } = case;
     let first = verdicts(&events, now);
     for v in &first {
         check(v, now);
     }
-    assert_eq!(first, verdicts(&delivered, now), "order or re-sending changed a verdict");
+    assert_eq!(
+        first,
+        verdicts(&delivered, now),
+        "order or re-sending changed a verdict"
+    );
 
     // The engine, one event at a time, against a rebuild from everything (as a restart does,
     // from the escalations the live engine stored).
@@ -276,5 +311,9 @@ fuzz_target!(|case: Case| {
         v.sort_by(|a, b| a.intent_id.cmp(&b.intent_id));
         v
     };
-    assert_eq!(sorted(&live), sorted(&rebuilt), "incremental verdicts differ from a rebuild");
+    assert_eq!(
+        sorted(&live),
+        sorted(&rebuilt),
+        "incremental verdicts differ from a rebuild"
+    );
 });

@@ -14,7 +14,8 @@ fuzz_target!(|data: &[u8]| {
     match parse_contracts(Path::new("fuzz.toml"), text) {
         Ok(list) => {
             for c in &list {
-                serde_json::to_string(&ContractDoc::from_contract(c)).expect("a contract serializes");
+                serde_json::to_string(&ContractDoc::from_contract(c))
+                    .expect("a contract serializes");
             }
             let all = Contracts::new(list.clone());
             for c in &list {

@@ -1,8 +1,9 @@
 //! Structured trace exports: spans built from the attribute vocabulary of every emitter
 //! convention (DESIGN.md "Recognising tool spans"), with values of every `AnyValue` type,
-//! broken ids, extreme times, span events and padding past the attribute limit. Byte-level
-//! fuzzing rarely spells `gen_ai.tool.call.arguments` next to a valid intent id; this target
-//! starts there. The gRPC path (decoded message) and the HTTP path (protobuf bytes) must agree.
+//! broken ids, extreme times, span events, padding past the attribute limit and values either
+//! side of the size limit. Byte-level fuzzing rarely spells `gen_ai.tool.call.arguments` next
+//! to a valid intent id; this target starts there. The gRPC path (decoded message) and the HTTP
+//! path (protobuf bytes) must agree, and no span over a limit may become an event.
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
@@ -11,10 +12,12 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{
     any_value::Value, AnyValue, ArrayValue, KeyValue, KeyValueList,
 };
-use opentelemetry_proto::tonic::trace::v1::{span::Event, status, ResourceSpans, ScopeSpans, Span, Status};
+use opentelemetry_proto::tonic::trace::v1::{
+    span::Event, status, ResourceSpans, ScopeSpans, Span, Status,
+};
 use prost::Message;
-use reckon::ingest::otlp::{traces_from_proto, traces_from_protobuf_bytes};
 use reckon::ingest::limits;
+use reckon::ingest::otlp::{traces_from_proto, traces_from_protobuf_bytes};
 use reckon_fuzz::{check_decoded, CONTRACTS, NOW};
 
 const NAMES: [&str; 8] = [
@@ -99,7 +102,10 @@ const STRINGS: [&str; 30] = [
 ];
 
 fn string(u: &mut Unstructured<'_>) -> arbitrary::Result<String> {
-    Ok(if u.ratio(1, 5)? {
+    Ok(if u.ratio(1, 64)? {
+        // Around the value size limit, either side of it.
+        "x".repeat(limits::MAX_VALUE_BYTES - 8 + u.choose_index(16)?)
+    } else if u.ratio(1, 5)? {
         u.arbitrary::<String>()?
     } else {
         STRINGS[u.choose_index(STRINGS.len())?].to_string()
@@ -125,12 +131,20 @@ fn value(u: &mut Unstructured<'_>, depth: u32) -> arbitrary::Result<AnyValue> {
     Ok(AnyValue { value: v })
 }
 
-fn attributes(u: &mut Unstructured<'_>, depth: u32, max: usize) -> arbitrary::Result<Vec<KeyValue>> {
+fn attributes(
+    u: &mut Unstructured<'_>,
+    depth: u32,
+    max: usize,
+) -> arbitrary::Result<Vec<KeyValue>> {
     (0..u.choose_index(max + 1)?)
         .map(|_| {
             Ok(KeyValue {
                 key: KEYS[u.choose_index(KEYS.len())?].to_string(),
-                value: if u.ratio(1, 16)? { None } else { Some(value(u, depth)?) },
+                value: if u.ratio(1, 16)? {
+                    None
+                } else {
+                    Some(value(u, depth)?)
+                },
                 key_strindex: 0,
             })
         })
@@ -163,7 +177,9 @@ fn span(u: &mut Unstructured<'_>) -> arbitrary::Result<Span> {
         let pad = u.int_in_range(0..=2 * limits::MAX_SPAN_ATTRIBUTES)?;
         attrs.extend((0..pad).map(|i| KeyValue {
             key: format!("pad.{i}"),
-            value: Some(AnyValue { value: Some(Value::IntValue(i as i64)) }),
+            value: Some(AnyValue {
+                value: Some(Value::IntValue(i as i64)),
+            }),
             key_strindex: 0,
         }));
     }
@@ -171,8 +187,11 @@ fn span(u: &mut Unstructured<'_>) -> arbitrary::Result<Span> {
         .map(|_| {
             Ok(Event {
                 time_unix_nano: time(u)?,
-                name: ["gen_ai.tool.message", "gen_ai.client.inference.operation.details", "exception"]
-                    [u.choose_index(3)?]
+                name: [
+                    "gen_ai.tool.message",
+                    "gen_ai.client.inference.operation.details",
+                    "exception",
+                ][u.choose_index(3)?]
                 .to_string(),
                 attributes: attributes(u, 0, 3)?,
                 dropped_attributes_count: 0,
@@ -182,13 +201,20 @@ fn span(u: &mut Unstructured<'_>) -> arbitrary::Result<Span> {
     Ok(Span {
         trace_id: id::<16>(u)?,
         span_id: id::<8>(u)?,
-        name: if u.ratio(1, 8)? { u.arbitrary()? } else { NAMES[u.choose_index(NAMES.len())?].into() },
+        name: if u.ratio(1, 8)? {
+            u.arbitrary()?
+        } else {
+            NAMES[u.choose_index(NAMES.len())?].into()
+        },
         start_time_unix_nano: time(u)?,
         end_time_unix_nano: time(u)?,
         attributes: attrs,
         events,
         status: if u.arbitrary()? {
-            Some(Status { code: status::StatusCode::Error as i32, message: String::new() })
+            Some(Status {
+                code: status::StatusCode::Error as i32,
+                message: String::new(),
+            })
         } else {
             None
         },
@@ -200,10 +226,15 @@ struct Export(ExportTraceServiceRequest);
 
 impl<'a> Arbitrary<'a> for Export {
     fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
-        let spans = (0..u.int_in_range(1..=8)?).map(|_| span(u)).collect::<Result<_, _>>()?;
+        let spans = (0..u.int_in_range(1..=8)?)
+            .map(|_| span(u))
+            .collect::<Result<_, _>>()?;
         Ok(Export(ExportTraceServiceRequest {
             resource_spans: vec![ResourceSpans {
-                scope_spans: vec![ScopeSpans { spans, ..Default::default() }],
+                scope_spans: vec![ScopeSpans {
+                    spans,
+                    ..Default::default()
+                }],
                 ..Default::default()
             }],
         }))
@@ -223,10 +254,22 @@ fuzz_target!(|export: Export| {
         .expect("an encoded request decodes");
     assert_eq!(decoded, from_bytes, "the gRPC and HTTP paths disagree");
     let spans = &req.resource_spans[0].scope_spans[0].spans;
+    // An independent reading of the limits: no span over them becomes an event.
     let within = spans
         .iter()
-        .filter(|s| s.attributes.len() <= limits::MAX_SPAN_ATTRIBUTES)
+        .filter(|s| {
+            let small = |kvs: &[KeyValue]| {
+                kvs.len() <= limits::MAX_SPAN_ATTRIBUTES
+                    && kvs.iter().all(|kv| {
+                        kv.value.as_ref().map_or(0, |v| v.encoded_len()) <= limits::MAX_VALUE_BYTES
+                    })
+            };
+            small(&s.attributes) && s.events.iter().all(|e| small(&e.attributes))
+        })
         .count();
-    assert!(decoded.events.len() <= within, "a span over the attribute limit became an event");
+    assert!(
+        decoded.events.len() <= within,
+        "a span over a limit became an event"
+    );
     check_decoded(decoded);
 });

@@ -3,7 +3,9 @@
 //! any other header must not.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use reckon::ingest::stripe::{parse_event, sign, verify_signature, StripeOutcome, DEFAULT_TOLERANCE};
+use reckon::ingest::stripe::{
+    parse_event, sign, verify_signature, StripeOutcome, DEFAULT_TOLERANCE,
+};
 use reckon_fuzz::{window, NOW};
 
 const SECRET: &str = "whsec_fuzz";
@@ -26,7 +28,10 @@ fuzz_target!(|data: &[u8]| {
             "accepted a forged signature: {header:?}"
         );
     }
-    assert_eq!(verify_signature(&good, body, SECRET, NOW, DEFAULT_TOLERANCE), Ok(()));
+    assert_eq!(
+        verify_signature(&good, body, SECRET, NOW, DEFAULT_TOLERANCE),
+        Ok(())
+    );
     assert!(verify_signature(&good, body, "whsec_other", NOW, DEFAULT_TOLERANCE).is_err());
 
     let w = window();

@@ -46,6 +46,9 @@ pub fn check_decoded(mut d: Decoded) {
     assert_eq!(accounted(&d), d.seen, "after the time check: {d:?}");
     assert_eq!(d.error_message().is_empty(), d.rejected == 0);
     for e in &d.events {
-        assert!(w.check_event(e).is_ok(), "kept an event outside the window: {e:?}");
+        assert!(
+            w.check_event(e).is_ok(),
+            "kept an event outside the window: {e:?}"
+        );
     }
 }
