@@ -24,6 +24,22 @@ pub const MAX_SERIES: usize = 2000;
 /// The label value that stands for every combination past `MAX_SERIES`.
 pub const OVERFLOW: &str = "_overflow";
 
+/// Bytes of a label value; longer ones (a tool name is whatever a span says) are cut to this, so
+/// `MAX_SERIES` series stay small in memory and in every scrape.
+pub const MAX_LABEL_BYTES: usize = 128;
+
+/// `v` cut to at most `MAX_LABEL_BYTES`, at a character boundary.
+fn clip_label(v: &str) -> &str {
+    if v.len() <= MAX_LABEL_BYTES {
+        return v;
+    }
+    let mut end = MAX_LABEL_BYTES;
+    while !v.is_char_boundary(end) {
+        end -= 1;
+    }
+    &v[..end]
+}
+
 /// Latency buckets in seconds, from 0.5 ms (a verdict on a warm intent) to 5 s (a stuck store).
 const LATENCY_BUCKETS: [f64; 13] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -65,6 +81,14 @@ impl Family {
 
     fn add(&self, values: &[&str], n: u64) {
         debug_assert_eq!(values.len(), self.labels.len());
+        // Values past `MAX_LABEL_BYTES` are cut (rare path: may allocate).
+        let clipped: Vec<&str>;
+        let values = if values.iter().all(|v| v.len() <= MAX_LABEL_BYTES) {
+            values
+        } else {
+            clipped = values.iter().map(|v| clip_label(v)).collect();
+            &clipped[..]
+        };
         let h = Self::hash(values);
         // A poisoned lock only means another thread panicked mid-update of a counter map; the
         // map itself is still usable, and metrics must never take the service down.
@@ -76,6 +100,13 @@ impl Family {
             c.fetch_add(n, Relaxed);
             return;
         }
+        let mut map = self.series.write().unwrap_or_else(|e| e.into_inner());
+        // Decided under the write lock, so first sights racing each other cannot pass the cap
+        // together.
+        if let Some(c) = Self::find(&map, h, values) {
+            c.fetch_add(n, Relaxed);
+            return;
+        }
         // Past the cap, this combination is counted as all-`_overflow` (rare path: may allocate).
         let overflow: Vec<&str>;
         let (values, h) = if self.len.load(Relaxed) as usize >= MAX_SERIES {
@@ -84,7 +115,6 @@ impl Family {
         } else {
             (values, h)
         };
-        let mut map = self.series.write().unwrap_or_else(|e| e.into_inner());
         let c = match Self::find(&map, h, values) {
             Some(c) => c,
             None => {
@@ -297,6 +327,10 @@ impl Metrics {
             *n = 0;
         }
         for (labels, n) in counts {
+            let labels = labels.map(|l| match clip_label(&l).len() {
+                len if len < l.len() => l[..len].to_string(),
+                _ => l,
+            });
             let labels = if series.contains_key(&labels) || series.len() < MAX_SERIES {
                 labels
             } else {
@@ -1024,6 +1058,55 @@ mod tests {
         assert_eq!(snap.len(), MAX_SERIES + 1);
         assert_eq!(snap[&["t0".to_string()][..]], 2);
         assert_eq!(snap[&[OVERFLOW.to_string()][..]], 10);
+    }
+
+    #[test]
+    fn long_label_values_are_cut_at_a_character_boundary() {
+        let f = Family::new(&["tool"]);
+        let long = format!(
+            "{}é{}",
+            "a".repeat(MAX_LABEL_BYTES - 1),
+            "b".repeat(1 << 20)
+        );
+        f.add(&[&long], 1);
+        f.add(&[&format!("{}zzz", &long[..MAX_LABEL_BYTES + 1])], 1);
+        let snap = f.snapshot();
+        // Both start with the same 127 bytes and a two-byte 'é' that does not fit: one series.
+        assert_eq!(snap.len(), 1);
+        let (key, n) = snap.iter().next().unwrap();
+        assert_eq!(key[0], "a".repeat(MAX_LABEL_BYTES - 1));
+        assert_eq!(*n, 2);
+
+        let m = Metrics::new();
+        m.set_escalations_unresolved([(labels(&long, "duplicate_effect", "critical"), 1)]);
+        let text = m.render();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("reckon_escalations_unresolved{"))
+            .unwrap();
+        assert!(line.len() < 2 * MAX_LABEL_BYTES, "{line}");
+    }
+
+    #[test]
+    fn racing_first_sights_never_pass_the_cap() {
+        let f = Arc::new(Family::new(&["tool"]));
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let f = f.clone();
+                std::thread::spawn(move || {
+                    for i in 0..MAX_SERIES {
+                        f.add(&[&format!("t{t}-{i}")], 1);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let snap = f.snapshot();
+        assert_eq!(snap.len(), MAX_SERIES + 1);
+        assert_eq!(snap.values().sum::<u64>(), 4 * MAX_SERIES as u64);
+        assert_eq!(snap[&[OVERFLOW.to_string()][..]], 3 * MAX_SERIES as u64);
     }
 
     #[test]

@@ -21,6 +21,7 @@
 //! observation kept exactly.
 
 use super::bounds::TimeWindow;
+use super::limits::{IntentBudget, MAX_RECORDS_PER_POST, MAX_VALUE_BYTES};
 use crate::codec::parse_rfc3339;
 use crate::model::{Amount, Decimal, RecordObservation, Timestamp};
 use serde::de::IgnoredAny;
@@ -55,6 +56,10 @@ pub enum RecordsError {
     Malformed(String),
     #[error("body must be a record object, an array of records, or NDJSON, not a JSON {0}")]
     NotRecords(&'static str),
+    /// Each item costs its reply a line, accepted or not: a body of millions of tiny items
+    /// would cost far more memory than its size.
+    #[error("body holds more than {MAX_RECORDS_PER_POST} records: send them in several posts")]
+    TooMany,
 }
 
 /// The fields a record may carry. Anything else is an error for that item: a misspelt
@@ -94,14 +99,24 @@ pub fn parse_records(body: &[u8], window: &TimeWindow) -> Result<RecordsBatch, R
     }
 
     let mut batch = RecordsBatch::default();
-    let mut push = |index: usize, item: Result<Item, String>| match item {
-        Ok(Item { record, timed }) => {
-            if !timed {
-                batch.untimed.push(batch.accepted.len());
+    let mut budget = IntentBudget::default();
+    let mut push = |index: usize, item: Result<Item, String>| {
+        let item = item.and_then(|item| {
+            if budget.admit_record(&item.record) {
+                Ok(item)
+            } else {
+                Err(IntentBudget::refusal())
             }
-            batch.accepted.push(record);
+        });
+        match item {
+            Ok(Item { record, timed }) => {
+                if !timed {
+                    batch.untimed.push(batch.accepted.len());
+                }
+                batch.accepted.push(record);
+            }
+            Err(error) => batch.rejected.push(RecordRejection { index, error }),
         }
-        Err(error) => batch.rejected.push(RecordRejection { index, error }),
     };
 
     match serde_json::from_str::<IgnoredAny>(trimmed) {
@@ -109,8 +124,11 @@ pub fn parse_records(body: &[u8], window: &TimeWindow) -> Result<RecordsBatch, R
         Ok(_) => match trimmed.as_bytes()[0] {
             b'{' => push(0, parse_item(trimmed, window)),
             b'[' => {
-                let items = raw::elements(trimmed)
+                let items = raw::elements(trimmed, MAX_RECORDS_PER_POST + 1)
                     .ok_or_else(|| RecordsError::Malformed("unreadable array".into()))?;
+                if items.len() > MAX_RECORDS_PER_POST {
+                    return Err(RecordsError::TooMany);
+                }
                 for (i, item) in items.into_iter().enumerate() {
                     push(i, parse_item(item, window));
                 }
@@ -128,6 +146,7 @@ pub fn parse_records(body: &[u8], window: &TimeWindow) -> Result<RecordsBatch, R
                 .lines()
                 .map(str::trim)
                 .filter(|l| !l.is_empty())
+                .take(MAX_RECORDS_PER_POST + 1)
                 .collect();
             let ndjson = !trimmed.starts_with('[')
                 && lines.len() >= 2
@@ -136,6 +155,9 @@ pub fn parse_records(body: &[u8], window: &TimeWindow) -> Result<RecordsBatch, R
                     .any(|l| serde_json::from_str::<IgnoredAny>(l).is_ok());
             if !ndjson {
                 return Err(RecordsError::Malformed(whole.to_string()));
+            }
+            if lines.len() > MAX_RECORDS_PER_POST {
+                return Err(RecordsError::TooMany);
             }
             for (i, line) in lines.into_iter().enumerate() {
                 let item = match serde_json::from_str::<IgnoredAny>(line) {
@@ -157,7 +179,9 @@ struct Item {
 
 /// One record from the raw text of a JSON value already known to be valid.
 fn parse_item(raw_item: &str, window: &TimeWindow) -> Result<Item, String> {
-    let members = raw::members(raw_item)
+    // One member more than there are fields is enough: among them is an unknown or a repeated
+    // field, refused below, and the rest of a huge object is never sliced.
+    let members = raw::members(raw_item, FIELDS.len() + 1)
         .ok_or_else(|| format!("expected a record object, got {}", describe(raw_item)))?;
     let mut r = RecordObservation {
         source: DEFAULT_SOURCE.to_string(),
@@ -235,6 +259,12 @@ fn describe(raw: &str) -> String {
 /// A string field: `null` means absent; an empty string is refused rather than stored, since an
 /// empty id or status can match nothing and would hide the sender's bug.
 fn opt_string(raw: &str) -> Result<Option<String>, String> {
+    if raw.len() > MAX_VALUE_BYTES {
+        return Err(format!(
+            "{} bytes, over the limit of {MAX_VALUE_BYTES}",
+            raw.len()
+        ));
+    }
     match raw.as_bytes().first() {
         Some(b'n') => Ok(None),
         Some(b'"') => {
@@ -384,8 +414,9 @@ mod raw {
         }
     }
 
-    /// `(raw key with its quotes, raw value)` for each member, in order; `None` if not an object.
-    pub fn members(s: &str) -> Option<Vec<(&str, &str)>> {
+    /// `(raw key with its quotes, raw value)` for each member, in order, up to the first `max`;
+    /// `None` if not an object.
+    pub fn members(s: &str, max: usize) -> Option<Vec<(&str, &str)>> {
         let b = s.as_bytes();
         let mut i = ws(b, 0);
         if b.get(i) != Some(&b'{') {
@@ -406,6 +437,9 @@ mod raw {
             i = ws(b, i + 1);
             let end = value_end(b, i)?;
             out.push((key, s.get(i..end)?));
+            if out.len() == max {
+                return Some(out);
+            }
             i = ws(b, end);
             match b.get(i)? {
                 b',' => i = ws(b, i + 1),
@@ -415,8 +449,8 @@ mod raw {
         }
     }
 
-    /// Each element's raw text; `None` if not an array.
-    pub fn elements(s: &str) -> Option<Vec<&str>> {
+    /// Each element's raw text, up to the first `max`; `None` if not an array.
+    pub fn elements(s: &str, max: usize) -> Option<Vec<&str>> {
         let b = s.as_bytes();
         let mut i = ws(b, 0);
         if b.get(i) != Some(&b'[') {
@@ -430,6 +464,9 @@ mod raw {
         loop {
             let end = value_end(b, i)?;
             out.push(s.get(i..end)?);
+            if out.len() == max {
+                return Some(out);
+            }
             i = ws(b, end);
             match b.get(i)? {
                 b',' => i = ws(b, i + 1),
@@ -763,5 +800,92 @@ mod tests {
         for s in samples {
             let _ = parse_records(s, &w());
         }
+    }
+
+    #[test]
+    fn string_fields_over_the_value_limit_are_refused_alone() {
+        let long = "x".repeat(MAX_VALUE_BYTES);
+        let b = ok(&format!(
+            "{{\"object_id\":\"re_1\",\"status\":\"succeeded\"}}\n{{\"object_id\":\"{long}\",\"status\":\"succeeded\"}}"
+        ));
+        assert_eq!(b.accepted.len(), 1);
+        assert_eq!(
+            b.rejected,
+            vec![RecordRejection {
+                index: 1,
+                error: "object_id: 65538 bytes, over the limit of 65536".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn a_post_of_more_records_than_the_limit_is_refused_whole() {
+        let item = r#"{"object_id":"re_1","status":"pending"}"#;
+        let array = |n: usize| format!("[{}]", vec![item; n].join(","));
+        let ndjson = |n: usize| vec![item; n].join("\n");
+        assert_eq!(
+            ok(&array(MAX_RECORDS_PER_POST)).accepted.len(),
+            MAX_RECORDS_PER_POST
+        );
+        assert_eq!(
+            ok(&ndjson(MAX_RECORDS_PER_POST)).accepted.len(),
+            MAX_RECORDS_PER_POST
+        );
+        for body in [
+            array(MAX_RECORDS_PER_POST + 1),
+            ndjson(MAX_RECORDS_PER_POST + 1),
+        ] {
+            let e = parse_records(body.as_bytes(), &w()).unwrap_err();
+            assert_eq!(e, RecordsError::TooMany);
+            assert_eq!(
+                e.to_string(),
+                "body holds more than 10000 records: send them in several posts"
+            );
+        }
+        // Millions of one-byte items are refused before a slice or an error is kept for each.
+        let tiny = format!("[{}0]", "0,".repeat(4_000_000));
+        assert_eq!(
+            parse_records(tiny.as_bytes(), &w()),
+            Err(RecordsError::TooMany)
+        );
+    }
+
+    #[test]
+    fn an_object_of_many_members_is_refused_at_the_first_bad_one() {
+        let padding: String = (0..100_000).map(|i| format!(r#","x{i}":1"#)).collect();
+        let body = format!(r#"{{"object_id":"re_1","status":"pending"{padding}}}"#);
+        assert_eq!(
+            one_error(&body),
+            format!("x0: unknown field (expected one of {})", FIELDS.join(", "))
+        );
+        let repeated = r#"{"object_id":"a","status":"s","status":"t"}"#;
+        assert_eq!(one_error(repeated), "status: given twice");
+    }
+
+    #[test]
+    fn a_post_naming_too_many_intents_keeps_the_first_ones() {
+        use crate::ingest::limits::MAX_INTENTS_PER_EXPORT;
+        let mut lines: Vec<String> = (0..=MAX_INTENTS_PER_EXPORT)
+            .map(|i| {
+                format!(r#"{{"object_id":"re_{i}","status":"pending","intent_id":"int_{i}"}}"#)
+            })
+            .collect();
+        // An intent already admitted, and an orphan: it counts as its object's.
+        lines.push(r#"{"object_id":"re_x","status":"succeeded","intent_id":"int_0"}"#.into());
+        lines.push(r#"{"object_id":"re_orphan","status":"succeeded"}"#.into());
+        let b = ok(&lines.join("\n"));
+        assert_eq!(b.accepted.len(), MAX_INTENTS_PER_EXPORT + 1);
+        let refusal = format!(
+            "the export names more than {MAX_INTENTS_PER_EXPORT} distinct intents; send the rest in another export"
+        );
+        assert_eq!(
+            b.rejected,
+            [MAX_INTENTS_PER_EXPORT, MAX_INTENTS_PER_EXPORT + 2]
+                .map(|index| RecordRejection {
+                    index,
+                    error: refusal.clone()
+                })
+                .to_vec()
+        );
     }
 }

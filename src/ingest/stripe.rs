@@ -386,6 +386,16 @@ mod tests {
             verify_signature(&header, body.as_bytes(), SECRET, NOW, DEFAULT_TOLERANCE),
             Ok(())
         );
+        // Upper-case hex is the same signature (the same bytes): found by the stripe fuzz
+        // target, whose first invariant compared the text.
+        let header = header
+            .to_ascii_uppercase()
+            .replace("T=", "t=")
+            .replace("V1=", "v1=");
+        assert_eq!(
+            verify_signature(&header, body.as_bytes(), SECRET, NOW, DEFAULT_TOLERANCE),
+            Ok(())
+        );
     }
 
     #[test]

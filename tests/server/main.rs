@@ -4,6 +4,7 @@ mod access;
 mod api;
 mod bad_input;
 mod eviction;
+mod limits;
 mod loadgen;
 mod notify;
 mod otlp_export;

@@ -39,6 +39,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use super::recognize::clip;
 use super::value::{find, nanos, text_of};
 use super::Outcome;
+use crate::ingest::limits;
 use crate::model::{Amount, Decimal, Event, RecordObservation, Timestamp};
 
 pub const OBJECT_ID: &str = "reckon.record.object_id";
@@ -104,6 +105,16 @@ pub(crate) fn record_to_event(rec: &LogRecord, resource: Option<&Resource>) -> O
         return Outcome::Rejected(format!("log record: {OBJECT_ID} is not a non-empty string"));
     };
     let why = |msg: &str| format!("log record for object '{}': {msg}", clip(&object_id));
+    // The resource's kind and source are copied into the record too.
+    let resource_attrs = resource.map(|r| r.attributes.as_slice()).unwrap_or(&[]);
+    let mut from_resource = [KIND, SOURCE]
+        .into_iter()
+        .filter_map(|k| find(resource_attrs, k).map(|v| (k, v)));
+    if let Err(e) = limits::check_attributes(&rec.attributes)
+        .and_then(|()| from_resource.try_for_each(|(k, v)| limits::check_value(k, v)))
+    {
+        return Outcome::Rejected(why(&e));
+    }
     let Some(status) = scan.status.and_then(text_of) else {
         return Outcome::Rejected(why(&format!("{STATUS} is missing or empty")));
     };
@@ -129,7 +140,6 @@ pub(crate) fn record_to_event(rec: &LogRecord, resource: Option<&Resource>) -> O
         Some(Ok(Some(t))) => Some(t),
         Some(Err(e)) => return Outcome::Rejected(why(&e)),
     };
-    let resource_attrs = resource.map(|r| r.attributes.as_slice()).unwrap_or(&[]);
     let owned = |v: Option<&AnyValue>| v.and_then(text_of).map(Cow::into_owned);
     let source = owned(scan.source.or_else(|| find(resource_attrs, SOURCE)))
         .unwrap_or_else(|| DEFAULT_SOURCE.to_string());

@@ -17,13 +17,16 @@ mod value;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use recognize::clip;
+
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
 
 use super::bounds::TimeWindow;
+use super::limits::IntentBudget;
 use crate::contract::Contracts;
-use crate::model::Event;
+use crate::model::{Attempt, Event, Readback};
 
 /// How many rejection reasons a `Decoded` keeps. The count stays exact; the reasons are for the
 /// exporter's partial-success message and a log line, and an export of 100k broken spans must
@@ -125,6 +128,7 @@ pub fn traces_from_proto(req: &ExportTraceServiceRequest, contracts: &Contracts)
             }
         }
     }
+    out.cap_intents();
     out
 }
 
@@ -161,6 +165,7 @@ pub fn logs_from_proto(req: &ExportLogsServiceRequest) -> Decoded {
             }
         }
     }
+    out.cap_intents();
     out
 }
 
@@ -237,6 +242,31 @@ impl Decoded {
             }
         }
         refused
+    }
+
+    /// Refuses, each alone, the events of intents past the export's first
+    /// `limits::MAX_INTENTS_PER_EXPORT` distinct ones.
+    fn cap_intents(&mut self) {
+        // Fewer events than the limit cannot name more intents than it.
+        if self.events.len() <= super::limits::MAX_INTENTS_PER_EXPORT {
+            return;
+        }
+        let mut budget = IntentBudget::default();
+        for e in std::mem::take(&mut self.events) {
+            if budget.admit_event(&e) {
+                self.events.push(e);
+                continue;
+            }
+            let what = match &e {
+                Event::Attempt(Attempt { span, .. }) | Event::Readback(Readback { span, .. }) => {
+                    format!("span {}/{}", span.trace_hex(), span.span_hex())
+                }
+                Event::Record(r) => {
+                    format!("log record for object '{}'", recognize::clip(&r.object_id))
+                }
+            };
+            self.reject(format!("{what}: {}", IntentBudget::refusal()));
+        }
     }
 
     fn absorb(&mut self, other: Decoded) {

@@ -16,6 +16,7 @@ use super::attr;
 use super::value::{find, int_of, json_of, json_text, nanos, str_of, text_of};
 use super::Outcome;
 use crate::contract::{Contract, Contracts};
+use crate::ingest::limits;
 use crate::model::{
     Attempt, Event, Readback, ReportedOutcome, SpanRef, Timestamp, REDACTED_ARGUMENTS,
     REDACTED_ARGUMENTS_JSON,
@@ -196,6 +197,10 @@ fn tool_span_to_event(span: &Span, id: SpanRef, contracts: &Contracts) -> Outcom
             clip(&span.name)
         )
     };
+    // Checked before anything is read or copied from the span.
+    if let Err(e) = limits::check_span(span) {
+        return Outcome::Rejected(why(&e));
+    }
     let scan = Scan::of(&span.attributes);
     let tool = tool_name(&scan, &span.name);
     let contract = contracts.for_tool(&tool);

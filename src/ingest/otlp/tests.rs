@@ -1505,3 +1505,179 @@ fn laminar_and_langfuse_markers_make_a_tool_span() {
         assert_eq!(d.events.len(), usize::from(tool), "{key}={value}: {d:?}");
     }
 }
+
+// ---------------------------------------------------------------- limits (`ingest::limits`)
+
+fn tool_span(n: u64, intent: &str, extra: Vec<KeyValue>) -> Span {
+    let mut attributes = vec![
+        kv("gen_ai.tool.name", sv("issue_refund")),
+        kv("reckon.intent.id", sv(intent)),
+        kv("reckon.idempotency_key", sv("k")),
+    ];
+    attributes.extend(extra);
+    proto_span(
+        &format!("{n:016x}"),
+        "execute_tool issue_refund",
+        attributes,
+    )
+}
+
+fn padding(n: usize) -> Vec<KeyValue> {
+    (0..n)
+        .map(|i| kv(&format!("pad.{i}"), any_value::Value::IntValue(i as i64)))
+        .collect()
+}
+
+/// Each span over a limit is refused alone, with a reason naming the limit; the span at the
+/// limit and the others are kept.
+#[test]
+fn tool_spans_over_the_attribute_limits_are_refused_alone() {
+    use crate::ingest::limits::{MAX_SPAN_ATTRIBUTES, MAX_SPAN_EVENTS, MAX_VALUE_BYTES};
+    let at_limit = tool_span(1, "int_ok", padding(MAX_SPAN_ATTRIBUTES - 3));
+    let too_many = tool_span(2, "int_many", padding(MAX_SPAN_ATTRIBUTES - 2));
+    let huge_args = tool_span(
+        3,
+        "int_huge",
+        vec![kv(
+            "gen_ai.tool.call.arguments",
+            sv(&format!(r#"{{"note":"{}"}}"#, "x".repeat(MAX_VALUE_BYTES))),
+        )],
+    );
+    let mut huge_name = tool_span(4, "int_name", vec![]);
+    huge_name.name = "n".repeat(MAX_VALUE_BYTES + 1);
+    let mut many_events = tool_span(5, "int_events", vec![]);
+    many_events.events = vec![Default::default(); MAX_SPAN_EVENTS + 1];
+    let mut big_event = tool_span(6, "int_event_attr", vec![]);
+    big_event.events = vec![opentelemetry_proto::tonic::trace::v1::span::Event {
+        name: "gen_ai.tool.message".into(),
+        attributes: vec![kv("content", sv(&"y".repeat(MAX_VALUE_BYTES)))],
+        ..Default::default()
+    }];
+    // Not a tool span: dropped unread, whatever it carries.
+    let other = proto_span(
+        "0000000000000007",
+        "GET /",
+        padding(4 * MAX_SPAN_ATTRIBUTES),
+    );
+    let req = proto_request(vec![
+        at_limit,
+        too_many,
+        huge_args,
+        huge_name,
+        many_events,
+        big_event,
+        other,
+    ]);
+    let d = traces_from_protobuf_bytes(&req.encode_to_vec(), &contracts()).unwrap();
+    assert_eq!(
+        (d.seen, d.dropped, d.rejected),
+        (7, 1, 5),
+        "{:?}",
+        d.reasons
+    );
+    assert!(matches!(&d.events[..], [Event::Attempt(a)] if a.intent_id == "int_ok"));
+    let expected = [
+        "129 attributes, over the limit of 128",
+        "attribute 'gen_ai.tool.call.arguments' is 65551 bytes, over the limit of 65536",
+        "the span name is 65537 bytes, over the limit of 65536",
+        "129 span events, over the limit of 128",
+        "span event 'gen_ai.tool.message': attribute 'content' is 65540 bytes, over the limit of 65536",
+    ];
+    for (reason, want) in d.reasons.iter().zip(expected) {
+        assert!(reason.ends_with(want), "{reason:?} does not say {want:?}");
+    }
+}
+
+#[test]
+fn log_records_over_the_attribute_limits_are_refused_alone() {
+    use crate::ingest::limits::{MAX_SPAN_ATTRIBUTES, MAX_VALUE_BYTES};
+    let record = |id: &str, extra: Vec<KeyValue>| {
+        let mut attributes = vec![
+            kv(logs::OBJECT_ID, sv(id)),
+            kv(logs::STATUS, sv("succeeded")),
+        ];
+        attributes.extend(extra);
+        LogRecord {
+            time_unix_nano: START as u64,
+            attributes,
+            ..Default::default()
+        }
+    };
+    let req = |resource: Vec<KeyValue>| ExportLogsServiceRequest {
+        resource_logs: vec![ResourceLogs {
+            resource: Some(Resource {
+                attributes: resource,
+                ..Default::default()
+            }),
+            scope_logs: vec![ScopeLogs {
+                log_records: vec![
+                    record("re_ok", vec![]),
+                    record("re_many", padding(MAX_SPAN_ATTRIBUTES)),
+                    record(
+                        "re_big",
+                        vec![kv(logs::TARGET, sv(&"t".repeat(MAX_VALUE_BYTES)))],
+                    ),
+                ],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    let d = logs_from_proto(&req(vec![]));
+    assert_eq!((d.seen, d.rejected), (3, 2), "{:?}", d.reasons);
+    assert!(
+        d.reasons[0].contains("'re_many'")
+            && d.reasons[0].ends_with("130 attributes, over the limit of 128")
+    );
+    assert!(d.reasons[1].contains("'re_big'") && d.reasons[1].contains("'reckon.record.target'"));
+    // The resource's kind is copied into every record: a huge one refuses them all.
+    let d = logs_from_proto(&req(vec![kv(logs::KIND, sv(&"k".repeat(MAX_VALUE_BYTES)))]));
+    assert_eq!((d.seen, d.rejected), (3, 3), "{:?}", d.reasons);
+    assert!(
+        d.reasons[0].contains("'reckon.record.kind'"),
+        "{:?}",
+        d.reasons
+    );
+}
+
+/// The first `MAX_INTENTS_PER_EXPORT` intents of an export are kept, with all their spans;
+/// spans of later new intents are refused with the reason; JSON and protobuf alike.
+#[test]
+fn an_export_naming_too_many_intents_keeps_the_first_ones() {
+    use crate::ingest::limits::MAX_INTENTS_PER_EXPORT;
+    let mut spans: Vec<Span> = (0..MAX_INTENTS_PER_EXPORT + 2)
+        .map(|i| tool_span(i as u64 + 1, &format!("int_{i}"), vec![]))
+        .collect();
+    // A second span of the first intent, after the limit was reached: still kept.
+    spans.push(tool_span(1 << 40, "int_0", vec![]));
+    let req = proto_request(spans);
+    let d = traces_from_proto(&req, &contracts());
+    assert_eq!(
+        (d.seen, d.events.len() as u64, d.rejected),
+        (
+            MAX_INTENTS_PER_EXPORT as u64 + 3,
+            MAX_INTENTS_PER_EXPORT as u64 + 1,
+            2
+        )
+    );
+    let refused = format!(
+        "the export names more than {MAX_INTENTS_PER_EXPORT} distinct intents; send the rest in another export"
+    );
+    assert!(
+        d.reasons.iter().all(|r| r.ends_with(&refused)),
+        "{:?}",
+        d.reasons
+    );
+    assert!(d.reasons[0].starts_with(&format!("span {TRACE}/{:016x}", MAX_INTENTS_PER_EXPORT + 1)));
+    assert_eq!(
+        d.events.last().map(|e| match e {
+            Event::Attempt(a) => a.intent_id.as_str(),
+            _ => "",
+        }),
+        Some("int_0")
+    );
+    assert_eq!(
+        traces_from_protobuf_bytes(&req.encode_to_vec(), &contracts()).unwrap(),
+        d
+    );
+}
