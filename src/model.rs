@@ -5,6 +5,37 @@
 
 use std::fmt;
 
+/// A closed set of named values: the enum, `ALL` in declaration order, `as_str` (the name every
+/// document, table and label uses) and `parse`, from one list, so a new value cannot miss one.
+macro_rules! named {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $($(#[$vmeta:meta])* $variant:ident = $text:literal,)+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            pub const ALL: [$name; [$($text),+].len()] = [$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)+
+                }
+            }
+
+            pub fn parse(s: &str) -> Option<Self> {
+                Self::ALL.into_iter().find(|v| v.as_str() == s)
+            }
+        }
+    };
+}
+
 /// Unix time in nanoseconds. Every instant in reckon is one of these; `now` is always passed in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(pub i64);
@@ -248,37 +279,16 @@ impl SpanRef {
     }
 }
 
-/// What the executor concluded and told the model (`reckon.outcome`). A claim, never evidence.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum ReportedOutcome {
-    Succeeded,
-    Failed,
-    Pending,
-    Unknown,
-    Rejected,
-}
-
-impl ReportedOutcome {
-    pub const ALL: [ReportedOutcome; 5] = [
-        Self::Succeeded,
-        Self::Failed,
-        Self::Pending,
-        Self::Unknown,
-        Self::Rejected,
-    ];
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Succeeded => "succeeded",
-            Self::Failed => "failed",
-            Self::Pending => "pending",
-            Self::Unknown => "unknown",
-            Self::Rejected => "rejected",
-        }
+named!(
+    /// What the executor concluded and told the model (`reckon.outcome`). A claim, never evidence.
+    pub enum ReportedOutcome {
+        Succeeded = "succeeded",
+        Failed = "failed",
+        Pending = "pending",
+        Unknown = "unknown",
+        Rejected = "rejected",
     }
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|o| o.as_str() == s)
-    }
-}
+);
 
 /// One send of an intent's write to the downstream, as seen in a tool span.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -452,70 +462,29 @@ impl Event {
     }
 }
 
-/// How one attempt ended, decided from evidence (DESIGN.md "Attempt classes").
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum AttemptClass {
-    Rejected,
-    Conflict,
-    Succeeded,
-    Failed,
-    Recorded,
-    Unknown,
-}
-
-impl AttemptClass {
-    pub const ALL: [AttemptClass; 6] = [
-        Self::Rejected,
-        Self::Conflict,
-        Self::Succeeded,
-        Self::Failed,
-        Self::Recorded,
-        Self::Unknown,
-    ];
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Rejected => "rejected",
-            Self::Conflict => "conflict",
-            Self::Succeeded => "succeeded",
-            Self::Failed => "failed",
-            Self::Recorded => "recorded",
-            Self::Unknown => "unknown",
-        }
+named!(
+    /// How one attempt ended, decided from evidence (DESIGN.md "Attempt classes").
+    pub enum AttemptClass {
+        Rejected = "rejected",
+        Conflict = "conflict",
+        Succeeded = "succeeded",
+        Failed = "failed",
+        Recorded = "recorded",
+        Unknown = "unknown",
     }
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|c| c.as_str() == s)
-    }
-}
+);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum IntentState {
-    Completed,
-    FailedAfterExecution,
-    Pending,
-    FailedBeforeExecution,
-    Unknown,
-}
+named!(
+    pub enum IntentState {
+        Completed = "completed",
+        FailedAfterExecution = "failed_after_execution",
+        Pending = "pending",
+        FailedBeforeExecution = "failed_before_execution",
+        Unknown = "unknown",
+    }
+);
 
 impl IntentState {
-    pub const ALL: [IntentState; 5] = [
-        Self::Completed,
-        Self::FailedAfterExecution,
-        Self::Pending,
-        Self::FailedBeforeExecution,
-        Self::Unknown,
-    ];
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Completed => "completed",
-            Self::FailedAfterExecution => "failed_after_execution",
-            Self::Pending => "pending",
-            Self::FailedBeforeExecution => "failed_before_execution",
-            Self::Unknown => "unknown",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|c| c.as_str() == s)
-    }
     /// Settled: nothing more will happen to it without a new event.
     pub fn is_terminal(self) -> bool {
         matches!(
@@ -525,127 +494,56 @@ impl IntentState {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Decision {
-    None,
-    FixInput,
-    Wait,
-    RetrySameKey,
-    Reconcile,
-    NewIntent,
-    Escalate,
-}
-
-impl Decision {
-    pub const ALL: [Decision; 7] = [
-        Self::None,
-        Self::FixInput,
-        Self::Wait,
-        Self::RetrySameKey,
-        Self::Reconcile,
-        Self::NewIntent,
-        Self::Escalate,
-    ];
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::None => "none",
-            Self::FixInput => "fix_input",
-            Self::Wait => "wait",
-            Self::RetrySameKey => "retry_same_key",
-            Self::Reconcile => "reconcile",
-            Self::NewIntent => "new_intent",
-            Self::Escalate => "escalate",
-        }
+named!(
+    pub enum Decision {
+        None = "none",
+        FixInput = "fix_input",
+        Wait = "wait",
+        RetrySameKey = "retry_same_key",
+        Reconcile = "reconcile",
+        NewIntent = "new_intent",
+        Escalate = "escalate",
     }
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|c| c.as_str() == s)
-    }
-}
+);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Severity {
-    Medium,
-    High,
-    Critical,
-}
+named!(
+    pub enum Severity {
+        Medium = "medium",
+        High = "high",
+        Critical = "critical",
+    }
+);
 
 impl Severity {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Medium => "medium",
-            Self::High => "high",
-            Self::Critical => "critical",
-        }
-    }
     /// High and critical findings escalate.
     pub fn escalates(self) -> bool {
         self >= Severity::High
     }
 }
 
-/// The catalogue of DESIGN.md "Findings".
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum FindingKind {
-    DuplicateEffect,
-    EffectMismatch,
-    KeyReuseMismatch,
-    NewKeyRetry,
-    ExpiredKeyRetry,
-    NoIdempotencyContract,
-    UnresolvedUnknown,
-    ReplayedServerError,
-    MisreportedOutcome,
-    ResendWhilePending,
-    ResendAfterTerminal,
-    InconclusiveReadbackActedOn,
-    StuckPending,
-    RetryBudgetExceeded,
-    OrphanRecord,
-    KeySharedAcrossIntents,
-}
+named!(
+    /// The catalogue of DESIGN.md "Findings".
+    pub enum FindingKind {
+        DuplicateEffect = "duplicate_effect",
+        EffectMismatch = "effect_mismatch",
+        KeyReuseMismatch = "key_reuse_mismatch",
+        NewKeyRetry = "new_key_retry",
+        ExpiredKeyRetry = "expired_key_retry",
+        NoIdempotencyContract = "no_idempotency_contract",
+        UnresolvedUnknown = "unresolved_unknown",
+        ReplayedServerError = "replayed_server_error",
+        MisreportedOutcome = "misreported_outcome",
+        ResendWhilePending = "resend_while_pending",
+        ResendAfterTerminal = "resend_after_terminal",
+        InconclusiveReadbackActedOn = "inconclusive_readback_acted_on",
+        StuckPending = "stuck_pending",
+        RetryBudgetExceeded = "retry_budget_exceeded",
+        OrphanRecord = "orphan_record",
+        KeySharedAcrossIntents = "key_shared_across_intents",
+    }
+);
 
 impl FindingKind {
-    pub const ALL: [FindingKind; 16] = [
-        Self::DuplicateEffect,
-        Self::EffectMismatch,
-        Self::KeyReuseMismatch,
-        Self::NewKeyRetry,
-        Self::ExpiredKeyRetry,
-        Self::NoIdempotencyContract,
-        Self::UnresolvedUnknown,
-        Self::ReplayedServerError,
-        Self::MisreportedOutcome,
-        Self::ResendWhilePending,
-        Self::ResendAfterTerminal,
-        Self::InconclusiveReadbackActedOn,
-        Self::StuckPending,
-        Self::RetryBudgetExceeded,
-        Self::OrphanRecord,
-        Self::KeySharedAcrossIntents,
-    ];
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::DuplicateEffect => "duplicate_effect",
-            Self::EffectMismatch => "effect_mismatch",
-            Self::KeyReuseMismatch => "key_reuse_mismatch",
-            Self::NewKeyRetry => "new_key_retry",
-            Self::ExpiredKeyRetry => "expired_key_retry",
-            Self::NoIdempotencyContract => "no_idempotency_contract",
-            Self::UnresolvedUnknown => "unresolved_unknown",
-            Self::ReplayedServerError => "replayed_server_error",
-            Self::MisreportedOutcome => "misreported_outcome",
-            Self::ResendWhilePending => "resend_while_pending",
-            Self::ResendAfterTerminal => "resend_after_terminal",
-            Self::InconclusiveReadbackActedOn => "inconclusive_readback_acted_on",
-            Self::StuckPending => "stuck_pending",
-            Self::RetryBudgetExceeded => "retry_budget_exceeded",
-            Self::OrphanRecord => "orphan_record",
-            Self::KeySharedAcrossIntents => "key_shared_across_intents",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|c| c.as_str() == s)
-    }
     pub fn severity(self) -> Severity {
         match self {
             Self::DuplicateEffect => Severity::Critical,
@@ -788,27 +686,13 @@ impl Verdict {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum EscalationStatus {
-    Open,
-    Claimed,
-    Resolved,
-}
-
-impl EscalationStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Open => "open",
-            Self::Claimed => "claimed",
-            Self::Resolved => "resolved",
-        }
+named!(
+    pub enum EscalationStatus {
+        Open = "open",
+        Claimed = "claimed",
+        Resolved = "resolved",
     }
-    pub fn parse(s: &str) -> Option<Self> {
-        [Self::Open, Self::Claimed, Self::Resolved]
-            .into_iter()
-            .find(|c| c.as_str() == s)
-    }
-}
+);
 
 /// An item in the queue for a person.
 #[derive(Clone, Debug, PartialEq, Eq)]

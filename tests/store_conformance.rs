@@ -1014,7 +1014,7 @@ async fn report_counts<H: Harness>(h: &H) {
         .collect();
     assert_eq!(got, by_tool);
     assert_eq!(rep.by_tool["issue_refund"].duplicate_effects, 1);
-    for s in reckon::store::ESCALATION_STATUSES {
+    for s in EscalationStatus::ALL {
         assert_eq!(
             rep.escalations[s.as_str()],
             core.book().count(s) as u64,

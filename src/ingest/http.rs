@@ -2,11 +2,10 @@
 //! response uses the request's content type, as the OTLP spec requires; errors carry a
 //! `google.rpc.Status` body and, when retryable, `Retry-After`.
 
-use std::io::Read;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -20,6 +19,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use prost::Message;
 
+use super::body::{body_of, read_body};
 use super::error::IngestError;
 use super::otlp;
 use super::service::{IngestService, PartialSuccess, Transport};
@@ -93,33 +93,6 @@ fn format_of(headers: &HeaderMap) -> Result<Format, IngestError> {
     }
 }
 
-/// The request body, gunzipped when `Content-Encoding: gzip`, never larger than `limit`.
-pub fn body_of(headers: &HeaderMap, body: &[u8], limit: usize) -> Result<Vec<u8>, IngestError> {
-    let encoding = headers
-        .get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    match encoding.as_str() {
-        "" | "identity" => Ok(body.to_vec()),
-        "gzip" | "x-gzip" => {
-            let mut out = Vec::with_capacity(body.len().saturating_mul(4).min(limit + 1));
-            // Read one byte past the limit to tell "exactly at the limit" from "over it" without
-            // inflating a zip bomb into memory.
-            flate2::read::MultiGzDecoder::new(body)
-                .take(limit as u64 + 1)
-                .read_to_end(&mut out)
-                .map_err(|e| IngestError::Decode(format!("gzip: {e}")))?;
-            if out.len() > limit {
-                return Err(IngestError::TooLarge { limit });
-            }
-            Ok(out)
-        }
-        other => Err(IngestError::UnsupportedEncoding(other.to_string())),
-    }
-}
-
 async fn traces(State(s): State<HttpState>, headers: HeaderMap, body: Body) -> Response {
     export(s, headers, body, Signal::Traces).await
 }
@@ -183,21 +156,6 @@ async fn export(s: HttpState, headers: HeaderMap, body: Body, signal: Signal) ->
             }
             error_response(format, &e)
         }
-    }
-}
-
-/// The raw body, at most `limit` bytes: over it is `TooLarge`, a broken-off body is `Decode`.
-pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, IngestError> {
-    use http_body_util::BodyExt;
-    match http_body_util::Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e)
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
-            Err(IngestError::TooLarge { limit })
-        }
-        Err(e) => Err(IngestError::Decode(format!("reading the body: {e}"))),
     }
 }
 

@@ -13,6 +13,7 @@ pub mod otlp;
 pub mod records;
 pub mod stripe;
 
+pub mod body;
 pub mod error;
 pub mod grpc;
 pub mod http;

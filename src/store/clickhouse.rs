@@ -43,7 +43,7 @@ use self::rows::*;
 use self::writer::{Request, Rows};
 use super::{
     escalation_limit, prefix_end, Appended, CursorKey, Derived, OutboxItem, OutboxPage, Page,
-    Report, Store, StoreError, Swap, VerdictFilter, SEVERITIES,
+    Report, Store, StoreError, Swap, VerdictFilter,
 };
 use crate::codec::VerdictDoc;
 use crate::model::*;
@@ -992,7 +992,7 @@ impl Store for ClickHouseStore {
             .await?;
         for (tool, kind, severity, n, intents) in rows {
             let kind = from_code(&FindingKind::ALL, kind, FINDINGS, "kind")?;
-            let severity = from_code(&SEVERITIES, severity, FINDINGS, "severity")?;
+            let severity = from_code(&Severity::ALL, severity, FINDINGS, "severity")?;
             rep.findings += n;
             *rep.by_finding.entry(kind.as_str().into()).or_default() += n;
             *rep.by_severity.entry(severity.as_str().into()).or_default() += n;
@@ -1010,7 +1010,7 @@ impl Store for ClickHouseStore {
             )
             .await?;
         for (status, n) in rows {
-            let status = from_code(&super::ESCALATION_STATUSES, status, ESCALATIONS, "status")?;
+            let status = from_code(&EscalationStatus::ALL, status, ESCALATIONS, "status")?;
             *rep.escalations.entry(status.as_str().into()).or_default() += n;
         }
         Ok(rep)

@@ -327,17 +327,6 @@ pub struct Report {
     pub escalations: BTreeMap<String, u64>,
 }
 
-pub const SEVERITIES: [Severity; 3] = [Severity::Medium, Severity::High, Severity::Critical];
-pub const ESCALATION_STATUSES: [EscalationStatus; 3] = [
-    EscalationStatus::Open,
-    EscalationStatus::Claimed,
-    EscalationStatus::Resolved,
-];
-
-pub fn parse_severity(s: &str) -> Option<Severity> {
-    SEVERITIES.into_iter().find(|v| v.as_str() == s)
-}
-
 fn zeroes<const N: usize>(keys: [&'static str; N]) -> BTreeMap<String, u64> {
     keys.into_iter().map(|k| (k.to_string(), 0)).collect()
 }
@@ -358,9 +347,9 @@ impl Report {
             by_decision: zeroes(Decision::ALL.map(Decision::as_str)),
             by_attempt_class: zeroes(AttemptClass::ALL.map(AttemptClass::as_str)),
             by_finding: zeroes(FindingKind::ALL.map(FindingKind::as_str)),
-            by_severity: zeroes(SEVERITIES.map(Severity::as_str)),
+            by_severity: zeroes(Severity::ALL.map(Severity::as_str)),
             by_tool: BTreeMap::new(),
-            escalations: zeroes(ESCALATION_STATUSES.map(EscalationStatus::as_str)),
+            escalations: zeroes(EscalationStatus::ALL.map(EscalationStatus::as_str)),
         }
     }
 }

@@ -21,13 +21,14 @@ use tokio::sync::{mpsc, oneshot};
 
 use self::writer::{EncodedDerived, EncodedVerdict, Request};
 use super::{
-    escalation_limit, parse_severity, prefix_end, Appended, CursorKey, Derived, OutboxItem,
-    OutboxPage, OutboxState, Page, Report, Store, StoreError, Swap, VerdictFilter,
+    escalation_limit, prefix_end, Appended, CursorKey, Derived, OutboxItem, OutboxPage,
+    OutboxState, Page, Report, Store, StoreError, Swap, VerdictFilter,
 };
 use crate::codec::{EscalationFindingDoc, VerdictDoc};
 use crate::model::{
     Amount, Attempt, AttemptClass, Decimal, Escalation, EscalationStatus, Event, FindingKind,
-    IntentState, Readback, RecordObservation, ReportedOutcome, SpanRef, Timestamp, Verdict,
+    IntentState, Readback, RecordObservation, ReportedOutcome, Severity, SpanRef, Timestamp,
+    Verdict,
 };
 
 pub use schema::latest as schema_version;
@@ -437,7 +438,7 @@ fn decode_escalation(row: &rusqlite::Row<'_>) -> Result<Escalation, StoreError> 
     let status = EscalationStatus::parse(status)
         .ok_or_else(|| d.corrupt("status", format!("unknown {status:?}")))?;
     let severity = d.str(3, "severity")?;
-    let severity = parse_severity(severity)
+    let severity = Severity::parse(severity)
         .ok_or_else(|| d.corrupt("severity", format!("unknown {severity:?}")))?;
     let findings: Vec<EscalationFindingDoc> = serde_json::from_str(d.str(5, "findings")?)
         .map_err(|e| d.corrupt("findings", e.to_string()))?;
@@ -754,7 +755,7 @@ fn report(
         let kind = FindingKind::parse(kind)
             .ok_or_else(|| d.corrupt("kind", format!("unknown {kind:?}")))?;
         let severity = d.str(2, "severity")?;
-        let severity = parse_severity(severity)
+        let severity = Severity::parse(severity)
             .ok_or_else(|| d.corrupt("severity", format!("unknown {severity:?}")))?;
         let n = count(d.i64(3, "kind")?, "reckon_findings", "kind")?;
         let intents = count(d.i64(4, "intent_id")?, "reckon_findings", "intent_id")?;

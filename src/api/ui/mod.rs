@@ -174,7 +174,7 @@ async fn queue(
     };
     let severity = match q.severity.as_deref().filter(|x| !x.is_empty()) {
         None => None,
-        Some(x) => match crate::store::parse_severity(x) {
+        Some(x) => match Severity::parse(x) {
             Some(sev) => Some(sev),
             None => {
                 return error_page(

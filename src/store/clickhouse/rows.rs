@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::*;
 use crate::notify::{OutboxItem, OutboxState};
-use crate::store::{StoreError, ESCALATION_STATUSES, SEVERITIES};
+use crate::store::StoreError;
 
 pub const ATTEMPTS: &str = "reckon_attempts";
 pub const READBACKS: &str = "reckon_readbacks";
@@ -523,7 +523,7 @@ pub fn verdict_rows(
             Ok(FindingRow {
                 intent_id: v.intent_id.clone(),
                 kind: code(&FindingKind::ALL, f.kind),
-                severity: code(&SEVERITIES, f.severity),
+                severity: code(&Severity::ALL, f.severity),
                 at: secs(at_ns),
                 at_ns,
                 subject: f.subject.clone(),
@@ -583,8 +583,8 @@ pub fn escalation_row(e: &Escalation) -> Result<EscalationRow, StoreError> {
     Ok(EscalationRow {
         id: e.id.clone(),
         intent_id: e.intent_id.clone(),
-        status: code(&ESCALATION_STATUSES, e.status),
-        severity: code(&SEVERITIES, e.severity),
+        status: code(&EscalationStatus::ALL, e.status),
+        severity: code(&Severity::ALL, e.severity),
         opened_at: secs(opened_ns),
         opened_ns,
         finding_kinds: e
@@ -648,9 +648,9 @@ pub fn escalation(r: EscalationRow) -> Result<Escalation, StoreError> {
     Ok(Escalation {
         id: r.id,
         intent_id: r.intent_id,
-        status: from_code(&ESCALATION_STATUSES, r.status, T, "status")?,
+        status: from_code(&EscalationStatus::ALL, r.status, T, "status")?,
         opened_at,
-        severity: from_code(&SEVERITIES, r.severity, T, "severity")?,
+        severity: from_code(&Severity::ALL, r.severity, T, "severity")?,
         findings,
         covered: r.covered,
         claimed_by: r.claimed_by,

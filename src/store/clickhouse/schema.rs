@@ -325,8 +325,8 @@ mod tests {
     use super::*;
     use crate::model::{
         AttemptClass, Decision, EscalationStatus, FindingKind, IntentState, ReportedOutcome,
+        Severity,
     };
-    use crate::store::SEVERITIES;
 
     /// `Enum8('a' = 1, 'b' = 2)` for the Rust names in order.
     fn enum8(names: &[&str]) -> String {
@@ -360,8 +360,8 @@ mod tests {
             enum8(&IntentState::ALL.map(IntentState::as_str)),
             enum8(&Decision::ALL.map(Decision::as_str)),
             enum8(&FindingKind::ALL.map(FindingKind::as_str)),
-            enum8(&SEVERITIES.map(|s| s.as_str())),
-            enum8(&crate::store::ESCALATION_STATUSES.map(EscalationStatus::as_str)),
+            enum8(&Severity::ALL.map(|s| s.as_str())),
+            enum8(&EscalationStatus::ALL.map(EscalationStatus::as_str)),
             enum8(&crate::notify::OutboxState::ALL.map(crate::notify::OutboxState::as_str)),
         ];
         // Attempt classes are not stored per attempt (yet): only the per-class count columns.

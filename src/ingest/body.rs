@@ -1,0 +1,52 @@
+//! HTTP request bodies, for every HTTP ingest path (OTLP/HTTP, records, Stripe webhooks): read
+//! under a byte limit, then gunzipped under the same limit, so neither a long body nor a small
+//! gzip bomb costs more memory than the limit.
+
+use std::io::Read;
+
+use axum::body::{Body, Bytes};
+use axum::http::{header, HeaderMap};
+
+use super::error::IngestError;
+
+/// The raw body, at most `limit` bytes: over it is `TooLarge`, a broken-off body is `Decode`.
+pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, IngestError> {
+    use http_body_util::BodyExt;
+    match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(IngestError::TooLarge { limit })
+        }
+        Err(e) => Err(IngestError::Decode(format!("reading the body: {e}"))),
+    }
+}
+
+/// The request body, gunzipped when `Content-Encoding: gzip`, never larger than `limit`.
+pub fn body_of(headers: &HeaderMap, body: &[u8], limit: usize) -> Result<Vec<u8>, IngestError> {
+    let encoding = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    match encoding.as_str() {
+        "" | "identity" => Ok(body.to_vec()),
+        "gzip" | "x-gzip" => {
+            let mut out = Vec::with_capacity(body.len().saturating_mul(4).min(limit + 1));
+            // Read one byte past the limit to tell "exactly at the limit" from "over it" without
+            // inflating a zip bomb into memory.
+            flate2::read::MultiGzDecoder::new(body)
+                .take(limit as u64 + 1)
+                .read_to_end(&mut out)
+                .map_err(|e| IngestError::Decode(format!("gzip: {e}")))?;
+            if out.len() > limit {
+                return Err(IngestError::TooLarge { limit });
+            }
+            Ok(out)
+        }
+        other => Err(IngestError::UnsupportedEncoding(other.to_string())),
+    }
+}
