@@ -419,6 +419,19 @@ pub struct RecordObservation {
     pub observed_at: Timestamp,
 }
 
+impl RecordObservation {
+    /// What makes two observations one (DESIGN.md: every store keeps the first copy of an
+    /// identity): the same source saw the same object in the same status at the same instant.
+    pub fn identity(&self) -> (&str, &str, &str, Timestamp) {
+        (
+            &self.source,
+            &self.object_id,
+            &self.status,
+            self.observed_at,
+        )
+    }
+}
+
 /// Everything reckon ingests, after decoding.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Event {

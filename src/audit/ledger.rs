@@ -651,7 +651,7 @@ impl Ledger {
             Event::Record(r) => {
                 let object = r.object_id.clone();
                 let observations = self.records.entry(object.clone()).or_default();
-                if observations.iter().any(|x| same_record(x, &r)) {
+                if observations.iter().any(|x| x.identity() == r.identity()) {
                     return change;
                 }
                 if let Some(id) = &r.intent_id {
@@ -679,11 +679,4 @@ impl Ledger {
         self.update_orphans(&touched, &mut change);
         change
     }
-}
-
-fn same_record(a: &RecordObservation, b: &RecordObservation) -> bool {
-    a.source == b.source
-        && a.object_id == b.object_id
-        && a.status == b.status
-        && a.observed_at == b.observed_at
 }

@@ -84,7 +84,7 @@ impl History {
             .records
             .windows(2)
             .all(|w| record_order(&w[0]) < record_order(&w[1]))
-            && !has_duplicate(&self.records, record_identity);
+            && !has_duplicate(&self.records, RecordObservation::identity);
         if attempts_ok && readbacks_ok && records_ok {
             std::borrow::Cow::Borrowed(self)
         } else {
@@ -107,12 +107,8 @@ impl History {
         readbacks.sort_by_key(readback_order);
 
         let mut records = self.records.clone();
-        records.sort_by(|a, b| {
-            record_identity(a)
-                .cmp(&record_identity(b))
-                .then_with(|| a.cmp(b))
-        });
-        records.dedup_by(|b, a| record_identity(a) == record_identity(b));
+        records.sort_by(|a, b| a.identity().cmp(&b.identity()).then_with(|| a.cmp(b)));
+        records.dedup_by(|b, a| a.identity() == b.identity());
         records.sort_by(|a, b| record_order(a).cmp(&record_order(b)));
 
         History {
@@ -158,10 +154,6 @@ pub fn record_order(r: &RecordObservation) -> (Timestamp, &str, &str, &str) {
 fn has_duplicate<'a, T, K: std::hash::Hash + Eq>(items: &'a [T], key: impl Fn(&'a T) -> K) -> bool {
     let mut seen = std::collections::HashSet::with_capacity(items.len());
     !items.iter().all(|item| seen.insert(key(item)))
-}
-
-fn record_identity(r: &RecordObservation) -> (&str, &str, &str, Timestamp) {
-    (&r.source, &r.object_id, &r.status, r.observed_at)
 }
 
 /// The contract assumed for a tool no contract covers: no idempotency promise, no window in
