@@ -1,7 +1,25 @@
 //! Errors in the TOML files reckon reads (contracts, the config file) name the file, the line
 //! and the field. This is the one place that turns a byte span or a `toml` error into those.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// A TOML file reckon reads (a contract, the config file) that cannot be read, or whose text
+/// is wrong: the file, the line and the field, and what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+pub enum TomlFileError {
+    #[error("{file}:{line}: field `{field}`: {message}")]
+    Invalid {
+        file: PathBuf,
+        line: usize,
+        field: String,
+        message: String,
+    },
+    #[error("{file}: {source}")]
+    Io {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+}
 
 /// A TOML file being parsed.
 pub(crate) struct TomlSource<'a> {

@@ -46,7 +46,7 @@
 
 use super::value::{self, ValueError};
 use super::{Config, LogFormat, StoreConfig};
-use crate::toml_source::TomlSource;
+use crate::toml_source::{TomlFileError, TomlSource};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::ops::Range;
@@ -54,21 +54,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toml::Spanned;
 
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigFileError {
-    #[error("{file}:{line}: field `{field}`: {message}")]
-    Invalid {
-        file: PathBuf,
-        line: usize,
-        field: String,
-        message: String,
-    },
-    #[error("{file}: {source}")]
-    Io {
-        file: PathBuf,
-        source: std::io::Error,
-    },
-}
+/// A config file that cannot be read or holds a bad setting.
+pub type ConfigFileError = TomlFileError;
 
 /// What one config file sets: `None` where the file is silent, so the layers below (defaults)
 /// and above (environment, flags) can be told apart.

@@ -10,28 +10,15 @@
 
 use super::{default_mismatch_errors, Contract, Idempotency, ParamPointers};
 use crate::model::Dur;
-use crate::toml_source::TomlSource;
+use crate::toml_source::{TomlFileError, TomlSource};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use toml::Spanned;
 
-#[derive(Debug, thiserror::Error)]
-pub enum ContractError {
-    #[error("{file}:{line}: field `{field}`: {message}")]
-    Invalid {
-        file: PathBuf,
-        line: usize,
-        field: String,
-        message: String,
-    },
-    #[error("{file}: {source}")]
-    Io {
-        file: PathBuf,
-        source: std::io::Error,
-    },
-}
+/// A contract file that cannot be read or does not hold a valid contract.
+pub type ContractError = TomlFileError;
 
 // ---------------------------------------------------------------------------------------------
 // Durations
