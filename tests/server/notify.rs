@@ -191,26 +191,6 @@ async fn act(s: &Server, id: &str, action: &str, body: Value) {
     assert_eq!(status, 200, "{action}: {reply}");
 }
 
-async fn metric(s: &Server, series: &str) -> f64 {
-    let text = s
-        .http
-        .get(s.api("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .filter_map(|l| {
-            l.strip_prefix(series)?
-                .strip_prefix(' ')?
-                .parse::<f64>()
-                .ok()
-        })
-        .sum()
-}
-
 fn now_secs() -> i64 {
     unix_secs(SystemTime::now())
 }
@@ -302,24 +282,18 @@ async fn webhooks_are_signed_retried_under_one_id_and_in_order() {
     let accepted = check_deliveries(&rx, &id);
     assert!(accepted.len() >= 3, "{accepted:#?}");
     assert!(
-        metric(
-            &s,
-            "reckon_notifications_total{kind=\"webhook\",outcome=\"failed\"}"
-        )
-        .await
+        s.metric_sum("reckon_notifications_total{kind=\"webhook\",outcome=\"failed\"}")
+            .await
             >= 2.0
     );
     assert!(
-        metric(
-            &s,
-            "reckon_notifications_total{kind=\"webhook\",outcome=\"delivered\"}"
-        )
-        .await
+        s.metric_sum("reckon_notifications_total{kind=\"webhook\",outcome=\"delivered\"}")
+            .await
             >= accepted.len() as f64
     );
     // Nothing left to send (the gauge is refreshed by the delivery task's next look).
     let deadline = Instant::now() + Duration::from_secs(30);
-    while metric(&s, "reckon_notify_outbox_pending").await != 0.0 {
+    while s.metric_sum("reckon_notify_outbox_pending").await != 0.0 {
         assert!(Instant::now() < deadline, "the outbox never drained");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -343,12 +317,10 @@ async fn pending_webhooks_survive_a_restart() {
     // Tried and failed, and pending: the opened and the claimed at least.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let failed = metric(
-            &s,
-            "reckon_notifications_total{kind=\"webhook\",outcome=\"failed\"}",
-        )
-        .await;
-        let pending = metric(&s, "reckon_notify_outbox_pending").await;
+        let failed = s
+            .metric_sum("reckon_notifications_total{kind=\"webhook\",outcome=\"failed\"}")
+            .await;
+        let pending = s.metric_sum("reckon_notify_outbox_pending").await;
         if failed >= 1.0 && pending >= 2.0 {
             break;
         }
@@ -363,11 +335,9 @@ async fn pending_webhooks_survive_a_restart() {
     // The new process takes the pending deliveries up (and fails: still nobody there)...
     let s = start_notifying(dir, &hook_url(addr)).await;
     let deadline = Instant::now() + Duration::from_secs(60);
-    while metric(
-        &s,
-        "reckon_notifications_total{kind=\"webhook\",outcome=\"failed\"}",
-    )
-    .await
+    while s
+        .metric_sum("reckon_notifications_total{kind=\"webhook\",outcome=\"failed\"}")
+        .await
         < 1.0
     {
         assert!(

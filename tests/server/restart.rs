@@ -208,26 +208,6 @@ async fn a_record_reposted_without_observed_at_is_a_redelivery_even_after_a_rest
     s.stop().await;
 }
 
-/// The sum of every sample of `name` on the server's `/metrics`.
-async fn metric(s: &Server, name: &str) -> u64 {
-    let text = s
-        .http
-        .get(s.api("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
-}
-
 /// "Store truth" item 5 end to end: three identical sends of an export of nine attempts are
 /// nine attempts, a record posted three times is one record, on both stores. Counters are the
 /// process's own (README, Metrics): after a restart they start over, while the report, read
@@ -258,18 +238,24 @@ async fn resent_exports_count_once_and_counters_are_per_process() {
         s.records(&record).await;
     }
     assert_eq!(
-        metric(&s, "reckon_spans_received_total").await,
+        s.metric_sum("reckon_spans_received_total").await as u64,
         27,
         "arrivals are arrivals"
     );
-    assert_eq!(metric(&s, "reckon_tool_attempts_total").await, 9);
-    assert_eq!(metric(&s, "reckon_records_received_total").await, 1);
-    assert_eq!(metric(&s, "reckon_conflicting_resends_total").await, 0);
+    assert_eq!(s.metric_sum("reckon_tool_attempts_total").await as u64, 9);
+    assert_eq!(
+        s.metric_sum("reckon_records_received_total").await as u64,
+        1
+    );
+    assert_eq!(
+        s.metric_sum("reckon_conflicting_resends_total").await as u64,
+        0
+    );
     let dir = s.stop().await;
 
     let s = Server::start_in(dir).await;
     assert_eq!(
-        metric(&s, "reckon_tool_attempts_total").await,
+        s.metric_sum("reckon_tool_attempts_total").await as u64,
         0,
         "counters start over"
     );

@@ -780,4 +780,19 @@ impl Server {
                 .ok()
         })
     }
+
+    /// The sum of every sample of `name` (all its label sets) on `/metrics`; 0 when absent.
+    pub async fn metric_sum(&self, name: &str) -> f64 {
+        let text = match self.http.get(self.api("/metrics")).send().await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        text.lines()
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
 }
