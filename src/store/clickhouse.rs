@@ -334,16 +334,7 @@ impl ClickHouseStore {
         all.extend(attempts.into_iter().map(EventRow::Attempt));
         all.extend(readbacks.into_iter().map(EventRow::Readback));
         all.extend(records.into_iter().map(EventRow::Record));
-        // Ingest order: first copies first (and, as a courtesy, replay in arrival order).
-        all.sort_by_key(EventRow::ingested_ns);
-        let mut seen = HashSet::with_capacity(all.len());
-        let mut out = Vec::with_capacity(all.len());
-        for r in &all {
-            if seen.insert(r.identity()) {
-                out.push(r.event()?);
-            }
-        }
-        Ok(out)
+        first_copies(all)
     }
     /// Connect, create the database if missing, upgrade its schema to this binary's, and start
     /// the group-commit writer. Must be called inside a Tokio runtime.
@@ -1088,17 +1079,23 @@ impl Store for ClickHouseStore {
                 all.extend(records.into_iter().map(EventRow::Record));
             }
         }
-        // First copies only, as `load_events` keeps them.
-        all.sort_by_key(EventRow::ingested_ns);
-        let mut seen = HashSet::with_capacity(all.len());
-        let mut out = Vec::with_capacity(all.len());
-        for r in &all {
-            if seen.insert(r.identity()) {
-                out.push(r.event()?);
-            }
-        }
-        Ok(out)
+        first_copies(all)
     }
+}
+
+/// The first copy of each identity among `rows`, as events, in ingest order (the first written
+/// is the one every store keeps; a second copy exists only when two processes wrote at once, or
+/// before the writer looked identities up).
+fn first_copies(mut rows: Vec<EventRow>) -> Result<Vec<Event>, StoreError> {
+    rows.sort_by_key(EventRow::ingested_ns);
+    let mut seen = HashSet::with_capacity(rows.len());
+    let mut out = Vec::with_capacity(rows.len());
+    for r in &rows {
+        if seen.insert(r.identity()) {
+            out.push(r.event()?);
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -9,19 +9,7 @@ use serde_json::{json, Value};
 use super::support::*;
 
 async fn evicted(s: &Server) -> u64 {
-    let text = s
-        .http
-        .get(s.api("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix("reckon_intents_evicted "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
+    s.metric("reckon_intents_evicted").await.unwrap_or(0.0) as u64
 }
 
 async fn until_evicted(s: &Server, at_least: u64) {

@@ -44,21 +44,6 @@ async fn duplicate_refund(s: &Server, intent: &str) -> String {
     e["id"].as_str().unwrap().to_string()
 }
 
-/// One metric sample's value from `/metrics`, `None` when the series is absent.
-async fn sample(s: &Server, series: &str) -> Option<f64> {
-    let text = s
-        .http
-        .get(s.api("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-}
-
 fn unresolved(finding: &str, severity: &str) -> String {
     format!("reckon_escalations_unresolved{{tool=\"{R}\",finding=\"{finding}\",severity=\"{severity}\"}}")
 }
@@ -69,19 +54,20 @@ async fn unresolved_gauge_counts_intents_until_a_person_resolves() {
     let dup = unresolved("duplicate_effect", "critical");
     let nkr = unresolved("new_key_retry", "high");
     assert_eq!(
-        sample(&s, &dup).await,
+        s.metric(&dup).await,
         None,
         "no series before any escalation"
     );
-    assert_eq!(sample(&s, "reckon_store_up").await, Some(1.0));
+    assert_eq!(s.metric("reckon_store_up").await, Some(1.0));
 
     let a = duplicate_refund(&s, &unique("int")).await;
     let b = duplicate_refund(&s, &unique("int")).await;
-    assert_eq!(sample(&s, &dup).await, Some(2.0));
-    assert_eq!(sample(&s, &nkr).await, Some(2.0));
+    assert_eq!(s.metric(&dup).await, Some(2.0));
+    assert_eq!(s.metric(&nkr).await, Some(2.0));
     // Medium findings never escalate, so they are no escalation's.
     assert_eq!(
-        sample(&s, &unresolved("inconclusive_readback_acted_on", "medium")).await,
+        s.metric(&unresolved("inconclusive_readback_acted_on", "medium"))
+            .await,
         None
     );
 
@@ -93,7 +79,7 @@ async fn unresolved_gauge_counts_intents_until_a_person_resolves() {
         )
         .await;
     assert_eq!(code, 200, "{body}");
-    assert_eq!(sample(&s, &dup).await, Some(2.0));
+    assert_eq!(s.metric(&dup).await, Some(2.0));
 
     for id in [&a, &b] {
         let (code, body) = s
@@ -105,10 +91,10 @@ async fn unresolved_gauge_counts_intents_until_a_person_resolves() {
         assert_eq!(code, 200, "{body}");
     }
     // Falls to zero, the series stays.
-    assert_eq!(sample(&s, &dup).await, Some(0.0));
-    assert_eq!(sample(&s, &nkr).await, Some(0.0));
+    assert_eq!(s.metric(&dup).await, Some(0.0));
+    assert_eq!(s.metric(&nkr).await, Some(0.0));
     // No deadline is left waiting on a stuck timer.
-    let overdue = sample(&s, "reckon_deadline_overdue_seconds").await.unwrap();
+    let overdue = s.metric("reckon_deadline_overdue_seconds").await.unwrap();
     assert!(overdue < 5.0, "deadline overdue by {overdue} s");
     s.stop().await;
 }
@@ -186,7 +172,7 @@ async fn queue_pages_escape_and_work_claim_and_resolve() {
         .expect("email escalates");
 
     assert_eq!(
-        sample(&s, &unresolved("duplicate_effect", "critical")).await,
+        s.metric(&unresolved("duplicate_effect", "critical")).await,
         Some(1.0)
     );
 
@@ -335,7 +321,7 @@ async fn queue_pages_escape_and_work_claim_and_resolve() {
     let resolved = page(&client, s.api("/?status=resolved"), None).await.body;
     assert!(resolved.contains(&id));
     assert_eq!(
-        sample(&s, &unresolved("duplicate_effect", "critical")).await,
+        s.metric(&unresolved("duplicate_effect", "critical")).await,
         Some(0.0)
     );
 
