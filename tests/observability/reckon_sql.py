@@ -36,6 +36,8 @@ EXPECTED_TABLES = {
     "reckon_escalations",
     "reckon_findings",
     "reckon_outbox",
+    "reckon_routes",
+    "reckon_meta",
 }
 EXPECTED_VIEWS = {"reckon_current_verdicts", "reckon_current_findings"}
 
