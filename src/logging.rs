@@ -3,9 +3,9 @@
 //! Logs go to stderr so that commands printing results (`reckon report --format csv`) keep stdout
 //! clean for pipes.
 
+use crate::config::value::env_filter;
 use crate::config::LogFormat;
 use std::sync::Mutex;
-use tracing_subscriber::EnvFilter;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoggingError {
@@ -30,14 +30,14 @@ pub fn init_logging(format: LogFormat, filter: &str) -> Result<(), LoggingError>
     }
     let filter = match std::env::var("RUST_LOG") {
         Ok(rust_log) if !rust_log.trim().is_empty() => {
-            EnvFilter::try_new(&rust_log).map_err(|e| LoggingError::BadRustLog {
+            env_filter(&rust_log).map_err(|message| LoggingError::BadRustLog {
                 filter: rust_log.clone(),
-                message: e.to_string(),
+                message,
             })?
         }
-        _ => EnvFilter::try_new(filter).map_err(|e| LoggingError::BadFilter {
+        _ => env_filter(filter).map_err(|message| LoggingError::BadFilter {
             filter: filter.to_string(),
-            message: e.to_string(),
+            message,
         })?,
     };
     let builder = tracing_subscriber::fmt()

@@ -602,6 +602,12 @@ log_filter = "warn,reckon=debug"
                 "log_filter",
                 "invalid log filter",
             ),
+            // tracing-subscriber's parser panics on this one (fuzz/regressions/config_toml).
+            (
+                "log_filter = \"a,\\u00a0\\u00e9=info\"",
+                "log_filter",
+                "is not ASCII",
+            ),
         ];
         for (line_text, want_field, want_msg) in cases {
             // The bad key sits on line 3, after a comment and a good key.

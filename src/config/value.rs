@@ -156,11 +156,24 @@ pub fn parse_log_filter(s: &str) -> Result<String, ValueError> {
     if t.is_empty() {
         return Err(ValueError::Empty);
     }
-    tracing_subscriber::EnvFilter::try_new(t).map_err(|e| ValueError::LogFilter {
+    env_filter(t).map_err(|message| ValueError::LogFilter {
         value: s.to_string(),
-        message: e.to_string(),
+        message,
     })?;
     Ok(t.to_string())
+}
+
+/// The one parse of a `tracing` filter (`log_filter` from any layer, and `RUST_LOG`). Only ASCII
+/// is accepted: tracing-subscriber 0.3 panics on a directive that starts with non-ASCII
+/// whitespace before a multi-byte character (it slices the untrimmed text at offsets of the
+/// trimmed one; found by fuzzing the config file), and targets, levels and span names are ASCII.
+pub fn env_filter(s: &str) -> Result<tracing_subscriber::EnvFilter, String> {
+    if let Some(c) = s.chars().find(|c| !c.is_ascii()) {
+        return Err(format!(
+            "{c:?} is not ASCII (targets, levels and span names are)"
+        ));
+    }
+    tracing_subscriber::EnvFilter::try_new(s).map_err(|e| e.to_string())
 }
 
 /// A secret may not be empty: an empty HMAC key is one anyone can sign with. To turn signature
@@ -480,6 +493,14 @@ mod tests {
         );
         assert!(parse_log_filter("reckon=loud").is_err());
         assert!(parse_log_filter(" ").is_err());
+        // tracing-subscriber panics on this one (the config_toml fuzz target found it).
+        assert_eq!(
+            parse_log_filter("a,\u{a0}é=info"),
+            Err(ValueError::LogFilter {
+                value: "a,\u{a0}é=info".into(),
+                message: "'\\u{a0}' is not ASCII (targets, levels and span names are)".into()
+            })
+        );
         assert!(parse_secret("").is_err());
         assert_eq!(
             parse_http_url("http://127.0.0.1:8080/").as_deref(),
