@@ -4,9 +4,11 @@
 //! Every contract carries its `version`, a hash of what it says (not of how its file is
 //! written), so a verdict can name the contract version it was computed under.
 
+mod duration;
 mod load;
 
-pub use load::{load_dir, parse_contracts, parse_duration, ContractError};
+pub use duration::parse_duration;
+pub use load::{load_dir, parse_contracts, ContractError};
 
 use crate::model::Dur;
 
