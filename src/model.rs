@@ -604,7 +604,7 @@ impl Finding {
 }
 
 /// An attempt as the verdict shows it: the span's facts plus its class.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct AttemptView {
     pub span: SpanRef,
     pub start: Timestamp,
@@ -620,7 +620,7 @@ pub struct AttemptView {
     pub arguments: ArgumentsSeen,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ReadbackView {
     pub span: SpanRef,
     pub at: Timestamp,
@@ -628,7 +628,7 @@ pub struct ReadbackView {
 }
 
 /// A downstream object linked to the intent, folded from its observations.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ObjectView {
     pub object_id: String,
     pub status: String,
@@ -684,6 +684,53 @@ pub struct Route {
 pub const ORPHAN_PREFIX: &str = "orphan:";
 
 impl Verdict {
+    /// A hash of everything but `audited_at`: two verdicts with the same fingerprint say the
+    /// same, so the second need not be written. Deterministic across processes (a fixed-seed
+    /// hasher), so a stored fingerprint can be compared after a restart; a future build that
+    /// hashes differently only writes each verdict once more. A new contract version counts:
+    /// the stored row must say which contract it was judged under.
+    pub fn fingerprint(&self) -> u64 {
+        use std::hash::{BuildHasher, Hash, Hasher};
+        // Every field but `audited_at`, spelled out so a new field is a compile error here.
+        let Verdict {
+            intent_id,
+            tool,
+            contract,
+            contract_version,
+            idempotency_keys,
+            state,
+            decision,
+            safe_retry_until,
+            escalation_id,
+            attempts,
+            readbacks,
+            objects,
+            findings,
+            next_change,
+            audited_at: _,
+            first_seen,
+            last_event,
+        } = self;
+        let mut h = foldhash::fast::FixedState::default().build_hasher();
+        intent_id.hash(&mut h);
+        tool.hash(&mut h);
+        contract.hash(&mut h);
+        contract_version.hash(&mut h);
+        idempotency_keys.hash(&mut h);
+        state.hash(&mut h);
+        decision.hash(&mut h);
+        safe_retry_until.hash(&mut h);
+        escalation_id.hash(&mut h);
+        attempts.hash(&mut h);
+        readbacks.hash(&mut h);
+        objects.hash(&mut h);
+        findings.hash(&mut h);
+        next_change.hash(&mut h);
+        first_seen.hash(&mut h);
+        last_event.hash(&mut h);
+        h.finish()
+    }
+
     /// Nothing can change this verdict without new evidence: terminal, no deadline booked, no
     /// open escalation, and a real intent (an orphan record waits to be claimed). A settled
     /// intent may leave memory; start-up does not load it (DESIGN.md "Memory and history").

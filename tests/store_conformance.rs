@@ -543,7 +543,7 @@ async fn every_page<S: Store>(store: &S, mut filter: VerdictFilter) -> Vec<Verdi
 
 /// What the store must show for the engine's state.
 async fn assert_matches_engine<S: Store>(store: &S, core: &EngineCore) {
-    let mut expected: Vec<&Verdict> = core.verdicts().collect();
+    let mut expected: Vec<Verdict> = core.verdicts().collect();
     expected.sort_by(|a, b| {
         (std::cmp::Reverse(a.last_event), &a.intent_id)
             .cmp(&(std::cmp::Reverse(b.last_event), &b.intent_id))
@@ -685,7 +685,7 @@ async fn restart_keeps_everything<H: Harness>(h: &H) {
     .0;
     let _ = original.tick(now);
     let docs = |c: &EngineCore| {
-        let mut v: Vec<VerdictDoc> = c.verdicts().map(VerdictDoc::from_verdict).collect();
+        let mut v: Vec<VerdictDoc> = c.verdicts().map(|v| VerdictDoc::from_verdict(&v)).collect();
         v.sort_by(|a, b| a.intent_id.cmp(&b.intent_id));
         v
     };
@@ -965,7 +965,7 @@ async fn report_counts<H: Harness>(h: &H) {
     let store = h.open().await;
     let core = feed(&store, true).await;
     let rep = store.report(None, at(500)).await.unwrap();
-    let verdicts: Vec<&Verdict> = core.verdicts().collect();
+    let verdicts: Vec<Verdict> = core.verdicts().collect();
     assert_eq!(rep.intents, verdicts.len() as u64);
     assert_eq!(
         rep.attempts,

@@ -307,7 +307,7 @@ fuzz_target!(|case: Case| {
     let escalations = live.book().all().cloned().collect();
     let (rebuilt, _) = EngineCore::restore(CONTRACTS.clone(), delivered, escalations, now);
     let sorted = |c: &EngineCore| {
-        let mut v: Vec<Verdict> = c.verdicts().cloned().collect();
+        let mut v: Vec<Verdict> = c.verdicts().collect();
         v.sort_by(|a, b| a.intent_id.cmp(&b.intent_id));
         v
     };

@@ -41,6 +41,9 @@ impl Few {
         match self.0.binary_search_by(|x| x.as_str().cmp(s)) {
             Ok(_) => false,
             Err(i) => {
+                if self.0.len() == self.0.capacity() && self.0.len() < 4 {
+                    self.0.reserve_exact(1);
+                }
                 self.0.insert(i, s.to_string());
                 true
             }
@@ -79,8 +82,18 @@ fn note_use(uses: &mut Vec<Use>, u: Use) {
     match uses.iter_mut().find(|x| x.intent == u.intent) {
         Some(x) if u.order < x.order => *x = u,
         Some(_) => {}
-        None => uses.push(u),
+        None => push_small(uses, u),
     }
+}
+
+/// Push without `Vec`'s first growth to four slots: most intents have one attempt, most keys
+/// and objects one user, and the ledger holds them for every open intent (DESIGN.md "Memory
+/// and history": memory per open intent is a target). Past four, the usual doubling.
+fn push_small<T>(v: &mut Vec<T>, x: T) {
+    if v.len() == v.capacity() && v.len() < 4 {
+        v.reserve_exact(1);
+    }
+    v.push(x);
 }
 
 #[derive(Debug, Default)]
@@ -631,7 +644,7 @@ impl Ledger {
                     );
                     touched.push(o.clone());
                 }
-                self.intents.entry(id).or_default().attempts.push(a);
+                push_small(&mut self.intents.entry(id).or_default().attempts, a);
             }
             Event::Readback(r) => {
                 if !self.readback_spans.insert(r.span) {
@@ -644,7 +657,7 @@ impl Ledger {
                 // Provisional links go to every reader, so another reader's view is unchanged.
                 touched.extend(r.object_ids.iter().cloned());
                 change.affected.insert(id.clone());
-                self.intents.entry(id).or_default().readbacks.push(r);
+                push_small(&mut self.intents.entry(id).or_default().readbacks, r);
                 self.update_orphans(&touched, &mut change);
                 return change;
             }
@@ -667,7 +680,7 @@ impl Ledger {
                         .or_default()
                         .insert(&object);
                 }
-                self.records.entry(object.clone()).or_default().push(r);
+                push_small(self.records.entry(object.clone()).or_default(), r);
                 touched.push(object);
             }
         }

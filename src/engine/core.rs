@@ -47,7 +47,9 @@ pub struct EngineCore {
     contracts: Arc<Contracts>,
     ledger: Ledger,
     book: EscalationBook,
-    verdicts: HashMap<String, Arc<Verdict>>,
+    /// What the core remembers of each in-memory intent's last verdict (not the verdict: it
+    /// is recomputed when asked for, see [`Remembered`]).
+    verdicts: HashMap<String, Remembered>,
     /// Re-audit instants, ordered, and the one currently booked per intent.
     schedule: BTreeSet<(Timestamp, String)>,
     booked: HashMap<String, Timestamp>,
@@ -70,46 +72,39 @@ pub struct EngineCore {
 /// sizes its own ([`EngineCore::with_route_filter`]).
 const DEFAULT_FILTER_BYTES: usize = 1 << 20;
 
-/// Two verdicts that differ at most in when they were computed (`audited_at`).
-fn same_but_for_when(a: &Verdict, b: &Verdict) -> bool {
-    // Every field but `audited_at`, spelled out so a new field is a compile error here.
-    let Verdict {
-        intent_id,
-        tool,
-        contract,
-        contract_version,
-        idempotency_keys,
-        state,
-        decision,
-        safe_retry_until,
-        escalation_id,
-        attempts,
-        readbacks,
-        objects,
-        findings,
-        next_change,
-        audited_at: _,
-        first_seen,
-        last_event,
-    } = a;
-    *intent_id == b.intent_id
-        && *tool == b.tool
-        && *contract == b.contract
-        // A reload that changes nothing but the contract's version is still written: the
-        // stored row must say which contract it was judged under.
-        && *contract_version == b.contract_version
-        && *idempotency_keys == b.idempotency_keys
-        && *state == b.state
-        && *decision == b.decision
-        && *safe_retry_until == b.safe_retry_until
-        && *escalation_id == b.escalation_id
-        && *attempts == b.attempts
-        && *readbacks == b.readbacks
-        && *objects == b.objects
-        && *findings == b.findings
-        && *next_change == b.next_change
-        && *first_seen == b.first_seen
-        && *last_event == b.last_event
+/// What the core keeps of an intent's last verdict. Not the verdict itself: at ~1 KiB each it
+/// was most of an open intent's memory (DESIGN.md "Memory and history" asks for <= 1 KiB per
+/// open intent), and the audit is a pure function of the history, the contract and `now`, so
+/// [`EngineCore::verdict`] recomputes it exactly from `audited_at`. What remains is what the
+/// core decides by: whether the next verdict is a material change (`fingerprint`), whether the
+/// intent may leave memory (`settled`), and which findings are new (`findings`).
+#[derive(Debug)]
+struct Remembered {
+    /// [`Verdict::fingerprint`]: everything but `audited_at`.
+    fingerprint: u64,
+    audited_at: Timestamp,
+    settled: bool,
+    /// `(kind, hash of subject)` of its findings: one not among them is new.
+    findings: Box<[(FindingKind, u64)]>,
+}
+
+fn finding_identity(f: &Finding) -> (FindingKind, u64) {
+    use std::hash::BuildHasher;
+    (
+        f.kind,
+        foldhash::fast::FixedState::default().hash_one(&f.subject),
+    )
+}
+
+impl Remembered {
+    fn of(v: &Verdict) -> Self {
+        Remembered {
+            fingerprint: v.fingerprint(),
+            audited_at: v.audited_at,
+            settled: v.is_settled(),
+            findings: v.findings.iter().map(finding_identity).collect(),
+        }
+    }
 }
 
 impl EngineCore {
@@ -207,7 +202,7 @@ impl EngineCore {
             let Some((_, _, id)) = self.settled.pop_front() else {
                 break;
             };
-            let still = self.verdicts.get(&id).is_some_and(|v| v.is_settled())
+            let still = self.verdicts.get(&id).is_some_and(|v| v.settled)
                 && self.book.open_for(&id).is_none();
             if !still {
                 continue;
@@ -301,7 +296,7 @@ impl EngineCore {
                 // Its routes are in the store already (it left memory settled).
                 self.settled.push_back((now, 0, id.clone()));
             }
-            self.verdicts.insert(id.clone(), Arc::new(v));
+            self.verdicts.insert(id.clone(), Remembered::of(&v));
         }
     }
 
@@ -407,17 +402,26 @@ impl EngineCore {
         self.schedule.first().map(|(t, _)| *t)
     }
 
-    /// The cached verdict, shared: cheap to hand out of the lock.
+    /// The intent's verdict, shared (to hand out of the lock).
     pub fn shared_verdict(&self, intent_id: &str) -> Option<Arc<Verdict>> {
-        self.verdicts.get(intent_id).cloned()
+        self.verdict(intent_id).map(Arc::new)
     }
 
-    pub fn verdict(&self, intent_id: &str) -> Option<&Verdict> {
-        self.verdicts.get(intent_id).map(|v| &**v)
+    /// The intent's verdict as last audited: recomputed from its history at the `now` it was
+    /// audited for, with the escalation book as it stands (every change of the book re-audits
+    /// the intents it concerns), so it equals the verdict that audit handed out.
+    pub fn verdict(&self, intent_id: &str) -> Option<Verdict> {
+        let remembered = self.verdicts.get(intent_id)?;
+        let history = self.ledger.history(intent_id)?;
+        let contract = Ledger::contract_for(&history, &self.contracts);
+        let mut v = audit::audit(&history, contract, remembered.audited_at);
+        self.book.apply(&mut v);
+        Some(v)
     }
 
-    pub fn verdicts(&self) -> impl Iterator<Item = &Verdict> {
-        self.verdicts.values().map(|v| &**v)
+    /// Every verdict in memory, recomputed (see [`EngineCore::verdict`]); for tests and tools.
+    pub fn verdicts(&self) -> impl Iterator<Item = Verdict> + '_ {
+        self.verdicts.keys().filter_map(|id| self.verdict(id))
     }
 
     pub fn intents(&self) -> usize {
@@ -471,18 +475,9 @@ impl EngineCore {
         }
         self.book.apply(&mut v);
 
-        let before: HashSet<(FindingKind, &str)> = self
-            .verdicts
-            .get(id)
-            .map(|old| {
-                old.findings
-                    .iter()
-                    .map(|f| (f.kind, f.subject.as_str()))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let before = self.verdicts.get(id).map(|old| &old.findings);
         for f in &v.findings {
-            if !before.contains(&(f.kind, f.subject.as_str())) {
+            if before.is_none_or(|b| !b.contains(&finding_identity(f))) {
                 out.new_findings.push((v.tool.clone(), f.clone()));
             }
         }
@@ -506,14 +501,14 @@ impl EngineCore {
         // Written only when something material changed (a re-sent export, a deadline that
         // changed nothing): the stored row already says it. Callers audit each intent at most
         // once per step (ids come from sets), so no dedup here.
+        let remembered = Remembered::of(&v);
         let material = self
             .verdicts
             .get(id)
-            .is_none_or(|old| !same_but_for_when(old, &v));
-        let v = Arc::new(v);
-        self.verdicts.insert(id.to_string(), v.clone());
+            .is_none_or(|old| old.fingerprint != remembered.fingerprint);
+        self.verdicts.insert(id.to_string(), remembered);
         if material {
-            out.verdicts.push(v);
+            out.verdicts.push(Arc::new(v));
         }
     }
 
@@ -653,7 +648,7 @@ mod tests {
         let set = Arc::new(Contracts::new(vec![later]));
         let v2 = set.contracts[0].version.clone();
         assert_ne!(v1, v2);
-        let before = core.verdict("e1").cloned();
+        let before = core.verdict("e1");
         let out = core.reload(set, t(102));
         assert_eq!(
             out.verdicts
@@ -668,7 +663,7 @@ mod tests {
             Some((IntentState::Completed, 0))
         );
         let after = core.verdict("e1").unwrap();
-        assert!(same_but_for_when(before.as_ref().unwrap(), after));
+        assert_eq!(before.unwrap().fingerprint(), after.fingerprint());
         assert_eq!(after.contract_version, "");
     }
 
@@ -722,8 +717,8 @@ mod tests {
             escalations,
             t(100),
         );
-        let mut a: Vec<Verdict> = live.verdicts().cloned().collect();
-        let mut b: Vec<Verdict> = restored.verdicts().cloned().collect();
+        let mut a: Vec<Verdict> = live.verdicts().collect();
+        let mut b: Vec<Verdict> = restored.verdicts().collect();
         a.sort_by(|x, y| x.intent_id.cmp(&y.intent_id));
         b.sort_by(|x, y| x.intent_id.cmp(&y.intent_id));
         assert_eq!(a, b);
