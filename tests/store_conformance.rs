@@ -24,7 +24,8 @@ use reckon::notify::{Notifier, Target};
 use reckon::store::clickhouse::{migrate_to, schema, ErrorClass, RetryPolicy};
 use reckon::store::{
     AnyStore, Appended, ClickHouseConfig, ClickHouseStore, Derived, OutboxItem, OutboxPage,
-    OutboxState, RecordKey, Report, Route, SqliteStore, Store, StoreError, Swap, VerdictFilter,
+    OutboxState, RecordKey, Report, Route, SqliteStore, Store, StoreError, Swap, Unsettled,
+    VerdictFilter,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -2366,6 +2367,7 @@ async fn startup_reads_what_is_open<H: Harness>(h: &H) {
         ..verdict("escalated", Some("issue_refund"), IntentState::Completed, 7)
     };
     assert!(done.is_settled() && !open.is_settled() && !escalated.is_settled());
+    let fingerprints = [escalated.fingerprint(), open.fingerprint()];
     store
         .put_derived(Derived {
             verdicts: vec![done, open, escalated],
@@ -2390,7 +2392,20 @@ async fn startup_reads_what_is_open<H: Harness>(h: &H) {
     );
     let mut unsettled = store.unsettled_intents().await.unwrap();
     unsettled.sort();
-    assert_eq!(unsettled, ["escalated", "open"]);
+    assert_eq!(
+        unsettled,
+        [
+            Unsettled {
+                intent_id: "escalated".into(),
+                fingerprint: fingerprints[0],
+            },
+            Unsettled {
+                intent_id: "open".into(),
+                fingerprint: fingerprints[1],
+            },
+        ],
+        "each with what its stored verdict said"
+    );
     let owners = store
         .route_owners(vec!["k:k1".into(), "k:nobody".into(), "i:done".into()])
         .await
@@ -2450,6 +2465,8 @@ async fn restart_loads_only_what_is_open<H: Harness>(h: &H) {
     // Past the margin start-up reads back before the checkpoint.
     tokio::time::sleep(Duration::from_millis(1200)).await;
     stop(engine, tasks).await;
+    let open_before = h.open().await.get_verdict("open").await.unwrap();
+    assert!(open_before.is_some(), "the open intent's verdict is stored");
 
     let (engine, tasks, _) = engine_on(h.open_any().await).await;
     assert_eq!(engine.intents(), 1, "only the open intent is loaded");
@@ -2477,6 +2494,13 @@ async fn restart_loads_only_what_is_open<H: Harness>(h: &H) {
         );
     }
     stop(engine, tasks).await;
+    // The start audited the open intent again, later, and found it unchanged: its stored row
+    // is the one the first process wrote (same `audited_at`), not a rewrite.
+    let open_after = h.open().await.get_verdict("open").await.unwrap();
+    assert_eq!(
+        open_after, open_before,
+        "a restart does not rewrite a verdict it recomputes unchanged"
+    );
 }
 
 /// A crash between an acknowledged export and its verdict's write: the previous process wrote

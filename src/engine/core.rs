@@ -424,6 +424,11 @@ impl EngineCore {
         self.verdicts.keys().filter_map(|id| self.verdict(id))
     }
 
+    /// Whether the intent is in memory.
+    pub fn holds(&self, intent_id: &str) -> bool {
+        self.verdicts.contains_key(intent_id)
+    }
+
     pub fn intents(&self) -> usize {
         self.verdicts.len()
     }

@@ -339,7 +339,11 @@ impl Engine {
         notifier: Option<Arc<Notifier>>,
     ) -> Result<(Arc<Engine>, EngineTasks), StoreError> {
         let began = Instant::now();
-        let (events, history_in_store) = load_unsettled(&store).await?;
+        let Loaded {
+            events,
+            history_in_store,
+            stored,
+        } = load_unsettled(&store).await?;
         let escalations = store.load_escalations().await?;
         let n_events = events.len();
         let for_core = contracts.clone();
@@ -348,7 +352,12 @@ impl Engine {
             .map(|d| Dur(d.as_nanos().min(i64::MAX as u128) as i64));
         let filter_bytes = options.route_filter_bytes;
         let (core, restored) = tokio::task::spawn_blocking(move || {
-            let (core, out) = EngineCore::restore(for_core, events, escalations, wall_now());
+            let (core, mut out) = EngineCore::restore(for_core, events, escalations, wall_now());
+            // A verdict recomputed as it is stored is not written again: a restart rewrites
+            // what changed while it was down (deadlines passed, a crash's unwritten tail), not
+            // everything it loaded.
+            out.verdicts
+                .retain(|v| stored.get(&v.intent_id) != Some(&v.fingerprint()));
             let mut core = core
                 .with_eviction(evict_after)
                 .with_route_filter(RouteFilter::new(filter_bytes, true));
@@ -1042,15 +1051,25 @@ impl Engine {
 /// the intents they name, with all their evidence, and every settled intent any of those
 /// events reaches by a route; so start-up time follows what is open, not the history behind
 /// it. Without one (a new store, or one written before checkpoints): everything. Returns the
-/// events, and whether settled history was left in the store.
-async fn load_unsettled(store: &AnyStore) -> Result<(Vec<Event>, bool), StoreError> {
+/// events, whether settled history was left in the store, and the stored fingerprints.
+async fn load_unsettled(store: &AnyStore) -> Result<Loaded, StoreError> {
     let Some(checkpoint) = store.checkpoint().await? else {
-        return Ok((store.load_events().await?, false));
+        return Ok(Loaded {
+            events: store.load_events().await?,
+            history_in_store: false,
+            stored: HashMap::new(),
+        });
     };
     let tail = store
         .events_received_since(checkpoint - CHECKPOINT_MARGIN)
         .await?;
-    let mut intents: BTreeSet<String> = store.unsettled_intents().await?.into_iter().collect();
+    let unsettled = store.unsettled_intents().await?;
+    let mut intents: BTreeSet<String> = BTreeSet::new();
+    let mut stored = HashMap::with_capacity(unsettled.len());
+    for u in unsettled {
+        intents.insert(u.intent_id.clone());
+        stored.insert(u.intent_id, u.fingerprint);
+    }
     let mut objects: BTreeSet<String> = intents
         .iter()
         .filter_map(|id| id.strip_prefix(audit::ORPHAN_PREFIX))
@@ -1086,7 +1105,20 @@ async fn load_unsettled(store: &AnyStore) -> Result<(Vec<Event>, bool), StoreErr
             events.push(e);
         }
     }
-    Ok((events, true))
+    Ok(Loaded {
+        events,
+        history_in_store: true,
+        stored,
+    })
+}
+
+/// What start-up reads from the store ([`load_unsettled`]).
+struct Loaded {
+    events: Vec<Event>,
+    /// Settled intents were left in the store (their routes fill the filter behind serving).
+    history_in_store: bool,
+    /// The stored verdicts' fingerprints of the unsettled intents loaded.
+    stored: HashMap<String, u64>,
 }
 
 /// After a start that left settled history in the store: read its routes into the filter, page
@@ -1222,7 +1254,7 @@ async fn reconcile(store: &AnyStore, core: &EngineCore) -> Result<(), StoreError
         .verdict_ids(audit::ORPHAN_PREFIX)
         .await?
         .into_iter()
-        .filter(|id| core.verdict(id).is_none())
+        .filter(|id| !core.holds(id))
         .collect();
     if !stale.is_empty() {
         tracing::info!(

@@ -30,7 +30,7 @@ impl Store for AnyStore {
     async fn checkpoint(&self) -> Result<Option<Timestamp>, StoreError> {
         dispatch!(self, s => s.checkpoint())
     }
-    async fn unsettled_intents(&self) -> Result<Vec<String>, StoreError> {
+    async fn unsettled_intents(&self) -> Result<Vec<Unsettled>, StoreError> {
         dispatch!(self, s => s.unsettled_intents())
     }
     async fn events_received_since(&self, since: Timestamp) -> Result<Vec<Event>, StoreError> {

@@ -43,7 +43,7 @@ use self::rows::*;
 use self::writer::{Request, Rows};
 use super::{
     escalation_limit, prefix_end, Appended, CursorKey, Derived, OutboxItem, OutboxPage, Page,
-    Report, Store, StoreError, Swap, VerdictFilter,
+    Report, Store, StoreError, Swap, Unsettled, VerdictFilter,
 };
 use crate::codec::VerdictDoc;
 use crate::model::*;
@@ -456,13 +456,21 @@ impl Store for ClickHouseStore {
             .map(|v| Timestamp(i64::try_from(*v).unwrap_or(i64::MAX))))
     }
 
-    async fn unsettled_intents(&self) -> Result<Vec<String>, StoreError> {
+    async fn unsettled_intents(&self) -> Result<Vec<Unsettled>, StoreError> {
         // The filter sits outside the FINAL subquery (see reckon_current_verdicts).
         let q = self.client.query(
-            "SELECT intent_id FROM (SELECT intent_id, settled, deleted FROM reckon_verdicts FINAL)
+            "SELECT intent_id, fingerprint
+             FROM (SELECT intent_id, fingerprint, settled, deleted FROM reckon_verdicts FINAL)
              WHERE settled = 0 AND deleted = 0",
         );
-        self.fetch("unsettled intents", q).await
+        let rows: Vec<(String, u64)> = self.fetch("unsettled intents", q).await?;
+        Ok(rows
+            .into_iter()
+            .map(|(intent_id, fingerprint)| Unsettled {
+                intent_id,
+                fingerprint,
+            })
+            .collect())
     }
 
     async fn events_received_since(&self, since: Timestamp) -> Result<Vec<Event>, StoreError> {

@@ -375,6 +375,14 @@ impl Appended {
     }
 }
 
+/// An intent whose stored verdict is not settled, and what that verdict said
+/// ([`Verdict::fingerprint`]; 0 for a row written before fingerprints were stored).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Unsettled {
+    pub intent_id: String,
+    pub fingerprint: u64,
+}
+
 /// What the engine derived from events since its last write: escalations opened or changed,
 /// verdicts of pseudo-intents that no longer exist, and fresh verdicts. [`Store::put_derived`]
 /// writes it as one unit.
@@ -480,9 +488,10 @@ pub trait Store: Send + Sync {
     /// (new, or written by a version before checkpoints): start-up then reads everything.
     fn checkpoint(&self) -> impl Future<Output = Result<Option<Timestamp>, StoreError>> + Send;
 
-    /// Intent ids whose stored verdict is not settled ([`Verdict::is_settled`]): what start-up
-    /// keeps in memory.
-    fn unsettled_intents(&self) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+    /// The intents whose stored verdict is not settled ([`Verdict::is_settled`]): what start-up
+    /// keeps in memory. Each with its stored verdict's fingerprint, so a start that audits
+    /// them again writes only the verdicts that changed.
+    fn unsettled_intents(&self) -> impl Future<Output = Result<Vec<Unsettled>, StoreError>> + Send;
 
     /// Every event received at or after `since` (first copies), for start-up: what may not be
     /// reflected in the stored verdicts yet.

@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use self::writer::{EncodedDerived, EncodedVerdict, Request};
 use super::{
     escalation_limit, prefix_end, Appended, CursorKey, Derived, OutboxItem, OutboxPage,
-    OutboxState, Page, Report, Store, StoreError, Swap, VerdictFilter,
+    OutboxState, Page, Report, Store, StoreError, Swap, Unsettled, VerdictFilter,
 };
 use crate::codec::{EscalationFindingDoc, VerdictDoc};
 use crate::model::{
@@ -856,12 +856,17 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn unsettled_intents(&self) -> Result<Vec<String>, StoreError> {
+    async fn unsettled_intents(&self) -> Result<Vec<Unsettled>, StoreError> {
         self.read(|conn| {
-            let mut stmt =
-                conn.prepare("SELECT intent_id FROM reckon_verdicts WHERE settled = 0")?;
+            let mut stmt = conn
+                .prepare("SELECT intent_id, fingerprint FROM reckon_verdicts WHERE settled = 0")?;
             let ids = stmt
-                .query_map([], |r| r.get::<_, String>(0))?
+                .query_map([], |r| {
+                    Ok(Unsettled {
+                        intent_id: r.get(0)?,
+                        fingerprint: r.get::<_, i64>(1)? as u64,
+                    })
+                })?
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(ids)
         })

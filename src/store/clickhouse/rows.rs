@@ -107,6 +107,7 @@ pub struct VerdictRow {
     pub version: u64,
     pub contract_version: String,
     pub settled: u8,
+    pub fingerprint: u64,
 }
 
 #[derive(Clone, Debug, Row, Serialize, Deserialize)]
@@ -514,6 +515,7 @@ pub fn verdict_rows(
         version,
         settled: u8::from(v.is_settled()),
         contract_version: v.contract_version.clone(),
+        fingerprint: v.fingerprint(),
     };
     let findings = v
         .findings
@@ -569,6 +571,7 @@ pub fn verdict_tombstone(intent_id: &str, version: u64) -> VerdictRow {
         version,
         settled: 0,
         contract_version: String::new(),
+        fingerprint: 0,
     }
 }
 

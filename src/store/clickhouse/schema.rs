@@ -255,6 +255,12 @@ CREATE TABLE IF NOT EXISTS reckon_meta (
 ) ENGINE = ReplacingMergeTree(value)
 ORDER BY name";
 
+/// v7: each verdict's fingerprint ([`crate::model::Verdict::fingerprint`]), read with the
+/// unsettled intents at start-up so the verdicts a start recomputes unchanged are not written
+/// again. The verdicts view is recreated so current servers show the new column.
+pub const V7_VERDICT_FINGERPRINT: &str = "
+ALTER TABLE reckon_verdicts ADD COLUMN fingerprint UInt64 DEFAULT 0 COMMENT 'a hash of the verdict but for audited_at: a start writes only verdicts whose hash changed; 0 before v7'";
+
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
@@ -309,6 +315,15 @@ pub const MIGRATIONS: &[Migration] = &[
             V6_VERDICT_SETTLED,
             V6_ROUTES,
             V6_META,
+            V3_DROP_CURRENT_VERDICTS,
+            V2_CURRENT_VERDICTS,
+        ],
+    },
+    Migration {
+        version: 7,
+        name: "verdict fingerprints",
+        statements: &[
+            V7_VERDICT_FINGERPRINT,
             V3_DROP_CURRENT_VERDICTS,
             V2_CURRENT_VERDICTS,
         ],

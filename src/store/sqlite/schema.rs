@@ -203,6 +203,15 @@ CREATE TABLE reckon_meta (
 );
 ";
 
+/// v8: each verdict's fingerprint ([`crate::model::Verdict::fingerprint`]), read with the
+/// unsettled intents at start-up so the verdicts a start recomputes unchanged are not written
+/// again. The unsettled index covers it: start-up reads it without touching the table.
+pub const V8_SQL: &str = "
+ALTER TABLE reckon_verdicts ADD COLUMN fingerprint INTEGER NOT NULL DEFAULT 0;
+DROP INDEX reckon_verdicts_unsettled;
+CREATE INDEX reckon_verdicts_unsettled ON reckon_verdicts (intent_id, fingerprint) WHERE settled = 0;
+";
+
 /// The attempt-class count columns of `reckon_verdicts`, in [`AttemptClass::ALL`] order.
 pub const CLASS_COLUMNS: [&str; 6] = [
     "attempts_rejected",
@@ -254,6 +263,12 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 7,
         name: "receive times, settled verdicts, routes, checkpoint",
         sql: V7_SQL,
+        backfill: None,
+    },
+    Migration {
+        version: 8,
+        name: "verdict fingerprints",
+        sql: V8_SQL,
         backfill: None,
     },
 ];

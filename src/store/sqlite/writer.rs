@@ -388,17 +388,18 @@ fn upsert_verdict_sql() -> String {
         .map(|c| format!("{c} = excluded.{c}"))
         .collect::<Vec<_>>()
         .join(", ");
-    // The contract version comes last (v6 added it), after the class counts.
+    // The contract version (v6) and the fingerprint (v8) come last, after the class counts.
     let version = 14 + CLASS_COLUMNS.len();
+    let fingerprint = version + 1;
     format!(
         "INSERT INTO reckon_verdicts (intent_id, tool, contract, state, decision, first_seen, last_event, audited_at,
-            escalation_id, finding_kinds, doc, attempts, settled, {classes}, contract_version)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, {placeholders}, ?{version})
+            escalation_id, finding_kinds, doc, attempts, settled, {classes}, contract_version, fingerprint)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, {placeholders}, ?{version}, ?{fingerprint})
          ON CONFLICT (intent_id) DO UPDATE SET tool = excluded.tool, contract = excluded.contract,
             contract_version = excluded.contract_version, state = excluded.state, decision = excluded.decision, first_seen = excluded.first_seen,
             last_event = excluded.last_event, audited_at = excluded.audited_at,
             escalation_id = excluded.escalation_id, finding_kinds = excluded.finding_kinds, doc = excluded.doc,
-            attempts = excluded.attempts, settled = excluded.settled, {updates}"
+            attempts = excluded.attempts, settled = excluded.settled, fingerprint = excluded.fingerprint, {updates}"
     )
 }
 
@@ -451,6 +452,8 @@ fn put_verdicts(conn: &Connection, verdicts: &[EncodedVerdict]) -> Result<(), St
             counts[4],
             counts[5],
             v.contract_version,
+            // Stored as its bits: SQLite integers are signed.
+            v.fingerprint() as i64,
         ])?;
         delete.execute([&v.intent_id])?;
         for f in &v.findings {
