@@ -5,12 +5,13 @@
 //!
 //! The environment is read through a lookup function rather than clap's `env` so that the same
 //! code path runs in production (`parse`) and in tests (`parse_with_env`, with a map), without
-//! tests racing on the process environment. Help texts name each variable by hand; a test checks
-//! they agree with the lookups.
+//! tests racing on the process environment. `reckon serve`'s flags, their variables and their
+//! help (defaults included) are made from the table of settings (`config/settings.rs`); the other
+//! commands' flags that are settings (`--data-dir`, `--store`, ...) take theirs from `SETTINGS`.
 
 use crate::config::file::{self, ConfigFileError};
 use crate::config::value::{self, ValueError};
-use crate::config::{Config, LogFormat, StoreConfig};
+use crate::config::{settings, Config, LogFormat, Setting, StoreConfig, SETTINGS};
 use crate::model::{Dur, EscalationStatus, Timestamp};
 use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
@@ -219,24 +220,6 @@ where
 // ---------------------------------------------------------------------------------------------
 
 const ENV_CONFIG: &str = "RECKON_CONFIG";
-const ENV_GRPC_ADDR: &str = "RECKON_GRPC_ADDR";
-const ENV_HTTP_ADDR: &str = "RECKON_HTTP_ADDR";
-const ENV_API_ADDR: &str = "RECKON_API_ADDR";
-const ENV_DATA_DIR: &str = "RECKON_DATA_DIR";
-const ENV_CONTRACTS_DIR: &str = "RECKON_CONTRACTS_DIR";
-const ENV_STORE: &str = "RECKON_STORE";
-const ENV_STRIPE_WEBHOOK_SECRET: &str = "RECKON_STRIPE_WEBHOOK_SECRET";
-const ENV_STRIPE_TOLERANCE: &str = "RECKON_STRIPE_TOLERANCE";
-const ENV_MAX_REQUEST_BYTES: &str = "RECKON_MAX_REQUEST_BYTES";
-const ENV_MAX_CONCURRENT_EXPORTS: &str = "RECKON_MAX_CONCURRENT_EXPORTS";
-const ENV_SHUTDOWN_GRACE: &str = "RECKON_SHUTDOWN_GRACE";
-const ENV_EVICT_AFTER: &str = "RECKON_EVICT_AFTER";
-const ENV_RETENTION: &str = "RECKON_RETENTION";
-const ENV_LOG_FORMAT: &str = "RECKON_LOG_FORMAT";
-const ENV_LOG_FILTER: &str = "RECKON_LOG_FILTER";
-const ENV_PUBLIC_URL: &str = "RECKON_PUBLIC_URL";
-const ENV_TLS_CERT: &str = "RECKON_TLS_CERT";
-const ENV_TLS_KEY: &str = "RECKON_TLS_KEY";
 const ENV_TOKEN: &str = "RECKON_TOKEN";
 const ENV_SERVER: &str = "RECKON_SERVER";
 const ENV_DEMO_OTLP: &str = "RECKON_DEMO_OTLP";
@@ -275,6 +258,11 @@ impl Env<'_> {
         }
     }
 
+    /// A setting of the table (`config/settings.rs`): the flag if given, else its variable.
+    fn setting<T>(&self, flag: Option<T>, setting: &Setting<T>) -> Result<Option<T>, CliError> {
+        self.or(flag, setting.env, setting.parse)
+    }
+
     /// `Config::default()` with the config file (from `--config` or `RECKON_CONFIG`) applied.
     /// Only `serve` resolves the file's tokens (`token_env`): `report` and the other readers of
     /// the file must work where the server's secrets are not set.
@@ -292,26 +280,17 @@ fn path(s: &str) -> Result<PathBuf, ValueError> {
     Ok(PathBuf::from(s))
 }
 
-fn non_empty_path(s: &str) -> Result<PathBuf, ValueError> {
-    if s.trim().is_empty() {
-        return Err(ValueError::Empty);
-    }
-    Ok(PathBuf::from(s))
-}
-
-fn store(s: &str) -> Result<StoreConfig, ValueError> {
-    Ok(value::parse_store(s)?)
-}
-
-/// `--evict-after`, `--retention`: clap reads a bare `Option<Option<_>>` as a flag with an
-/// optional value.
+/// A setting's value as clap holds it. The newtype keeps clap from reading `Option<Option<_>>`
+/// (a setting that can be turned off, like `--evict-after never`) as a flag with an optional
+/// value.
 #[derive(Clone, Debug)]
-struct EvictAfter(Option<Duration>);
+struct Flag<T>(T);
 
-fn set<T>(dst: &mut T, v: Option<T>) {
-    if let Some(v) = v {
-        *dst = v;
-    }
+/// A setting's parser as a flag's value parser.
+fn flag<T: Clone + Send + Sync + 'static>(
+    parse: fn(&str) -> Result<T, ValueError>,
+) -> impl Fn(&str) -> Result<Flag<T>, ValueError> + Clone + Send + Sync + 'static {
+    move |s| parse(s).map(Flag)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -352,183 +331,65 @@ enum Sub {
     Reaudit(ReauditCli),
 }
 
-#[derive(Args, Debug)]
-struct ServeCli {
-    /// TOML config file; flags and environment variables override it [env: RECKON_CONFIG]
-    #[arg(long, value_name = "FILE", value_parser = non_empty_path)]
-    config: Option<PathBuf>,
-    /// OTLP gRPC listen address [default: 0.0.0.0:4317] [env: RECKON_GRPC_ADDR]
-    #[arg(long, value_name = "ADDR", value_parser = value::parse_addr)]
-    grpc_addr: Option<SocketAddr>,
-    /// OTLP HTTP listen address [default: 0.0.0.0:4318] [env: RECKON_HTTP_ADDR]
-    #[arg(long, value_name = "ADDR", value_parser = value::parse_addr)]
-    http_addr: Option<SocketAddr>,
-    /// API, metrics and health listen address [default: 0.0.0.0:8080] [env: RECKON_API_ADDR]
-    #[arg(long, value_name = "ADDR", value_parser = value::parse_addr)]
-    api_addr: Option<SocketAddr>,
-    /// Data directory (the SQLite store) [default: ./reckon-data] [env: RECKON_DATA_DIR]
-    #[arg(long, value_name = "DIR", value_parser = non_empty_path)]
-    data_dir: Option<PathBuf>,
-    /// Contracts directory [default: ./contracts] [env: RECKON_CONTRACTS_DIR]
-    #[arg(long = "contracts", visible_alias = "contracts-dir", value_name = "DIR", value_parser = non_empty_path)]
-    contracts_dir: Option<PathBuf>,
-    /// `sqlite` or clickhouse://USER:PASS@HOST:8123/DB [default: sqlite] [env: RECKON_STORE]
-    #[arg(long, value_name = "URL", value_parser = store)]
-    store: Option<StoreConfig>,
-    /// Verify the Stripe-Signature of webhooks with this secret; prefer the variable, arguments
-    /// are visible to other users [env: RECKON_STRIPE_WEBHOOK_SECRET]
-    #[arg(long, value_name = "SECRET", value_parser = value::parse_secret)]
-    stripe_webhook_secret: Option<String>,
-    /// How old a signed Stripe webhook may be [default: 5m] [env: RECKON_STRIPE_TOLERANCE]
-    #[arg(long, value_name = "DURATION", value_parser = value::parse_positive_duration)]
-    stripe_tolerance: Option<Duration>,
-    /// Largest request body or gRPC message, after decompression [default: 16MiB]
-    /// [env: RECKON_MAX_REQUEST_BYTES]
-    #[arg(long, value_name = "N", value_parser = value::parse_size)]
-    max_request_bytes: Option<usize>,
-    /// Exports made durable at once before new ones are refused as retryable [default: 64]
-    /// [env: RECKON_MAX_CONCURRENT_EXPORTS]
-    #[arg(long, value_name = "N", value_parser = value::parse_count)]
-    max_concurrent_exports: Option<usize>,
-    /// How long shutdown waits for in-flight requests [default: 10s] [env: RECKON_SHUTDOWN_GRACE]
-    #[arg(long, value_name = "DURATION", value_parser = value::parse_duration)]
-    shutdown_grace: Option<Duration>,
-    /// How long a settled intent stays in memory before it leaves for the store (`never`: keep
-    /// it) [default: 60s] [env: RECKON_EVICT_AFTER]
-    #[arg(long, value_name = "DURATION", value_parser = |s: &str| value::parse_evict_after(s).map(EvictAfter))]
-    evict_after: Option<EvictAfter>,
-    /// How long raw events of settled intents are kept; verdicts, findings and escalations stay
-    /// (`forever`: keep everything) [default: forever] [env: RECKON_RETENTION]
-    #[arg(long, value_name = "DURATION", value_parser = |s: &str| value::parse_retention(s).map(EvictAfter))]
-    retention: Option<EvictAfter>,
-    /// `text` or `json` [default: text] [env: RECKON_LOG_FORMAT]
-    #[arg(long, value_name = "FORMAT", value_parser = value::parse_log_format)]
-    log_format: Option<LogFormat>,
-    /// tracing filter directive; RUST_LOG overrides it [default: info] [env: RECKON_LOG_FILTER]
-    #[arg(long, value_name = "FILTER", value_parser = value::parse_log_filter)]
-    log_filter: Option<String>,
-    /// Where people open reckon, for links in notifications [default: http://API_ADDR]
-    /// [env: RECKON_PUBLIC_URL]
-    #[arg(long, value_name = "URL", value_parser = value::parse_http_url)]
-    public_url: Option<String>,
-    /// PEM certificate chain: TLS on every listener, with --tls-key [env: RECKON_TLS_CERT]
-    #[arg(long, value_name = "FILE", value_parser = non_empty_path)]
-    tls_cert: Option<PathBuf>,
-    /// PEM private key of --tls-cert [env: RECKON_TLS_KEY]
-    #[arg(long, value_name = "FILE", value_parser = non_empty_path)]
-    tls_key: Option<PathBuf>,
+/// `reckon serve`'s flags from the table in `config/settings.rs`: one per setting, in the
+/// table's order, after `--config`.
+macro_rules! serve_cli {
+    ($(
+        $(#[doc = $doc:literal])*
+        $(#[arg $arg:tt])*
+        $name:ident: $ty:ty = $default:tt { $($rest:tt)* }
+    )*) => {
+        #[derive(Args, Debug)]
+        struct ServeCli {
+            /// TOML config file; flags and environment variables override it [env: RECKON_CONFIG]
+            #[arg(long, value_name = "FILE", value_parser = value::parse_path)]
+            config: Option<PathBuf>,
+            $(
+                #[arg(
+                    long,
+                    value_name = SETTINGS.$name.value_name,
+                    value_parser = flag(SETTINGS.$name.parse),
+                    help = SETTINGS.$name.help(),
+                )]
+                $(#[arg $arg])*
+                $name: Option<Flag<$ty>>,
+            )*
+        }
+
+        impl ServeCli {
+            fn resolve(self, env: &Env) -> Result<Config, CliError> {
+                let mut c = env.base(self.config, true)?;
+                $(
+                    if let Some(v) = env.setting(self.$name.map(|f| f.0), &SETTINGS.$name)? {
+                        c.$name = v;
+                    }
+                )*
+                Ok(c)
+            }
+        }
+    };
 }
 
-impl ServeCli {
-    fn resolve(self, env: &Env) -> Result<Config, CliError> {
-        let mut c = env.base(self.config, true)?;
-        set(
-            &mut c.grpc_addr,
-            env.or(self.grpc_addr, ENV_GRPC_ADDR, value::parse_addr)?,
-        );
-        set(
-            &mut c.http_addr,
-            env.or(self.http_addr, ENV_HTTP_ADDR, value::parse_addr)?,
-        );
-        set(
-            &mut c.api_addr,
-            env.or(self.api_addr, ENV_API_ADDR, value::parse_addr)?,
-        );
-        set(
-            &mut c.data_dir,
-            env.or(self.data_dir, ENV_DATA_DIR, non_empty_path)?,
-        );
-        set(
-            &mut c.contracts_dir,
-            env.or(self.contracts_dir, ENV_CONTRACTS_DIR, non_empty_path)?,
-        );
-        set(&mut c.store, env.or(self.store, ENV_STORE, store)?);
-        if let Some(s) = env.or(
-            self.stripe_webhook_secret,
-            ENV_STRIPE_WEBHOOK_SECRET,
-            value::parse_secret,
-        )? {
-            c.stripe_webhook_secret = Some(s);
-        }
-        set(
-            &mut c.stripe_tolerance,
-            env.or(
-                self.stripe_tolerance,
-                ENV_STRIPE_TOLERANCE,
-                value::parse_positive_duration,
-            )?,
-        );
-        set(
-            &mut c.max_request_bytes,
-            env.or(
-                self.max_request_bytes,
-                ENV_MAX_REQUEST_BYTES,
-                value::parse_size,
-            )?,
-        );
-        set(
-            &mut c.max_concurrent_exports,
-            env.or(
-                self.max_concurrent_exports,
-                ENV_MAX_CONCURRENT_EXPORTS,
-                value::parse_count,
-            )?,
-        );
-        set(
-            &mut c.shutdown_grace,
-            env.or(
-                self.shutdown_grace,
-                ENV_SHUTDOWN_GRACE,
-                value::parse_duration,
-            )?,
-        );
-        set(
-            &mut c.evict_after,
-            env.or(
-                self.evict_after.map(|e| e.0),
-                ENV_EVICT_AFTER,
-                value::parse_evict_after,
-            )?,
-        );
-        set(
-            &mut c.retention,
-            env.or(
-                self.retention.map(|e| e.0),
-                ENV_RETENTION,
-                value::parse_retention,
-            )?,
-        );
-        set(
-            &mut c.log_format,
-            env.or(self.log_format, ENV_LOG_FORMAT, value::parse_log_format)?,
-        );
-        set(
-            &mut c.log_filter,
-            env.or(self.log_filter, ENV_LOG_FILTER, value::parse_log_filter)?,
-        );
-        if let Some(u) = env.or(self.public_url, ENV_PUBLIC_URL, value::parse_http_url)? {
-            c.public_url = Some(u);
-        }
-        if let Some(p) = env.or(self.tls_cert, ENV_TLS_CERT, non_empty_path)? {
-            c.tls_cert = Some(p);
-        }
-        if let Some(p) = env.or(self.tls_key, ENV_TLS_KEY, non_empty_path)? {
-            c.tls_key = Some(p);
-        }
-        Ok(c)
-    }
-}
+settings::with_settings!(serve_cli);
 
 #[derive(Args, Debug)]
 struct ReportCli {
     /// TOML config file (for data_dir and store) [env: RECKON_CONFIG]
-    #[arg(long, value_name = "FILE", value_parser = non_empty_path)]
+    #[arg(long, value_name = "FILE", value_parser = value::parse_path)]
     config: Option<PathBuf>,
-    /// Data directory [default: ./reckon-data] [env: RECKON_DATA_DIR]
-    #[arg(long, value_name = "DIR", value_parser = non_empty_path)]
+    #[arg(
+        long,
+        value_name = SETTINGS.data_dir.value_name,
+        value_parser = SETTINGS.data_dir.parse,
+        help = SETTINGS.data_dir.help(),
+    )]
     data_dir: Option<PathBuf>,
-    /// `sqlite` or clickhouse://USER:PASS@HOST:8123/DB [default: sqlite] [env: RECKON_STORE]
-    #[arg(long, value_name = "URL", value_parser = store)]
+    #[arg(
+        long,
+        value_name = SETTINGS.store.value_name,
+        value_parser = SETTINGS.store.parse,
+        help = SETTINGS.store.help(),
+    )]
     store: Option<StoreConfig>,
     /// Window start: a duration back from now (`24h`, `7d`) or an RFC 3339 time [default: 24h]
     #[arg(long, value_name = "WHEN", value_parser = parse_since)]
@@ -543,9 +404,11 @@ impl ReportCli {
         let base = env.base(self.config, false)?;
         Ok(ReportArgs {
             data_dir: env
-                .or(self.data_dir, ENV_DATA_DIR, non_empty_path)?
+                .setting(self.data_dir, &SETTINGS.data_dir)?
                 .unwrap_or(base.data_dir),
-            store: env.or(self.store, ENV_STORE, store)?.unwrap_or(base.store),
+            store: env
+                .setting(self.store, &SETTINGS.store)?
+                .unwrap_or(base.store),
             since: self.since.unwrap_or_default(),
             format: self.format.unwrap_or_default(),
         })
@@ -585,8 +448,13 @@ fn parse_status(s: &str) -> Result<EscalationStatus, String> {
 
 #[derive(Args, Debug)]
 struct EscalationsCli {
-    /// Base URL of the reckon API [default: http://127.0.0.1:8080] [env: RECKON_SERVER]
-    #[arg(long, global = true, value_name = "URL", value_parser = value::parse_http_url)]
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        value_parser = value::parse_http_url,
+        help = format!("Base URL of the reckon API [default: {DEFAULT_SERVER}] [env: {ENV_SERVER}]"),
+    )]
     server: Option<String>,
     /// The server's token (read, or operator to claim and resolve); prefer the variable,
     /// arguments are visible to other users [env: RECKON_TOKEN]
@@ -673,7 +541,7 @@ struct DemoCli {
     #[arg(long)]
     once: bool,
     /// Contracts for the stub downstream [env: RECKON_CONTRACTS_DIR]
-    #[arg(long, visible_alias = "contracts", value_name = "DIR", value_parser = non_empty_path)]
+    #[arg(long, visible_alias = "contracts", value_name = "DIR", value_parser = value::parse_path)]
     contracts_dir: Option<PathBuf>,
     /// With --target: the target's OTLP gRPC endpoint [default: the target's host, port 4317] [env: RECKON_DEMO_OTLP]
     #[arg(long, value_name = "URL", value_parser = value::parse_http_url)]
@@ -695,11 +563,11 @@ impl DemoCli {
         Ok(DemoArgs {
             target: self.target,
             once: self.once,
-            contracts_dir: env.or(self.contracts_dir, ENV_CONTRACTS_DIR, non_empty_path)?,
+            contracts_dir: env.setting(self.contracts_dir, &SETTINGS.contracts_dir)?,
             otlp: env.or(self.otlp, ENV_DEMO_OTLP, value::parse_http_url)?,
             stripe_webhook_secret: env.or(
                 self.stripe_webhook_secret,
-                ENV_STRIPE_WEBHOOK_SECRET,
+                SETTINGS.stripe_webhook_secret.env,
                 value::parse_secret,
             )?,
             only: env.or(self.only, ENV_DEMO_ONLY, |s| Ok(s.to_string()))?,
@@ -797,10 +665,15 @@ impl LoadgenCli {
 #[derive(Args, Debug)]
 struct CheckContractsCli {
     /// TOML config file (for contracts_dir) [env: RECKON_CONFIG]
-    #[arg(long, value_name = "FILE", value_parser = non_empty_path)]
+    #[arg(long, value_name = "FILE", value_parser = value::parse_path)]
     config: Option<PathBuf>,
-    /// Contracts directory [default: ./contracts] [env: RECKON_CONTRACTS_DIR]
-    #[arg(long = "contracts", visible_alias = "contracts-dir", value_name = "DIR", value_parser = non_empty_path)]
+    #[arg(
+        long = "contracts",
+        visible_alias = "contracts-dir",
+        value_name = SETTINGS.contracts_dir.value_name,
+        value_parser = SETTINGS.contracts_dir.parse,
+        help = SETTINGS.contracts_dir.help(),
+    )]
     contracts_dir: Option<PathBuf>,
 }
 
@@ -808,7 +681,7 @@ impl CheckContractsCli {
     fn resolve(self, env: &Env) -> Result<PathBuf, CliError> {
         let base = env.base(self.config, false)?;
         Ok(env
-            .or(self.contracts_dir, ENV_CONTRACTS_DIR, non_empty_path)?
+            .setting(self.contracts_dir, &SETTINGS.contracts_dir)?
             .unwrap_or(base.contracts_dir))
     }
 }
@@ -816,20 +689,26 @@ impl CheckContractsCli {
 #[derive(Args, Debug)]
 struct ReauditCli {
     /// The proposed contracts directory
-    #[arg(long = "contracts", value_name = "DIR", value_parser = non_empty_path)]
+    #[arg(long = "contracts", value_name = "DIR", value_parser = value::parse_path)]
     contracts: PathBuf,
-    /// The contracts to compare with [default: the configured contracts directory, ./contracts]
-    /// [env: RECKON_CONTRACTS_DIR]
-    #[arg(long, value_name = "DIR", value_parser = non_empty_path)]
+    #[arg(long, value_name = "DIR", value_parser = value::parse_path, help = baseline_help())]
     baseline: Option<PathBuf>,
     /// TOML config file (for data_dir, store and contracts_dir) [env: RECKON_CONFIG]
-    #[arg(long, value_name = "FILE", value_parser = non_empty_path)]
+    #[arg(long, value_name = "FILE", value_parser = value::parse_path)]
     config: Option<PathBuf>,
-    /// Data directory [default: ./reckon-data] [env: RECKON_DATA_DIR]
-    #[arg(long, value_name = "DIR", value_parser = non_empty_path)]
+    #[arg(
+        long,
+        value_name = SETTINGS.data_dir.value_name,
+        value_parser = SETTINGS.data_dir.parse,
+        help = SETTINGS.data_dir.help(),
+    )]
     data_dir: Option<PathBuf>,
-    /// `sqlite` or clickhouse://USER:PASS@HOST:8123/DB [default: sqlite] [env: RECKON_STORE]
-    #[arg(long, value_name = "URL", value_parser = store)]
+    #[arg(
+        long,
+        value_name = SETTINGS.store.value_name,
+        value_parser = SETTINGS.store.parse,
+        help = SETTINGS.store.help(),
+    )]
     store: Option<StoreConfig>,
     /// Only intents active since: a duration back from now (`30d`) or an RFC 3339 time
     /// [default: the whole history]
@@ -848,14 +727,16 @@ impl ReauditCli {
         let base = env.base(self.config, false)?;
         Ok(ReauditArgs {
             data_dir: env
-                .or(self.data_dir, ENV_DATA_DIR, non_empty_path)?
+                .setting(self.data_dir, &SETTINGS.data_dir)?
                 .unwrap_or(base.data_dir),
-            store: env.or(self.store, ENV_STORE, store)?.unwrap_or(base.store),
+            store: env
+                .setting(self.store, &SETTINGS.store)?
+                .unwrap_or(base.store),
             contracts: self.contracts,
             baseline: match self.baseline {
                 Some(b) => b,
                 None => env
-                    .or(None, ENV_CONTRACTS_DIR, non_empty_path)?
+                    .setting(None, &SETTINGS.contracts_dir)?
                     .unwrap_or(base.contracts_dir),
             },
             since: self.since,
@@ -863,6 +744,15 @@ impl ReauditCli {
             page: self.page.map(usize::from).unwrap_or(500),
         })
     }
+}
+
+fn baseline_help() -> String {
+    let contracts = &SETTINGS.contracts_dir;
+    format!(
+        "The contracts to compare with [default: the configured contracts directory, {}] [env: {}]",
+        contracts.default.unwrap_or_default(),
+        contracts.env
+    )
 }
 
 fn parse_reaudit_format(s: &str) -> Result<crate::reaudit::Format, String> {

@@ -1,25 +1,11 @@
 //! The TOML config file (`reckon serve --config FILE`).
 //!
-//! Keys are the flag names in snake_case, flat at the top level:
+//! Each setting of the table in `settings.rs` is a top-level key, named as its `Config` field (its
+//! flag's name in snake_case), its value written as the table's `file:` says; paths are relative
+//! to the file. README's "Configuration" has a sample naming every one (a test checks it). The
+//! tables come from the file only:
 //!
 //! ```toml
-//! grpc_addr = "0.0.0.0:4317"
-//! http_addr = "0.0.0.0:4318"
-//! api_addr = "0.0.0.0:8080"
-//! data_dir = "/var/lib/reckon"         # relative paths are relative to this file
-//! contracts_dir = "contracts"
-//! store = "clickhouse://reckon:secret@ch:8123/audit"   # or "sqlite"
-//! stripe_webhook_secret = "whsec_..."
-//! stripe_tolerance = "5m"
-//! max_request_bytes = "16MiB"          # or a plain number of bytes
-//! max_concurrent_exports = 64
-//! shutdown_grace = "10s"
-//! log_format = "json"                  # or "text"
-//! log_filter = "info,reckon=debug"
-//! public_url = "https://reckon.example.internal"   # links in notifications
-//! tls_cert = "/etc/reckon/tls/cert.pem"  # TLS on every listener (both or neither)
-//! tls_key = "/etc/reckon/tls/key.pem"
-//!
 //! [[notify]]                           # any number of these
 //! kind = "alertmanager"                # one alert per unresolved escalation
 //! url = "http://alertmanager:9093"
@@ -45,7 +31,7 @@
 //! the value checks after serde's shape checks can still point at the line.
 
 use super::value::{self, ValueError};
-use super::{Config, LogFormat, StoreConfig};
+use super::{settings, Config, LogFormat, Setting, StoreConfig, SETTINGS};
 use crate::toml_source::{TomlFileError, TomlSource};
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -57,101 +43,135 @@ use toml::Spanned;
 /// A config file that cannot be read or holds a bad setting.
 pub type ConfigFileError = TomlFileError;
 
-/// What one config file sets: `None` where the file is silent, so the layers below (defaults)
-/// and above (environment, flags) can be told apart.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FileConfig {
-    pub grpc_addr: Option<SocketAddr>,
-    pub http_addr: Option<SocketAddr>,
-    pub api_addr: Option<SocketAddr>,
-    pub data_dir: Option<PathBuf>,
-    pub contracts_dir: Option<PathBuf>,
-    pub store: Option<StoreConfig>,
-    pub stripe_webhook_secret: Option<String>,
-    pub stripe_tolerance: Option<Duration>,
-    pub max_request_bytes: Option<usize>,
-    pub max_concurrent_exports: Option<usize>,
-    pub shutdown_grace: Option<Duration>,
-    pub evict_after: Option<Option<Duration>>,
-    pub retention: Option<Option<Duration>>,
-    pub log_format: Option<LogFormat>,
-    pub log_filter: Option<String>,
-    pub public_url: Option<String>,
-    /// `[[notify]]` tables; `None` when there are none.
-    pub notify: Option<Vec<crate::notify::Target>>,
-    /// The `[auth]` table; `None` when there is none.
-    pub auth: Option<crate::auth::AuthConfig>,
-    pub tls_cert: Option<PathBuf>,
-    pub tls_key: Option<PathBuf>,
-}
+/// `FileConfig` and the file's keys from the table in `settings.rs`.
+macro_rules! file_settings {
+    ($(
+        $(#[doc = $doc:literal])*
+        $(#[arg $arg:tt])*
+        $name:ident: $ty:ty = $default:tt { file: $file:ty, $($rest:tt)* }
+    )*) => {
+        /// What one config file sets: `None` where the file is silent, so the layers below
+        /// (defaults) and above (environment, flags) can be told apart.
+        #[derive(Clone, Debug, Default, PartialEq, Eq)]
+        pub struct FileConfig {
+            $(pub $name: Option<$ty>,)*
+            /// `[[notify]]` tables; `None` when there are none.
+            pub notify: Option<Vec<crate::notify::Target>>,
+            /// The `[auth]` table; `None` when there is none.
+            pub auth: Option<crate::auth::AuthConfig>,
+        }
 
-impl FileConfig {
-    /// Overwrites in `cfg` every setting this file names.
-    pub fn apply(&self, cfg: &mut Config) {
-        fn set<T: Clone>(dst: &mut T, src: &Option<T>) {
-            if let Some(v) = src {
-                *dst = v.clone();
+        impl FileConfig {
+            /// Overwrites in `cfg` every setting this file names.
+            pub fn apply(&self, cfg: &mut Config) {
+                $(
+                    if let Some(v) = &self.$name {
+                        cfg.$name = v.clone();
+                    }
+                )*
+                if let Some(v) = &self.notify {
+                    cfg.notify = v.clone();
+                }
+                if let Some(v) = &self.auth {
+                    cfg.auth = v.clone();
+                }
             }
         }
-        set(&mut cfg.grpc_addr, &self.grpc_addr);
-        set(&mut cfg.http_addr, &self.http_addr);
-        set(&mut cfg.api_addr, &self.api_addr);
-        set(&mut cfg.data_dir, &self.data_dir);
-        set(&mut cfg.contracts_dir, &self.contracts_dir);
-        set(&mut cfg.store, &self.store);
-        if self.stripe_webhook_secret.is_some() {
-            cfg.stripe_webhook_secret = self.stripe_webhook_secret.clone();
+
+        /// The file as written: each value kept with its span, so the checks after serde's can
+        /// still name its line.
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct RawFile {
+            $($name: Option<Spanned<$file>>,)*
+            notify: Option<Vec<Spanned<RawNotify>>>,
+            auth: Option<Spanned<RawAuth>>,
         }
-        set(&mut cfg.stripe_tolerance, &self.stripe_tolerance);
-        set(&mut cfg.max_request_bytes, &self.max_request_bytes);
-        set(
-            &mut cfg.max_concurrent_exports,
-            &self.max_concurrent_exports,
-        );
-        set(&mut cfg.shutdown_grace, &self.shutdown_grace);
-        set(&mut cfg.evict_after, &self.evict_after);
-        set(&mut cfg.retention, &self.retention);
-        set(&mut cfg.log_format, &self.log_format);
-        set(&mut cfg.log_filter, &self.log_filter);
-        if self.public_url.is_some() {
-            cfg.public_url = self.public_url.clone();
+
+        impl Src<'_> {
+            /// The scalar settings of `raw`, parsed; the tables are left to their own readers.
+            fn settings(&self, raw: &RawFile) -> Result<FileConfig, ConfigFileError> {
+                Ok(FileConfig {
+                    $($name: self.value(&SETTINGS.$name, &raw.$name)?,)*
+                    notify: None,
+                    auth: None,
+                })
+            }
         }
-        set(&mut cfg.notify, &self.notify);
-        set(&mut cfg.auth, &self.auth);
-        if self.tls_cert.is_some() {
-            cfg.tls_cert = self.tls_cert.clone();
-        }
-        if self.tls_key.is_some() {
-            cfg.tls_key = self.tls_key.clone();
-        }
+    };
+}
+
+settings::with_settings!(file_settings);
+
+/// How a setting is written in the file (its `file:` in the table), and how that becomes its
+/// value: through the setting's parser, so a value means what it means on the command line.
+trait Written<T> {
+    fn read(&self, parse: fn(&str) -> Result<T, ValueError>, dir: &Path) -> Result<T, ValueError>;
+}
+
+/// A string.
+type Text = String;
+
+impl<T> Written<T> for Text {
+    fn read(&self, parse: fn(&str) -> Result<T, ValueError>, _: &Path) -> Result<T, ValueError> {
+        parse(self)
     }
 }
 
+/// A string naming a file or a directory, made relative to the config file's directory so a file
+/// means the same thing whatever directory the service is started from.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawFile {
-    grpc_addr: Option<Spanned<String>>,
-    http_addr: Option<Spanned<String>>,
-    api_addr: Option<Spanned<String>>,
-    data_dir: Option<Spanned<String>>,
-    contracts_dir: Option<Spanned<String>>,
-    store: Option<Spanned<String>>,
-    stripe_webhook_secret: Option<Spanned<String>>,
-    stripe_tolerance: Option<Spanned<String>>,
-    // A number of bytes or a string with a unit ("16MiB"): checked by hand below.
-    max_request_bytes: Option<Spanned<toml::Value>>,
-    // i64 rather than usize so zero and negatives get our message, not serde's.
-    max_concurrent_exports: Option<Spanned<i64>>,
-    shutdown_grace: Option<Spanned<String>>,
-    evict_after: Option<Spanned<String>>,
-    retention: Option<Spanned<String>>,
-    log_format: Option<Spanned<String>>,
-    log_filter: Option<Spanned<String>>,
-    public_url: Option<Spanned<String>>,
-    notify: Option<Vec<Spanned<RawNotify>>>,
-    tls_cert: Option<Spanned<String>>,
-    tls_key: Option<Spanned<String>>,
-    auth: Option<Spanned<RawAuth>>,
+#[serde(transparent)]
+struct RelativePath(String);
+
+impl Written<PathBuf> for RelativePath {
+    fn read(
+        &self,
+        parse: fn(&str) -> Result<PathBuf, ValueError>,
+        dir: &Path,
+    ) -> Result<PathBuf, ValueError> {
+        parse(&self.0).map(|p| dir.join(p))
+    }
+}
+
+impl Written<Option<PathBuf>> for RelativePath {
+    fn read(
+        &self,
+        parse: fn(&str) -> Result<Option<PathBuf>, ValueError>,
+        dir: &Path,
+    ) -> Result<Option<PathBuf>, ValueError> {
+        parse(&self.0).map(|p| p.map(|p| dir.join(p)))
+    }
+}
+
+/// A whole number of at least 1: an integer in TOML (a string is a type error). i64 rather than
+/// usize so zero and negatives get our message, not serde's.
+#[derive(Deserialize)]
+#[serde(transparent)]
+struct Count(i64);
+
+impl<T> Written<T> for Count {
+    fn read(&self, parse: fn(&str) -> Result<T, ValueError>, _: &Path) -> Result<T, ValueError> {
+        if self.0 <= 0 {
+            return Err(ValueError::Zero);
+        }
+        parse(&self.0.to_string())
+    }
+}
+
+/// A number of bytes, or a string with a unit (`"16MiB"`).
+#[derive(Deserialize)]
+#[serde(transparent)]
+struct Size(toml::Value);
+
+impl<T> Written<T> for Size {
+    fn read(&self, parse: fn(&str) -> Result<T, ValueError>, dir: &Path) -> Result<T, ValueError> {
+        match &self.0 {
+            toml::Value::Integer(n) => Count(*n).read(parse, dir),
+            toml::Value::String(s) => parse(s),
+            other => Err(ValueError::Size(other.to_string())),
+        }
+    }
 }
 
 /// The `[auth]` table.
@@ -196,32 +216,20 @@ impl Src<'_> {
         }
     }
 
-    /// Parses one value with the shared parser, naming the key and its line on failure.
-    fn value<T>(
+    /// Reads one setting as the file writes it, naming the key and its line on failure.
+    fn value<T, W: Written<T>>(
         &self,
-        field: &str,
-        raw: &Option<Spanned<String>>,
-        parse: impl Fn(&str) -> Result<T, ValueError>,
+        setting: &Setting<T>,
+        raw: &Option<Spanned<W>>,
     ) -> Result<Option<T>, ConfigFileError> {
+        let dir = self.0.file.parent().unwrap_or(Path::new(""));
         raw.as_ref()
-            .map(|v| parse(v.get_ref()).map_err(|e| self.err(v.span(), field, e)))
+            .map(|v| {
+                v.get_ref()
+                    .read(setting.parse, dir)
+                    .map_err(|e| self.err(v.span(), setting.key, e))
+            })
             .transpose()
-    }
-
-    /// A path, made relative to the config file's directory so a file means the same thing
-    /// whatever directory the service is started from.
-    fn path(
-        &self,
-        field: &str,
-        raw: &Option<Spanned<String>>,
-    ) -> Result<Option<PathBuf>, ConfigFileError> {
-        let base = self.0.file.parent().unwrap_or(Path::new(""));
-        self.value(field, raw, |s| {
-            if s.trim().is_empty() {
-                return Err(ValueError::Empty);
-            }
-            Ok(base.join(s))
-        })
     }
 
     fn toml_err(&self, e: &toml::de::Error) -> ConfigFileError {
@@ -254,69 +262,14 @@ pub fn parse_file_env(
 ) -> Result<FileConfig, ConfigFileError> {
     let src = Src(TomlSource { file, text });
     let raw: RawFile = toml::from_str(text).map_err(|e| src.toml_err(&e))?;
-
-    let max_request_bytes = match &raw.max_request_bytes {
-        None => None,
-        Some(v) => {
-            let field = "max_request_bytes";
-            let parsed = match v.get_ref() {
-                toml::Value::Integer(n) if *n <= 0 => Err(ValueError::Zero),
-                toml::Value::Integer(n) => {
-                    usize::try_from(*n).map_err(|_| ValueError::Size(n.to_string()))
-                }
-                toml::Value::String(s) => value::parse_size(s),
-                other => Err(ValueError::Size(other.to_string())),
-            };
-            Some(parsed.map_err(|e| src.err(v.span(), field, e))?)
-        }
-    };
-    let max_concurrent_exports = match &raw.max_concurrent_exports {
-        None => None,
-        Some(v) => match usize::try_from(*v.get_ref()) {
-            Ok(n) if n > 0 => Some(n),
-            _ => return Err(src.err(v.span(), "max_concurrent_exports", ValueError::Zero)),
-        },
-    };
-
-    let notify = match &raw.notify {
-        None => None,
-        Some(tables) => Some(notify_targets(&src, tables)?),
-    };
-    let auth = match (&raw.auth, env) {
-        (Some(table), Some(env)) => Some(auth_config(&src, table, env)?),
-        _ => None,
-    };
-
-    Ok(FileConfig {
-        grpc_addr: src.value("grpc_addr", &raw.grpc_addr, value::parse_addr)?,
-        http_addr: src.value("http_addr", &raw.http_addr, value::parse_addr)?,
-        api_addr: src.value("api_addr", &raw.api_addr, value::parse_addr)?,
-        data_dir: src.path("data_dir", &raw.data_dir)?,
-        contracts_dir: src.path("contracts_dir", &raw.contracts_dir)?,
-        store: src.value("store", &raw.store, |s| Ok(value::parse_store(s)?))?,
-        stripe_webhook_secret: src.value(
-            "stripe_webhook_secret",
-            &raw.stripe_webhook_secret,
-            value::parse_secret,
-        )?,
-        stripe_tolerance: src.value(
-            "stripe_tolerance",
-            &raw.stripe_tolerance,
-            value::parse_positive_duration,
-        )?,
-        max_request_bytes,
-        max_concurrent_exports,
-        shutdown_grace: src.value("shutdown_grace", &raw.shutdown_grace, value::parse_duration)?,
-        evict_after: src.value("evict_after", &raw.evict_after, value::parse_evict_after)?,
-        retention: src.value("retention", &raw.retention, value::parse_retention)?,
-        log_format: src.value("log_format", &raw.log_format, value::parse_log_format)?,
-        log_filter: src.value("log_filter", &raw.log_filter, value::parse_log_filter)?,
-        public_url: src.value("public_url", &raw.public_url, value::parse_http_url)?,
-        notify,
-        auth,
-        tls_cert: src.path("tls_cert", &raw.tls_cert)?,
-        tls_key: src.path("tls_key", &raw.tls_key)?,
-    })
+    let mut file = src.settings(&raw)?;
+    if let Some(tables) = &raw.notify {
+        file.notify = Some(notify_targets(&src, tables)?);
+    }
+    if let (Some(table), Some(env)) = (&raw.auth, env) {
+        file.auth = Some(auth_config(&src, table, env)?);
+    }
+    Ok(file)
 }
 
 /// The `[auth]` table; an error names the line and the field (`auth.token.role`, ...) and never
@@ -989,6 +942,22 @@ role = "operator"
         assert_eq!(auth.tokens.len(), 1);
         assert_eq!(auth.tokens[0].name, "agents");
         assert!(f.tls_cert.is_some() && f.tls_key.is_some());
+    }
+
+    /// Adding a setting to the table adds it to the file; README's sample names each one.
+    #[test]
+    fn the_readme_example_names_every_setting() {
+        let readme = include_str!("../../README.md");
+        let start = readme.find("### Configuration").unwrap();
+        let block = &readme[start..];
+        let block = &block[block.find("```toml\n").unwrap() + 8..];
+        let block = &block[..block.find("```").unwrap()];
+        for (key, _) in SETTINGS.vars() {
+            assert!(
+                block.lines().any(|l| l.starts_with(&format!("{key} = "))),
+                "{key} is not in README's sample"
+            );
+        }
     }
 
     #[test]

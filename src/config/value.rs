@@ -3,6 +3,7 @@
 
 use super::{LogFormat, StoreConfig};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Why one value was refused. Messages never repeat a store URL: it may carry a password.
@@ -191,6 +192,14 @@ pub fn parse_secret(s: &str) -> Result<String, ValueError> {
     Ok(s.to_string())
 }
 
+/// A file or directory: not empty (nor only spaces), taken as written otherwise.
+pub fn parse_path(s: &str) -> Result<PathBuf, ValueError> {
+    if s.trim().is_empty() {
+        return Err(ValueError::Empty);
+    }
+    Ok(PathBuf::from(s))
+}
+
 /// A non-empty, trimmed word (operator names, escalation ids, resolutions).
 pub fn parse_non_empty(s: &str) -> Result<String, ValueError> {
     let t = s.trim();
@@ -213,6 +222,11 @@ pub fn parse_http_url(s: &str) -> Result<String, ValueError> {
         return Err(ValueError::HttpUrl(s.to_string()));
     }
     Ok(t.trim_end_matches('/').to_string())
+}
+
+/// [`parse_store`] for the settings table: its error as a [`ValueError`].
+pub fn parse_store_setting(s: &str) -> Result<StoreConfig, ValueError> {
+    Ok(parse_store(s)?)
 }
 
 /// `sqlite`, or a ClickHouse HTTP endpoint:
