@@ -108,37 +108,6 @@ async fn append_is_idempotent() {
     );
 }
 
-#[tokio::test]
-async fn mixed_batch_reports_new_and_old() {
-    let dir = TempDir::new().unwrap();
-    let store = SqliteStore::open(dir.path()).unwrap();
-    store.append(mixed(0..6)).await.unwrap();
-    // Old, new, a duplicate of an event earlier in the same batch, new.
-    let batch = vec![
-        attempt(0),
-        attempt(100),
-        record(2),
-        attempt(100),
-        readback(101),
-        record(5),
-    ];
-    use Appended::{Duplicate, New};
-    assert_eq!(
-        store.append(batch).await.unwrap(),
-        vec![Duplicate, New, Duplicate, Duplicate, New, Duplicate]
-    );
-    // A record observation differing only in status is a new observation of the same object.
-    let Event::Record(mut r) = record(2) else {
-        unreachable!()
-    };
-    r.status = "failed".into();
-    assert_eq!(
-        store.append(vec![Event::Record(r)]).await.unwrap(),
-        vec![New]
-    );
-    assert_eq!(store.load_events().await.unwrap().len(), 9);
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn many_concurrent_appenders_all_durable() {
     let dir = TempDir::new().unwrap();
