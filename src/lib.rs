@@ -24,3 +24,9 @@ pub mod report;
 pub mod store;
 pub mod tls;
 mod toml_source;
+
+// The test builders name reckon `reckon::`, so the integration suites can include the same file.
+#[cfg(test)]
+extern crate self as reckon;
+#[cfg(test)]
+mod test_builders;

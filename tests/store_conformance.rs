@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use reckon::codec::VerdictDoc;
-use reckon::contract::{Contract, Contracts, Idempotency, ParamPointers};
+use reckon::contract::Contracts;
 use reckon::engine::core::{EngineCore, Outcome};
 use reckon::engine::{Engine, EngineOptions, EngineTasks};
 use reckon::metrics::Metrics;
@@ -26,6 +26,13 @@ use reckon::store::{
     AnyStore, Appended, ClickHouseConfig, ClickHouseStore, Derived, OutboxItem, OutboxPage,
     OutboxState, RecordKey, Report, Route, SqliteStore, Store, StoreError, Swap, Unsettled,
     VerdictFilter,
+};
+
+#[path = "../src/test_builders.rs"]
+mod builders;
+use builders::{
+    at, attempt_at, email, escalation, ev, readback_at, refund_args, refunds, span, stripe_refund,
+    verdict, with_findings, AttemptExt,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -299,109 +306,36 @@ conformance!(clickhouse, ClickHouse);
 // ---------------------------------------------------------------------------------------------
 // Builders.
 
-const T0: i64 = 1_780_000_000_000_000_000;
-
-fn at(secs: i64) -> Timestamp {
-    Timestamp(T0 + secs * 1_000_000_000)
-}
-
 fn contracts() -> Arc<Contracts> {
-    let mut refunds = Contract::example("payments.refund", "issue_refund");
-    refunds.record_kind = Some("refund".into());
-    refunds.params = ParamPointers {
-        amount: Some("/amount".into()),
-        currency: Some("/currency".into()),
-        target: Some("/order_id".into()),
-    };
-    let mut email = Contract::example("notifications.email", "send_email");
-    email.idempotency = Idempotency::None;
-    email.key_retention = None;
-    email.max_in_flight = None;
-    Arc::new(Contracts::new(vec![refunds, email]))
+    Arc::new(Contracts::new(vec![refunds(), email()]))
 }
 
-fn span(n: u64) -> SpanRef {
-    let mut trace_id = [0u8; 16];
-    trace_id[..8].copy_from_slice(&n.to_be_bytes());
-    trace_id[15] = 0x5a;
-    SpanRef {
-        trace_id,
-        span_id: n.to_le_bytes(),
-    }
+/// Attempt `n` (its span) of `intent` with `tool`, sent `secs` in and over a second later, with
+/// the 45.00 refund's arguments and no key.
+fn sent(n: u64, intent: &str, tool: &str, secs: i64) -> Attempt {
+    attempt_at(span(n), intent, tool, at(secs), at(secs + 1)).args(refund_args("45.00"))
 }
 
-struct A {
-    n: u64,
-    intent: &'static str,
-    tool: &'static str,
-    at: i64,
-    key: Option<&'static str>,
-    http: Option<u16>,
-    error: Option<&'static str>,
-    object: Option<&'static str>,
-    status: Option<&'static str>,
-    outcome: Option<ReportedOutcome>,
+/// [`sent`] with `issue_refund`, under the key `k-default`.
+fn refund(n: u64, intent: &str, secs: i64) -> Attempt {
+    sent(n, intent, "issue_refund", secs).key("k-default")
 }
 
-impl A {
-    fn new(n: u64, intent: &'static str, at: i64) -> A {
-        A {
-            n,
-            intent,
-            tool: "issue_refund",
-            at,
-            key: Some("k-default"),
-            http: None,
-            error: None,
-            object: None,
-            status: None,
-            outcome: None,
-        }
-    }
-    fn event(self) -> Event {
-        Event::Attempt(Attempt {
-            span: span(self.n),
-            intent_id: self.intent.into(),
-            tool: self.tool.into(),
-            start: at(self.at),
-            end: at(self.at + 1),
-            idempotency_key: self.key.map(Into::into),
-            http_status: self.http,
-            error_type: self.error.map(Into::into),
-            span_error: self.error.is_some(),
-            object_id: self.object.map(Into::into),
-            object_status: self.status.map(Into::into),
-            reported_outcome: self.outcome,
-            arguments: Some(r#"{"order_id":"1042","amount":45.00,"currency":"usd"}"#.into()),
-        })
-    }
-}
-
+/// Stripe's record of the 45.00 refund `object`, observed `secs` in, created a second before.
 fn record(object: &str, intent: Option<&str>, key: Option<&str>, status: &str, secs: i64) -> Event {
-    Event::Record(RecordObservation {
-        source: "stripe".into(),
-        kind: Some("refund".into()),
-        object_id: object.into(),
-        intent_id: intent.map(Into::into),
+    ev(RecordObservation {
         idempotency_key: key.map(Into::into),
-        status: status.into(),
-        amount: Some(Amount::Minor(4500)),
-        currency: Some("usd".into()),
-        target: Some("1042".into()),
         created_at: Some(at(secs - 1)),
-        observed_at: at(secs),
+        ..stripe_refund(intent, object, status, secs as f64, 4500, "usd")
     })
 }
 
+/// Read-back `n` (its span) of `intent` with `get_refund` at `secs`, over a second later, that
+/// found `found` and told the model the refund is pending.
 fn readback(n: u64, intent: &str, secs: i64, found: &[&str]) -> Event {
-    Event::Readback(Readback {
-        span: span(n),
-        intent_id: intent.into(),
-        tool: "get_refund".into(),
-        at: at(secs),
-        end: at(secs + 1),
-        object_ids: found.iter().map(|s| s.to_string()).collect(),
+    ev(Readback {
         reported_outcome: Some(ReportedOutcome::Pending),
+        ..readback_at(span(n), intent, "get_refund", at(secs), at(secs + 1), found)
     })
 }
 
@@ -411,65 +345,42 @@ fn readback(n: u64, intent: &str, secs: i64, found: &[&str]) -> Event {
 fn scenario() -> Vec<Vec<Event>> {
     vec![
         vec![
-            A {
-                error: Some("timeout"),
-                key: Some("k-a"),
-                outcome: Some(ReportedOutcome::Unknown),
-                ..A::new(1, "intent-a", 0)
-            }
-            .event(),
-            A {
-                http: Some(422),
-                key: Some("k-b"),
-                outcome: Some(ReportedOutcome::Rejected),
-                ..A::new(2, "intent-b", 1)
-            }
-            .event(),
+            ev(refund(1, "intent-a", 0)
+                .key("k-a")
+                .timeout()
+                .told("unknown")),
+            ev(refund(2, "intent-b", 1)
+                .key("k-b")
+                .http(422)
+                .told("rejected")),
             // An object nobody has claimed yet: an orphan pseudo-intent.
             record("re_orphan", None, None, "succeeded", 2),
         ],
         vec![
             readback(3, "intent-a", 30, &[]),
             record("re_a", Some("intent-a"), Some("k-a"), "succeeded", 40),
-            A {
-                http: Some(200),
-                key: Some("k-c1"),
-                object: Some("re_c1"),
-                status: Some("succeeded"),
-                outcome: Some(ReportedOutcome::Succeeded),
-                ..A::new(4, "intent-c", 50)
-            }
-            .event(),
-            A {
-                http: Some(200),
-                key: Some("k-c2"),
-                object: Some("re_c2"),
-                status: Some("succeeded"),
-                outcome: Some(ReportedOutcome::Succeeded),
-                ..A::new(5, "intent-c", 80)
-            }
-            .event(),
+            ev(refund(4, "intent-c", 50)
+                .key("k-c1")
+                .http(200)
+                .object("re_c1", "succeeded")
+                .told("succeeded")),
+            ev(refund(5, "intent-c", 80)
+                .key("k-c2")
+                .http(200)
+                .object("re_c2", "succeeded")
+                .told("succeeded")),
             record("re_c1", Some("intent-c"), Some("k-c1"), "succeeded", 81),
             record("re_c2", Some("intent-c"), Some("k-c2"), "succeeded", 82),
         ],
         vec![
-            A {
-                tool: "send_email",
-                key: None,
-                error: Some("timeout"),
-                outcome: Some(ReportedOutcome::Unknown),
-                ..A::new(6, "intent-d", 100)
-            }
-            .event(),
+            ev(sent(6, "intent-d", "send_email", 100)
+                .timeout()
+                .told("unknown")),
             // The orphan's intent shows up: its pseudo-intent verdict is deleted.
-            A {
-                http: Some(200),
-                key: Some("k-e"),
-                object: Some("re_orphan"),
-                status: Some("succeeded"),
-                ..A::new(7, "intent-e", 110)
-            }
-            .event(),
+            ev(refund(7, "intent-e", 110)
+                .key("k-e")
+                .http(200)
+                .object("re_orphan", "succeeded")),
         ],
     ]
 }
@@ -706,49 +617,6 @@ async fn restart_keeps_everything<H: Harness>(h: &H) {
     assert_eq!(conclusions(&rebuilt), conclusions(&core));
 }
 
-fn verdict(id: &str, tool: Option<&str>, state: IntentState, last_event: i64) -> Verdict {
-    Verdict {
-        intent_id: id.into(),
-        tool: tool.map(Into::into),
-        contract: tool.map(|_| "payments.refund".into()),
-        contract_version: tool.map(|_| "0123456789abcdef".into()).unwrap_or_default(),
-        idempotency_keys: vec!["k".into()],
-        state,
-        decision: Decision::None,
-        safe_retry_until: Some(at(99)),
-        escalation_id: None,
-        attempts: vec![AttemptView {
-            span: span(1),
-            start: at(1),
-            end: at(2),
-            idempotency_key: Some("k".into()),
-            class: AttemptClass::Unknown,
-            http_status: None,
-            error_type: Some("timeout".into()),
-            object_id: None,
-            object_status: None,
-            reported_outcome: Some(ReportedOutcome::Unknown),
-            arguments: ArgumentsSeen::Absent,
-        }],
-        readbacks: vec![],
-        objects: vec![],
-        findings: vec![],
-        next_change: None,
-        audited_at: at(last_event + 1),
-        first_seen: at(1),
-        last_event: at(last_event),
-    }
-}
-
-fn with_findings(mut v: Verdict, kinds: &[FindingKind]) -> Verdict {
-    v.findings = kinds
-        .iter()
-        .enumerate()
-        .map(|(i, k)| Finding::new(*k, at(1_000 + i as i64), format!("subject-{i}"), "detail"))
-        .collect();
-    v
-}
-
 async fn verdict_upsert_filters_and_pages<H: Harness>(h: &H) {
     let store = h.open().await;
     let states = IntentState::ALL;
@@ -764,7 +632,7 @@ async fn verdict_upsert_filters_and_pages<H: Harness>(h: &H) {
             &format!("i-{i:02}"),
             tool,
             states[i % 5],
-            10 + (i as i64 / 2),
+            at(10 + (i as i64 / 2)),
         );
         if i % 4 == 0 {
             v = with_findings(v, &[FindingKind::DuplicateEffect, FindingKind::NewKeyRetry]);
@@ -885,47 +753,11 @@ async fn verdict_upsert_filters_and_pages<H: Harness>(h: &H) {
     ));
 }
 
-fn escalation(id: &str, status: EscalationStatus, opened: i64, version: u64) -> Escalation {
-    Escalation {
-        id: id.into(),
-        intent_id: format!("intent-of-{id}"),
-        status,
-        opened_at: at(opened),
-        severity: Severity::Critical,
-        findings: vec![
-            Finding::new(
-                FindingKind::DuplicateEffect,
-                at(opened + 1),
-                "re_1",
-                "object re_1 is a second effect beside re_0",
-            ),
-            Finding::new(
-                FindingKind::NewKeyRetry,
-                at(opened + 1),
-                "k2",
-                "resent under key k2",
-            ),
-        ],
-        covered: if status == EscalationStatus::Resolved {
-            vec!["a:00:01".into(), "o:re_1".into(), "s:re_1=succeeded".into()]
-        } else {
-            vec![]
-        },
-        claimed_by: (status != EscalationStatus::Open).then(|| "alice".into()),
-        claimed_at: (status != EscalationStatus::Open).then_some(at(opened + 5)),
-        resolved_by: (status == EscalationStatus::Resolved).then(|| "bob".into()),
-        resolved_at: (status == EscalationStatus::Resolved).then_some(at(opened + 9)),
-        resolution: (status == EscalationStatus::Resolved).then(|| "reversed one".into()),
-        note: (status == EscalationStatus::Resolved).then(|| "with the customer's consent".into()),
-        version,
-    }
-}
-
 async fn escalation_highest_version_wins<H: Harness>(h: &H) {
     let store = h.open().await;
-    let e1 = escalation("esc-1", EscalationStatus::Open, 10, 1);
-    let e2 = escalation("esc-1", EscalationStatus::Claimed, 10, 2);
-    let e3 = escalation("esc-1", EscalationStatus::Resolved, 10, 3);
+    let e1 = escalation("esc-1", EscalationStatus::Open, at(10), 1);
+    let e2 = escalation("esc-1", EscalationStatus::Claimed, at(10), 2);
+    let e3 = escalation("esc-1", EscalationStatus::Resolved, at(10), 3);
     store.put_escalations(vec![e1.clone()]).await.unwrap();
     store.put_escalations(vec![e3.clone()]).await.unwrap();
     // A late, older write never overwrites a newer one.
@@ -935,7 +767,7 @@ async fn escalation_highest_version_wins<H: Harness>(h: &H) {
         Some(e3.clone())
     );
     let others: Vec<Escalation> = (2..8)
-        .map(|i| escalation(&format!("esc-{i}"), EscalationStatus::Open, 10 + i, 1))
+        .map(|i| escalation(&format!("esc-{i}"), EscalationStatus::Open, at(10 + i), 1))
         .collect();
     store.put_escalations(others.clone()).await.unwrap();
     let open = store
@@ -1040,7 +872,7 @@ where
         tasks.push(tokio::spawn(async move {
             for j in 0..5u64 {
                 let n = 10_000 + t * 100 + j;
-                let e = A::new(n, "intent-many", n as i64).event();
+                let e = ev(refund(n, "intent-many", n as i64));
                 store.append(vec![e]).await.expect("append");
             }
         }));
@@ -1062,7 +894,7 @@ async fn unholdable_times_are_refused_alone<H: Harness>(h: &H) {
         f(&mut e);
         e
     };
-    let good_attempt = A::new(1, "intent-ok", 0).event();
+    let good_attempt = ev(refund(1, "intent-ok", 0));
     let good_record = record("re_ok", Some("intent-ok"), None, "succeeded", 5);
     let pre_1970 = with(record("re_old", None, None, "succeeded", 6), &|e| {
         if let Event::Record(r) = e {
@@ -1074,7 +906,7 @@ async fn unholdable_times_are_refused_alone<H: Harness>(h: &H) {
             r.created_at = Some(Timestamp(-86_400_000_000_000));
         }
     });
-    let after_2106 = with(A::new(2, "intent-late", 0).event(), &|e| {
+    let after_2106 = with(ev(refund(2, "intent-late", 0)), &|e| {
         if let Event::Attempt(a) = e {
             a.start = reckon::store::LATEST_HOLDABLE + Dur(1);
             a.end = a.start;
@@ -1128,13 +960,9 @@ async fn events_touching_intents_keys_and_objects<H: Harness>(h: &H) {
     use reckon::store::EventQuery;
     let store = h.open().await;
     let mine = vec![
-        A {
-            key: Some("k-a"),
-            object: Some("re_a"),
-            status: Some("pending"),
-            ..A::new(1, "intent-a", 0)
-        }
-        .event(),
+        ev(refund(1, "intent-a", 0)
+            .key("k-a")
+            .object("re_a", "pending")),
         readback(2, "intent-a", 5, &["re_a"]),
         record("re_a", None, Some("k-a"), "succeeded", 6),
         record("re_x", Some("intent-a"), None, "failed", 7),
@@ -1143,11 +971,7 @@ async fn events_touching_intents_keys_and_objects<H: Harness>(h: &H) {
         record("re_k", None, Some("k-a"), "pending", 8),
     ];
     let others = vec![
-        A {
-            key: Some("k-b"),
-            ..A::new(3, "intent-b", 0)
-        }
-        .event(),
+        ev(refund(3, "intent-b", 0).key("k-b")),
         readback(4, "intent-b", 5, &["re_a"]),
         record("re_b", Some("intent-b"), Some("k-b"), "succeeded", 9),
     ];
@@ -1261,32 +1085,21 @@ async fn first_copy_wins<H: Harness>(h: &H) {
     use Appended::{Conflict, Duplicate, New};
     let store = h.open().await;
     // A timeout, then the same span re-sent as a 200 that returned an object.
-    let timeout = A {
-        error: Some("timeout"),
-        key: Some("k-1"),
-        outcome: Some(ReportedOutcome::Unknown),
-        ..A::new(1, "intent-1", 0)
-    }
-    .event();
-    let answered = A {
-        http: Some(200),
-        key: Some("k-1"),
-        object: Some("re_1"),
-        status: Some("succeeded"),
-        outcome: Some(ReportedOutcome::Succeeded),
-        ..A::new(1, "intent-1", 0)
-    }
-    .event();
+    let timeout = ev(refund(1, "intent-1", 0)
+        .key("k-1")
+        .timeout()
+        .told("unknown"));
+    let answered = ev(refund(1, "intent-1", 0)
+        .key("k-1")
+        .http(200)
+        .object("re_1", "succeeded")
+        .told("succeeded"));
     // A refund of 45.00 recorded as 4500 cents, then the same observation with another amount:
     // kept, it would be an effect_mismatch escalation.
-    let paid = A {
-        http: Some(200),
-        key: Some("k-2"),
-        object: Some("re_2"),
-        status: Some("succeeded"),
-        ..A::new(2, "intent-2", 0)
-    }
-    .event();
+    let paid = ev(refund(2, "intent-2", 0)
+        .key("k-2")
+        .http(200)
+        .object("re_2", "succeeded"));
     let refund = record("re_2", Some("intent-2"), Some("k-2"), "succeeded", 5);
     let wrong = with_amount(refund.clone(), Amount::Minor(9900));
     // Major-unit amounts compare by value: 45.0 re-sent as 45.00 is the same observation.
@@ -1407,7 +1220,7 @@ async fn ingest(engine: &Arc<Engine>, events: Vec<Event>) -> usize {
 async fn counters_count_what_happened<H: Harness>(h: &H) {
     let (engine, tasks, metrics) = engine_on(h.open_any().await).await;
     let attempts: Vec<Event> = (0..9)
-        .map(|i| A::new(100 + i, "intent-9", i as i64).event())
+        .map(|i| ev(refund(100 + i, "intent-9", i as i64)))
         .collect();
     let records = vec![
         record("re_9", Some("intent-9"), Some("k-default"), "pending", 20),
@@ -1422,11 +1235,7 @@ async fn counters_count_what_happened<H: Harness>(h: &H) {
     assert_eq!(metric(&metrics, "reckon_records_received_total"), 2);
     assert_eq!(metric(&metrics, "reckon_conflicting_resends_total"), 0);
     let changed = with_amount(records[1].clone(), Amount::Minor(1));
-    let timeout = A {
-        error: Some("timeout"),
-        ..A::new(100, "intent-9", 0)
-    }
-    .event();
+    let timeout = ev(refund(100, "intent-9", 0).timeout());
     assert_eq!(ingest(&engine, vec![changed, timeout]).await, 0);
     assert_eq!(metric(&metrics, "reckon_tool_attempts_total"), 9);
     assert_eq!(metric(&metrics, "reckon_records_received_total"), 2);
@@ -1458,14 +1267,10 @@ async fn restart_reconciles_orphan_verdicts<H: Harness>(h: &H) {
     persist(&store, core.ingest(vec![claimed, orphan], at(10))).await;
     // ...then the span that sent re_x's key was made durable, and the process was killed before
     // its persister wrote anything more.
-    let span = A {
-        http: Some(200),
-        key: Some("k-x"),
-        object: Some("re_x"),
-        status: Some("succeeded"),
-        ..A::new(1, "intent-x", 0)
-    }
-    .event();
+    let span = ev(refund(1, "intent-x", 0)
+        .key("k-x")
+        .http(200)
+        .object("re_x", "succeeded"));
     appended(&store, vec![span]).await;
     assert!(store.get_verdict("orphan:re_x").await.unwrap().is_some());
     assert_eq!(
@@ -1521,15 +1326,11 @@ async fn escalations_are_durable_before_visible<H: Harness>(h: &H) {
     .await
     .expect("engine starts");
     let reader = h.open().await;
-    let paid = A {
-        http: Some(200),
-        key: Some("k-d"),
-        object: Some("re_d1"),
-        status: Some("succeeded"),
-        outcome: Some(ReportedOutcome::Succeeded),
-        ..A::new(1, "intent-d", 0)
-    }
-    .event();
+    let paid = ev(refund(1, "intent-d", 0)
+        .key("k-d")
+        .http(200)
+        .object("re_d1", "succeeded")
+        .told("succeeded"));
     ingest(&engine, vec![paid]).await;
     ingest(
         &engine,
@@ -1593,7 +1394,7 @@ where
     H::S: 'static,
 {
     let (a, b) = (Arc::new(h.open().await), Arc::new(h.open().await));
-    let open = escalation("esc-cas", EscalationStatus::Open, 10, 1);
+    let open = escalation("esc-cas", EscalationStatus::Open, at(10), 1);
     a.put_escalations(vec![open.clone()]).await.unwrap();
     let ana = claimed_by(&open, "ana", 20);
     let bo = claimed_by(&open, "bo", 21);
@@ -1641,7 +1442,7 @@ where
         a.swap_escalation(other, over).await.unwrap(),
         Swap::Conflict(Some(Box::new(resolved.clone())))
     );
-    let none = escalation("esc-none", EscalationStatus::Open, 1, 1);
+    let none = escalation("esc-none", EscalationStatus::Open, at(1), 1);
     assert_eq!(
         a.swap_escalation(none.clone(), claimed_by(&none, "x", 2))
             .await
@@ -1651,7 +1452,7 @@ where
     );
 
     // Six people claim one version at once through two handles: one wins, the store shows it.
-    let race = escalation("esc-race", EscalationStatus::Open, 40, 1);
+    let race = escalation("esc-race", EscalationStatus::Open, at(40), 1);
     a.put_escalations(vec![race.clone()]).await.unwrap();
     let mut tasks = Vec::new();
     for i in 0..6 {
@@ -1688,14 +1489,9 @@ async fn two_instances_agree_on_person_actions<H: Harness>(h: &H) {
     // The escalation exists before both instances start: each rebuilds its book from the store.
     {
         let (engine, tasks, _) = engine_on(h.open_any().await).await;
-        let email = A {
-            tool: "send_email",
-            key: None,
-            error: Some("timeout"),
-            outcome: Some(ReportedOutcome::Unknown),
-            ..A::new(1, "intent-e", 0)
-        }
-        .event();
+        let email = ev(sent(1, "intent-e", "send_email", 0)
+            .timeout()
+            .told("unknown"));
         ingest(&engine, vec![email]).await;
         stop(engine, tasks).await;
     }
@@ -1837,7 +1633,12 @@ async fn clickhouse_upgrades_an_older_schema_keeping_data() {
     );
     // The upgraded schema works: v2's findings feed the report.
     let v = with_findings(
-        verdict("intent-old", Some("issue_refund"), IntentState::Unknown, 5),
+        verdict(
+            "intent-old",
+            Some("issue_refund"),
+            IntentState::Unknown,
+            at(5),
+        ),
         &[FindingKind::ExpiredKeyRetry],
     );
     store.put_verdicts(vec![v]).await.unwrap();
@@ -1871,7 +1672,7 @@ async fn clickhouse_upgrades_to_contract_versions() {
     };
     migrate_to(&ch.config, 4).await.expect("v4 schema");
     let client = ch.client();
-    let mut old = verdict("before", Some("issue_refund"), IntentState::Unknown, 5);
+    let mut old = verdict("before", Some("issue_refund"), IntentState::Unknown, at(5));
     old.contract_version = String::new();
     // A v4 document: no contract_version member at all; the columns not named take defaults.
     let mut doc = serde_json::to_value(VerdictDoc::from_verdict(&old)).unwrap();
@@ -1890,7 +1691,7 @@ async fn clickhouse_upgrades_to_contract_versions() {
         store.get_verdict("before").await.unwrap(),
         Some(VerdictDoc::from_verdict(&old))
     );
-    let new = verdict("after", Some("issue_refund"), IntentState::Unknown, 7);
+    let new = verdict("after", Some("issue_refund"), IntentState::Unknown, at(7));
     store.put_verdicts(vec![new.clone()]).await.unwrap();
     assert_eq!(
         store
@@ -2010,7 +1811,7 @@ async fn app_opens_the_clickhouse_store() {
     let store = reckon::app::open_store(&config).await.expect("open_store");
     assert!(matches!(store, reckon::store::AnyStore::ClickHouse(_)));
     store
-        .append(vec![A::new(1, "intent-app", 0).event()])
+        .append(vec![ev(refund(1, "intent-app", 0))])
         .await
         .unwrap();
     assert_eq!(store.load_events().await.unwrap().len(), 1);
@@ -2029,8 +1830,8 @@ async fn clickhouse_identities_stored_twice_keep_their_first_copy() {
         return;
     };
     let store = ch.open().await;
-    let first = A::new(1, "intent-first", 0).event();
-    let moved = A::new(1, "intent-moved", 0).event();
+    let first = ev(refund(1, "intent-first", 0));
+    let moved = ev(refund(1, "intent-moved", 0));
     assert_eq!(
         appended(&store, vec![first.clone()]).await,
         vec![Appended::New]
@@ -2181,7 +1982,7 @@ async fn outbox_keeps_each_items_furthest_state<H: Harness>(h: &H) {
 /// when it wins.
 async fn notifications_are_written_with_their_change<H: Harness>(h: &H) {
     let store = h.open().await;
-    let open = escalation("esc-n", EscalationStatus::Open, 10, 1);
+    let open = escalation("esc-n", EscalationStatus::Open, at(10), 1);
     let opened = outbox_item("esc-n", 1, "hook", 10);
     store
         .put_derived(Derived {
@@ -2266,15 +2067,11 @@ async fn engine_announces_every_escalation_change<H: Harness>(h: &H) {
         }
     };
     let (engine, tasks) = start(h.open_any().await).await;
-    let paid = A {
-        http: Some(200),
-        key: Some("k-n"),
-        object: Some("re_n1"),
-        status: Some("succeeded"),
-        outcome: Some(ReportedOutcome::Succeeded),
-        ..A::new(1, "intent-n", 0)
-    }
-    .event();
+    let paid = ev(refund(1, "intent-n", 0)
+        .key("k-n")
+        .http(200)
+        .object("re_n1", "succeeded")
+        .told("succeeded"));
     ingest(&engine, vec![paid]).await;
     ingest(
         &engine,
@@ -2360,11 +2157,16 @@ fn route(route: &str, intent: &str) -> Route {
 async fn startup_reads_what_is_open<H: Harness>(h: &H) {
     let store = h.open().await;
     assert_eq!(store.checkpoint().await.unwrap(), None, "a new store");
-    let done = verdict("done", Some("issue_refund"), IntentState::Completed, 5);
-    let open = verdict("open", Some("issue_refund"), IntentState::Unknown, 6);
+    let done = verdict("done", Some("issue_refund"), IntentState::Completed, at(5));
+    let open = verdict("open", Some("issue_refund"), IntentState::Unknown, at(6));
     let escalated = Verdict {
         decision: Decision::Escalate,
-        ..verdict("escalated", Some("issue_refund"), IntentState::Completed, 7)
+        ..verdict(
+            "escalated",
+            Some("issue_refund"),
+            IntentState::Completed,
+            at(7),
+        )
     };
     assert!(done.is_settled() && !open.is_settled() && !escalated.is_settled());
     let fingerprints = [escalated.fingerprint(), open.fingerprint()];
@@ -2418,8 +2220,8 @@ async fn startup_reads_what_is_open<H: Harness>(h: &H) {
     assert_eq!(store.routes_after("i:done", 10).await.unwrap(), ["k:k1"]);
     assert_eq!(store.routes_after("", 1).await.unwrap(), ["i:done"]);
 
-    let first = A::new(1, "intent-1", 0).event();
-    let second = A::new(2, "intent-2", 0).event();
+    let first = ev(refund(1, "intent-1", 0));
+    let second = ev(refund(2, "intent-2", 0));
     store
         .append_received(vec![first.clone()], reckon::clock::wall_now())
         .await
@@ -2436,7 +2238,7 @@ async fn startup_reads_what_is_open<H: Harness>(h: &H) {
     );
     assert_eq!(
         sorted_events(store.events_received_since(Timestamp(0)).await.unwrap()),
-        sorted_events(vec![first, A::new(2, "intent-2", 0).event()])
+        sorted_events(vec![first, ev(refund(2, "intent-2", 0))])
     );
 }
 
@@ -2446,20 +2248,11 @@ async fn startup_reads_what_is_open<H: Harness>(h: &H) {
 /// lands on both, as if it had never left.
 async fn restart_loads_only_what_is_open<H: Harness>(h: &H) {
     let (engine, tasks, _) = engine_on(h.open_any().await).await;
-    let done = A {
-        http: Some(200),
-        key: Some("k-done"),
-        object: Some("re_done"),
-        status: Some("succeeded"),
-        ..A::new(1, "done", 0)
-    }
-    .event();
-    let open = A {
-        error: Some("timeout"),
-        key: Some("k-open"),
-        ..A::new(2, "open", 0)
-    }
-    .event();
+    let done = ev(refund(1, "done", 0)
+        .key("k-done")
+        .http(200)
+        .object("re_done", "succeeded"));
+    let open = ev(refund(2, "open", 0).key("k-open").timeout());
     ingest(&engine, vec![done, open]).await;
     assert_eq!(engine.intents(), 2);
     // Past the margin start-up reads back before the checkpoint.
@@ -2473,14 +2266,10 @@ async fn restart_loads_only_what_is_open<H: Harness>(h: &H) {
     assert!(engine.verdict("done").await.is_none(), "not in memory");
     let stored = h.open().await.get_verdict("done").await.unwrap();
     assert_eq!(stored.expect("in the store").state, "completed");
-    let again = A {
-        http: Some(200),
-        key: Some("k-done"),
-        object: Some("re_done"),
-        status: Some("succeeded"),
-        ..A::new(3, "again", 10)
-    }
-    .event();
+    let again = ev(refund(3, "again", 10)
+        .key("k-done")
+        .http(200)
+        .object("re_done", "succeeded"));
     ingest(&engine, vec![again]).await;
     assert_eq!(engine.intents(), 3, "the settled intent came back");
     for id in ["done", "again"] {
@@ -2510,14 +2299,10 @@ async fn restart_loads_only_what_is_open<H: Harness>(h: &H) {
 /// duplicate is found and written.
 async fn what_arrived_after_the_checkpoint_is_read_back<H: Harness>(h: &H) {
     let store = h.open().await;
-    let first = vec![A {
-        http: Some(200),
-        key: Some("k-a"),
-        object: Some("re_a"),
-        status: Some("succeeded"),
-        ..A::new(1, "intent-a", 0)
-    }
-    .event()];
+    let first = vec![ev(refund(1, "intent-a", 0)
+        .key("k-a")
+        .http(200)
+        .object("re_a", "succeeded"))];
     store
         .append_received(first.clone(), reckon::clock::wall_now())
         .await
@@ -2629,36 +2414,15 @@ async fn contracts_reload_through_the_engine<H: Harness>(h: &H) {
     ingest(
         &engine,
         vec![
-            A {
-                error: Some("timeout"),
-                key: Some("k-r"),
-                ..A::new(1, "intent-r", 0)
-            }
-            .event(),
-            A {
-                http: Some(200),
-                key: Some("k-r"),
-                object: Some("re_r"),
-                status: Some("succeeded"),
-                ..A::new(2, "intent-r", 40)
-            }
-            .event(),
-            A {
-                tool: "send_email",
-                key: None,
-                http: Some(200),
-                object: Some("m_1"),
-                status: Some("sent"),
-                ..A::new(3, "intent-e", 0)
-            }
-            .event(),
-            A {
-                tool: "post_tweet",
-                key: None,
-                http: Some(200),
-                ..A::new(4, "intent-x", 0)
-            }
-            .event(),
+            ev(refund(1, "intent-r", 0).key("k-r").timeout()),
+            ev(refund(2, "intent-r", 40)
+                .key("k-r")
+                .http(200)
+                .object("re_r", "succeeded")),
+            ev(sent(3, "intent-e", "send_email", 0)
+                .http(200)
+                .object("m_1", "sent")),
+            ev(sent(4, "intent-x", "post_tweet", 0).http(200)),
         ],
     )
     .await;
@@ -2764,18 +2528,8 @@ async fn contracts_reload_through_the_engine<H: Harness>(h: &H) {
     ingest(
         &engine,
         vec![
-            A {
-                error: Some("timeout"),
-                key: Some("k-s"),
-                ..A::new(5, "intent-s", 50)
-            }
-            .event(),
-            A {
-                error: Some("timeout"),
-                key: Some("k-s"),
-                ..A::new(6, "intent-s", 60)
-            }
-            .event(),
+            ev(refund(5, "intent-s", 50).key("k-s").timeout()),
+            ev(refund(6, "intent-s", 60).key("k-s").timeout()),
         ],
     )
     .await;
@@ -2812,30 +2566,17 @@ async fn contracts_reload_through_the_engine<H: Harness>(h: &H) {
 async fn retention_expires_raw_events_of_settled_intents<H: Harness>(h: &H) {
     let store = h.open().await;
     let old = [
-        A {
-            http: Some(200),
-            key: Some("k-old"),
-            object: Some("re_old"),
-            status: Some("succeeded"),
-            ..A::new(1, "old", 0)
-        }
-        .event(),
+        ev(refund(1, "old", 0)
+            .key("k-old")
+            .http(200)
+            .object("re_old", "succeeded")),
         record("re_old", None, Some("k-old"), "succeeded", 5),
     ];
-    let new = A {
-        http: Some(200),
-        key: Some("k-new"),
-        object: Some("re_new"),
-        status: Some("succeeded"),
-        ..A::new(2, "new", 1000)
-    }
-    .event();
-    let open = A {
-        error: Some("timeout"),
-        key: Some("k-open"),
-        ..A::new(3, "open", 0)
-    }
-    .event();
+    let new = ev(refund(2, "new", 1000)
+        .key("k-new")
+        .http(200)
+        .object("re_new", "succeeded"));
+    let open = ev(refund(3, "open", 0).key("k-open").timeout());
     let all: Vec<Event> = old
         .iter()
         .cloned()

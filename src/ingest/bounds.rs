@@ -178,7 +178,8 @@ impl TimeWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Attempt, RecordObservation, SpanRef};
+    use crate::model::{RecordObservation, SpanRef};
+    use crate::test_builders::{attempt_at, record_at};
 
     /// 2026-10-29T12:00:00Z.
     const NOW: Timestamp = Timestamp::from_secs(1_793_275_200);
@@ -261,24 +262,11 @@ mod tests {
     }
 
     fn attempt(start: Timestamp, end: Timestamp) -> Event {
-        Event::Attempt(Attempt {
-            span: SpanRef {
-                trace_id: [1; 16],
-                span_id: [2; 8],
-            },
-            intent_id: "i".into(),
-            tool: "issue_refund".into(),
-            start,
-            end,
-            idempotency_key: None,
-            http_status: None,
-            error_type: None,
-            span_error: false,
-            object_id: None,
-            object_status: None,
-            reported_outcome: None,
-            arguments: None,
-        })
+        let span = SpanRef {
+            trace_id: [1; 16],
+            span_id: [2; 8],
+        };
+        Event::Attempt(attempt_at(span, "i", "issue_refund", start, end))
     }
 
     #[test]
@@ -305,17 +293,8 @@ mod tests {
 
         let record = |observed_at, created_at| {
             Event::Record(RecordObservation {
-                source: "api".into(),
-                kind: None,
-                object_id: "re_1".into(),
-                intent_id: None,
-                idempotency_key: None,
-                status: "succeeded".into(),
-                amount: None,
-                currency: None,
-                target: None,
                 created_at,
-                observed_at,
+                ..record_at(None, "re_1", "succeeded", observed_at)
             })
         };
         assert_eq!(w.check_event(&record(t, None)), Ok(()));

@@ -132,6 +132,7 @@ impl IntentBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_builders::record_at;
     use opentelemetry_proto::tonic::common::v1::any_value::Value;
 
     fn s(key: &str, len: usize) -> KeyValue {
@@ -166,18 +167,8 @@ mod tests {
 
     #[test]
     fn the_first_intents_of_an_export_are_admitted() {
-        let record = |intent: Option<&str>, object: &str| RecordObservation {
-            source: "api".into(),
-            kind: None,
-            object_id: object.into(),
-            intent_id: intent.map(str::to_string),
-            idempotency_key: None,
-            status: "succeeded".into(),
-            amount: None,
-            currency: None,
-            target: None,
-            created_at: None,
-            observed_at: crate::model::Timestamp(0),
+        let record = |intent: Option<&str>, object: &str| {
+            record_at(intent, object, "succeeded", crate::model::Timestamp(0))
         };
         let mut budget = IntentBudget::default();
         for i in 0..MAX_INTENTS_PER_EXPORT - 1 {

@@ -11,15 +11,6 @@ use super::support::*;
 /// Histories per property per run.
 pub const CASES: u32 = 512;
 
-fn span(n: u64) -> SpanRef {
-    let mut trace_id = [0u8; 16];
-    trace_id[..8].copy_from_slice(&n.to_be_bytes());
-    SpanRef {
-        trace_id,
-        span_id: n.to_be_bytes(),
-    }
-}
-
 const STATUSES: [&str; 6] = [
     "succeeded",
     "failed",

@@ -14,6 +14,11 @@ use reckon::app::{self, Running};
 use reckon::config::Config;
 use serde_json::Value;
 
+#[path = "../../src/test_builders.rs"]
+mod builders;
+use builders::summary_line;
+pub use builders::{draft_args, normalize_expectation, refund_args, HOUR, MIN};
+
 pub struct Server {
     pub running: Option<Running>,
     pub dir: tempfile::TempDir,
@@ -160,24 +165,14 @@ impl Server {
 
 /// `state / decision / finding, finding` of a verdict document, findings sorted.
 pub fn summary(v: &Value) -> String {
-    let mut kinds: Vec<String> = v["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["kind"].as_str().unwrap().to_string())
-        .collect();
-    kinds.sort();
-    kinds.dedup();
-    let findings = if kinds.is_empty() {
-        "-".into()
-    } else {
-        kinds.join(", ")
-    };
-    format!(
-        "{} / {} / {}",
+    summary_line(
         v["state"].as_str().unwrap(),
         v["decision"].as_str().unwrap(),
-        findings
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["kind"].as_str().unwrap()),
     )
 }
 
@@ -358,9 +353,6 @@ pub fn after(base: SystemTime, secs: f64) -> SystemTime {
     base + Duration::from_secs_f64(secs)
 }
 
-pub const MIN: f64 = 60.0;
-pub const HOUR: f64 = 3600.0;
-
 pub fn unix_secs(t: SystemTime) -> i64 {
     t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs() as i64
 }
@@ -372,18 +364,6 @@ pub fn unix_nanos(t: SystemTime) -> u128 {
 /// RFC 3339 as the records API takes it.
 pub fn rfc3339(t: SystemTime) -> String {
     reckon::codec::rfc3339(reckon::model::Timestamp(unix_nanos(t) as i64))
-}
-
-// ------------------------------------------------------------------ tool arguments
-
-/// `issue_refund` arguments as the executor sends them (order 1042, USD, major units).
-pub fn refund_args(amount: &str) -> String {
-    format!(r#"{{"order_id":"1042","amount":{amount},"currency":"usd"}}"#)
-}
-
-/// `create_bill_draft` arguments (invoice INV-204, EUR).
-pub fn draft_args(supplier: &str, amount: &str) -> String {
-    format!(r#"{{"invoice":"INV-204","supplier":"{supplier}","amount":{amount},"currency":"EUR"}}"#)
 }
 
 // ------------------------------------------------------------------ Stripe
@@ -443,35 +423,12 @@ pub fn gzip(bytes: &[u8]) -> Vec<u8> {
     enc.finish().unwrap()
 }
 
-/// Sorts the findings of an expectation written `state / decision / a, b`.
-pub fn expect(s: &str) -> String {
-    let parts: Vec<&str> = s.split('/').map(str::trim).collect();
-    assert_eq!(
-        parts.len(),
-        3,
-        "expectation must read `state / decision / findings`"
-    );
-    let mut kinds: Vec<&str> = parts[2]
-        .split(',')
-        .map(str::trim)
-        .filter(|k| !k.is_empty() && *k != "-")
-        .collect();
-    kinds.sort();
-    kinds.dedup();
-    let findings = if kinds.is_empty() {
-        "-".to_string()
-    } else {
-        kinds.join(", ")
-    };
-    format!("{} / {} / {}", parts[0], parts[1], findings)
-}
-
 /// Asserts a verdict's `state / decision / findings` line, with the verdict in the message.
 #[track_caller]
 pub fn assert_verdict(v: &Value, expected: &str) {
     assert_eq!(
         summary(v),
-        expect(expected),
+        normalize_expectation(expected),
         "verdict of {}:\n{:#}",
         v["intent_id"],
         v

@@ -14,6 +14,7 @@ use crate::contract::Contract;
 use crate::model::{
     Amount, Attempt, Decimal, Readback, RecordObservation, ReportedOutcome, SpanRef, Timestamp,
 };
+use crate::test_builders::{attempt_at, readback_at, record_at};
 
 const TRACE: &str = "5b8efff798038103d269b633813fc60c";
 const SPAN: &str = "eee19b7ec3c1b174";
@@ -68,23 +69,9 @@ fn one_attempt(doc: &str) -> Attempt {
     }
 }
 
-/// An attempt with only the identity and times set, for `..` in expectations.
+/// The test span as an attempt with only the identity and times set, for `..` in expectations.
 fn base_attempt(tool: &str, intent: &str) -> Attempt {
-    Attempt {
-        span: span_ref(),
-        intent_id: intent.into(),
-        tool: tool.into(),
-        start: Timestamp(START),
-        end: Timestamp(END),
-        idempotency_key: None,
-        http_status: None,
-        error_type: None,
-        span_error: false,
-        object_id: None,
-        object_status: None,
-        reported_outcome: None,
-        arguments: None,
-    }
+    attempt_at(span_ref(), intent, tool, Timestamp(START), Timestamp(END))
 }
 
 // ---------------------------------------------------------------- conventions
@@ -587,13 +574,15 @@ fn read_span(ids_attr: &str) -> String {
 fn read_span_becomes_a_readback_whatever_its_tool() {
     let want = |ids: &[&str]| {
         Event::Readback(Readback {
-            span: span_ref(),
-            intent_id: "int_1".into(),
-            tool: "list_refunds".into(),
-            at: Timestamp(START),
-            end: Timestamp(END),
-            object_ids: ids.iter().map(|s| s.to_string()).collect(),
             reported_outcome: Some(ReportedOutcome::Unknown),
+            ..readback_at(
+                span_ref(),
+                "int_1",
+                "list_refunds",
+                Timestamp(START),
+                Timestamp(END),
+                ids,
+            )
         })
     };
     let array = r#",{"key":"reckon.readback.object_ids","value":{"arrayValue":{"values":[{"stringValue":"re_1"},{"stringValue":"re_2"}]}}}"#;
@@ -1225,10 +1214,7 @@ fn log_records_become_record_observations() {
             Event::Record(RecordObservation {
                 source: "billing-api".into(),
                 kind: Some("refund".into()),
-                object_id: "re_1".into(),
-                intent_id: Some("int_1042_refund".into()),
                 idempotency_key: Some("idem_7f3a".into()),
-                status: "pending".into(),
                 amount: Some(Amount::Major(Decimal {
                     mantissa: 4500,
                     scale: 2
@@ -1236,23 +1222,27 @@ fn log_records_become_record_observations() {
                 currency: Some("EUR".into()),
                 target: Some("1042".into()),
                 created_at: Some(Timestamp(1_699_999_999_000_000_000)),
-                observed_at: Timestamp(1_700_000_000_000_000_000),
+                ..record_at(
+                    Some("int_1042_refund"),
+                    "re_1",
+                    "pending",
+                    Timestamp(1_700_000_000_000_000_000)
+                )
             }),
             Event::Record(RecordObservation {
                 source: "stripe-sync".into(),
                 kind: Some("refund_v2".into()),
-                object_id: "re_1".into(),
-                intent_id: None,
-                idempotency_key: None,
-                status: "succeeded".into(),
                 amount: Some(Amount::Major(Decimal {
                     mantissa: 455,
                     scale: 1
                 })),
-                currency: None,
-                target: None,
                 created_at: Some(Timestamp(1_699_999_999_000_000_000)),
-                observed_at: Timestamp(1_700_000_060_000_000_000),
+                ..record_at(
+                    None,
+                    "re_1",
+                    "succeeded",
+                    Timestamp(1_700_000_060_000_000_000)
+                )
             }),
         ]
     );
@@ -1307,19 +1297,11 @@ fn protobuf_logs_default_source_and_truncation() {
         d.events,
         vec![Event::Record(RecordObservation {
             source: "otlp".into(),
-            kind: None,
-            object_id: "dr_1".into(),
-            intent_id: None,
-            idempotency_key: None,
-            status: "draft".into(),
             amount: Some(Amount::Major(Decimal {
                 mantissa: 120,
                 scale: 0
             })),
-            currency: None,
-            target: None,
-            created_at: None,
-            observed_at: Timestamp(1_700_000_000_000_000_000),
+            ..record_at(None, "dr_1", "draft", Timestamp(1_700_000_000_000_000_000))
         })]
     );
     let err = logs_from_protobuf_bytes(&body[..body.len() - 3]).unwrap_err();

@@ -9,67 +9,46 @@ use super::{schema, SqliteStore, FILE_NAME};
 use crate::codec::VerdictDoc;
 use crate::model::*;
 use crate::store::{Appended, Store, StoreError, VerdictFilter};
-
-fn span(n: u64) -> SpanRef {
-    let mut trace_id = [0u8; 16];
-    trace_id[..8].copy_from_slice(&n.to_be_bytes());
-    trace_id[15] = 0xab;
-    SpanRef {
-        trace_id,
-        span_id: n.to_le_bytes(),
-    }
-}
+use crate::test_builders::{
+    attempt_at, escalation, readback_at, record_at, span, verdict, with_findings, AttemptExt,
+};
 
 fn attempt(n: u64) -> Event {
-    Event::Attempt(Attempt {
-        span: span(n),
-        intent_id: format!("intent-{}", n % 7),
-        tool: "issue_refund".into(),
-        start: Timestamp(1_700_000_000_000_000_000 + n as i64),
-        end: Timestamp(1_700_000_000_500_000_000 + n as i64),
-        idempotency_key: Some(format!("key-{n}")),
-        http_status: if n % 2 == 0 { Some(200) } else { None },
-        error_type: if n % 2 == 1 {
-            Some("timeout".into())
-        } else {
-            None
-        },
-        span_error: n % 2 == 1,
-        object_id: Some(format!("re_{n}")),
-        object_status: Some("succeeded".into()),
-        reported_outcome: Some(ReportedOutcome::Succeeded),
-        arguments: Some(format!(r#"{{"amount": "45.00", "order_id": "{n}"}}"#)),
-    })
+    let a = attempt_at(
+        span(n),
+        &format!("intent-{}", n % 7),
+        "issue_refund",
+        Timestamp(1_700_000_000_000_000_000 + n as i64),
+        Timestamp(1_700_000_000_500_000_000 + n as i64),
+    )
+    .key(&format!("key-{n}"))
+    .object(&format!("re_{n}"), "succeeded")
+    .told("succeeded")
+    .args(format!(r#"{{"amount": "45.00", "order_id": "{n}"}}"#));
+    Event::Attempt(if n % 2 == 0 { a.http(200) } else { a.timeout() })
 }
 
 fn readback(n: u64) -> Event {
-    Event::Readback(Readback {
-        span: span(1_000_000 + n),
-        intent_id: format!("intent-{n}"),
-        tool: "get_refund".into(),
-        at: Timestamp(1_700_000_001_000_000_000 + n as i64),
-        end: Timestamp(1_700_000_001_100_000_000 + n as i64),
-        object_ids: if n % 2 == 0 {
-            vec![]
-        } else {
-            vec![format!("re_{n}"), "re_x".into()]
-        },
-        reported_outcome: None,
-    })
+    let object = format!("re_{n}");
+    let found: &[&str] = if n % 2 == 0 {
+        &[]
+    } else {
+        &[object.as_str(), "re_x"]
+    };
+    Event::Readback(readback_at(
+        span(1_000_000 + n),
+        &format!("intent-{n}"),
+        "get_refund",
+        Timestamp(1_700_000_001_000_000_000 + n as i64),
+        Timestamp(1_700_000_001_100_000_000 + n as i64),
+        found,
+    ))
 }
 
 fn record(n: u64) -> Event {
     Event::Record(RecordObservation {
         source: "stripe".into(),
         kind: Some("refund".into()),
-        object_id: format!("re_{n}"),
-        intent_id: Some(format!("intent-{n}")),
-        idempotency_key: None,
-        status: if n % 2 == 0 {
-            "pending".into()
-        } else {
-            "succeeded".into()
-        },
         amount: match n % 3 {
             0 => Some(Amount::Major(Decimal::parse("45.00").expect("literal"))),
             1 => Some(Amount::Minor(4500)),
@@ -82,7 +61,12 @@ fn record(n: u64) -> Event {
         } else {
             None
         },
-        observed_at: Timestamp(1_700_000_002_000_000_000 + n as i64),
+        ..record_at(
+            Some(&format!("intent-{n}")),
+            &format!("re_{n}"),
+            if n % 2 == 0 { "pending" } else { "succeeded" },
+            Timestamp(1_700_000_002_000_000_000 + n as i64),
+        )
     })
 }
 
@@ -94,112 +78,6 @@ fn mixed(range: std::ops::Range<u64>) -> Vec<Event> {
             _ => record(n),
         })
         .collect()
-}
-
-fn view(n: u64, class: AttemptClass) -> AttemptView {
-    AttemptView {
-        span: span(n),
-        start: Timestamp(10 + n as i64),
-        end: Timestamp(20 + n as i64),
-        idempotency_key: Some("k".into()),
-        class,
-        http_status: None,
-        error_type: Some("timeout".into()),
-        object_id: None,
-        object_status: None,
-        reported_outcome: Some(ReportedOutcome::Unknown),
-        arguments: ArgumentsSeen::Absent,
-    }
-}
-
-fn verdict(id: &str, tool: Option<&str>, state: IntentState, last_event: i64) -> Verdict {
-    Verdict {
-        intent_id: id.into(),
-        tool: tool.map(Into::into),
-        contract: tool.map(|_| "payments.refund".into()),
-        contract_version: tool.map(|_| "0123456789abcdef".into()).unwrap_or_default(),
-        idempotency_keys: vec!["k".into()],
-        state,
-        decision: Decision::None,
-        safe_retry_until: Some(Timestamp(99)),
-        escalation_id: None,
-        attempts: vec![
-            view(1, AttemptClass::Unknown),
-            view(2, AttemptClass::Succeeded),
-        ],
-        readbacks: vec![ReadbackView {
-            span: span(3),
-            at: Timestamp(30),
-            object_ids: vec!["re_1".into()],
-        }],
-        objects: vec![ObjectView {
-            object_id: "re_1".into(),
-            status: "succeeded".into(),
-            amount: Decimal::parse("45.00"),
-            currency: Some("usd".into()),
-            target: Some("1042".into()),
-            first_seen: Timestamp(40),
-            last_seen: Timestamp(50),
-        }],
-        findings: vec![],
-        next_change: None,
-        audited_at: Timestamp(last_event + 1),
-        first_seen: Timestamp(1),
-        last_event: Timestamp(last_event),
-    }
-}
-
-fn with_findings(mut v: Verdict, kinds: &[FindingKind]) -> Verdict {
-    v.findings = kinds
-        .iter()
-        .enumerate()
-        .map(|(i, k)| {
-            Finding::new(
-                *k,
-                Timestamp(1_000 + i as i64),
-                format!("subject-{i}"),
-                "detail",
-            )
-        })
-        .collect();
-    v
-}
-
-fn escalation(id: &str, status: EscalationStatus, opened_at: i64, version: u64) -> Escalation {
-    Escalation {
-        id: id.into(),
-        intent_id: format!("intent-of-{id}"),
-        status,
-        opened_at: Timestamp(opened_at),
-        severity: Severity::Critical,
-        findings: vec![
-            Finding::new(
-                FindingKind::DuplicateEffect,
-                Timestamp(opened_at + 1),
-                "re_1",
-                "object re_1 is a second effect beside re_0",
-            ),
-            Finding::new(
-                FindingKind::NewKeyRetry,
-                Timestamp(opened_at + 1),
-                "k2",
-                "resent under key k2",
-            ),
-        ],
-        covered: if status == EscalationStatus::Resolved {
-            vec!["a:00:01".into(), "o:re_1".into(), "s:re_1=succeeded".into()]
-        } else {
-            vec![]
-        },
-        claimed_by: (status != EscalationStatus::Open).then(|| "alice".into()),
-        claimed_at: (status != EscalationStatus::Open).then_some(Timestamp(opened_at + 5)),
-        resolved_by: (status == EscalationStatus::Resolved).then(|| "bob".into()),
-        resolved_at: (status == EscalationStatus::Resolved).then_some(Timestamp(opened_at + 9)),
-        resolution: (status == EscalationStatus::Resolved)
-            .then(|| "refunded twice, reversed one".into()),
-        note: None,
-        version,
-    }
 }
 
 fn raw(dir: &TempDir) -> Connection {
@@ -228,37 +106,6 @@ async fn append_is_idempotent() {
         batch,
         "each event once, in ingest order"
     );
-}
-
-#[tokio::test]
-async fn mixed_batch_reports_new_and_old() {
-    let dir = TempDir::new().unwrap();
-    let store = SqliteStore::open(dir.path()).unwrap();
-    store.append(mixed(0..6)).await.unwrap();
-    // Old, new, a duplicate of an event earlier in the same batch, new.
-    let batch = vec![
-        attempt(0),
-        attempt(100),
-        record(2),
-        attempt(100),
-        readback(101),
-        record(5),
-    ];
-    use Appended::{Duplicate, New};
-    assert_eq!(
-        store.append(batch).await.unwrap(),
-        vec![Duplicate, New, Duplicate, Duplicate, New, Duplicate]
-    );
-    // A record observation differing only in status is a new observation of the same object.
-    let Event::Record(mut r) = record(2) else {
-        unreachable!()
-    };
-    r.status = "failed".into();
-    assert_eq!(
-        store.append(vec![Event::Record(r)]).await.unwrap(),
-        vec![New]
-    );
-    assert_eq!(store.load_events().await.unwrap().len(), 9);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -297,10 +144,15 @@ async fn everything_survives_reopen() {
     let dir = TempDir::new().unwrap();
     let events = mixed(0..40);
     let v = with_findings(
-        verdict("i-1", Some("issue_refund"), IntentState::Completed, 500),
+        verdict(
+            "i-1",
+            Some("issue_refund"),
+            IntentState::Completed,
+            Timestamp(500),
+        ),
         &[FindingKind::StuckPending],
     );
-    let e = escalation("esc-1", EscalationStatus::Resolved, 700, 4);
+    let e = escalation("esc-1", EscalationStatus::Resolved, Timestamp(700), 4);
     {
         let store = SqliteStore::open(dir.path()).unwrap();
         store.append(events.clone()).await.unwrap();
@@ -336,7 +188,12 @@ async fn verdict_filters_and_cursor_pagination() {
         };
         let state = IntentState::ALL[i % 5];
         // Many ties on last_event, so the intent_id tie-break matters.
-        let mut v = verdict(&format!("intent-{i:04}"), Some(tool), state, (i / 4) as i64);
+        let mut v = verdict(
+            &format!("intent-{i:04}"),
+            Some(tool),
+            state,
+            Timestamp((i / 4) as i64),
+        );
         if i % 10 == 0 {
             v = with_findings(v, &[FindingKind::DuplicateEffect, FindingKind::NewKeyRetry]);
         }
@@ -484,7 +341,12 @@ async fn verdict_filters_and_cursor_pagination() {
 async fn verdict_upsert_replaces_findings() {
     let dir = TempDir::new().unwrap();
     let store = SqliteStore::open(dir.path()).unwrap();
-    let v = verdict("i-1", Some("issue_refund"), IntentState::Unknown, 10);
+    let v = verdict(
+        "i-1",
+        Some("issue_refund"),
+        IntentState::Unknown,
+        Timestamp(10),
+    );
     store
         .put_verdicts(vec![with_findings(
             v.clone(),
@@ -534,19 +396,24 @@ async fn verdict_upsert_replaces_findings() {
 async fn escalation_keeps_highest_version() {
     let dir = TempDir::new().unwrap();
     let store = SqliteStore::open(dir.path()).unwrap();
-    let v2 = escalation("e1", EscalationStatus::Claimed, 100, 2);
+    let v2 = escalation("e1", EscalationStatus::Claimed, Timestamp(100), 2);
     store.put_escalations(vec![v2.clone()]).await.unwrap();
     store
-        .put_escalations(vec![escalation("e1", EscalationStatus::Open, 100, 1)])
+        .put_escalations(vec![escalation(
+            "e1",
+            EscalationStatus::Open,
+            Timestamp(100),
+            1,
+        )])
         .await
         .unwrap();
     assert_eq!(store.get_escalation("e1").await.unwrap(), Some(v2));
-    let v3 = escalation("e1", EscalationStatus::Resolved, 100, 3);
+    let v3 = escalation("e1", EscalationStatus::Resolved, Timestamp(100), 3);
     // Older and newer in one call, in either order: the newest wins.
     store
         .put_escalations(vec![
             v3.clone(),
-            escalation("e1", EscalationStatus::Open, 100, 1),
+            escalation("e1", EscalationStatus::Open, Timestamp(100), 1),
         ])
         .await
         .unwrap();
@@ -554,9 +421,9 @@ async fn escalation_keeps_highest_version() {
 
     store
         .put_escalations(vec![
-            escalation("e2", EscalationStatus::Open, 300, 1),
-            escalation("e3", EscalationStatus::Open, 200, 1),
-            escalation("e4", EscalationStatus::Claimed, 400, 1),
+            escalation("e2", EscalationStatus::Open, Timestamp(300), 1),
+            escalation("e3", EscalationStatus::Open, Timestamp(200), 1),
+            escalation("e4", EscalationStatus::Claimed, Timestamp(400), 1),
         ])
         .await
         .unwrap();
@@ -579,7 +446,12 @@ async fn report_counts() {
     let dir = TempDir::new().unwrap();
     let store = SqliteStore::open(dir.path()).unwrap();
     let mut a = with_findings(
-        verdict("a", Some("issue_refund"), IntentState::Completed, 100),
+        verdict(
+            "a",
+            Some("issue_refund"),
+            IntentState::Completed,
+            Timestamp(100),
+        ),
         &[
             FindingKind::DuplicateEffect,
             FindingKind::DuplicateEffect,
@@ -587,21 +459,31 @@ async fn report_counts() {
         ],
     );
     a.decision = Decision::Escalate;
-    let b = verdict("b", Some("issue_refund"), IntentState::Unknown, 200);
+    let b = verdict(
+        "b",
+        Some("issue_refund"),
+        IntentState::Unknown,
+        Timestamp(200),
+    );
     let mut c = with_findings(
-        verdict("c", None, IntentState::Unknown, 300),
+        verdict("c", None, IntentState::Unknown, Timestamp(300)),
         &[FindingKind::OrphanRecord],
     );
     c.attempts.clear();
     let old = with_findings(
-        verdict("old", Some("send_email"), IntentState::Pending, 5),
+        verdict(
+            "old",
+            Some("send_email"),
+            IntentState::Pending,
+            Timestamp(5),
+        ),
         &[FindingKind::StuckPending],
     );
     store.put_verdicts(vec![a, b, c, old]).await.unwrap();
     store
         .put_escalations(vec![
-            escalation("e1", EscalationStatus::Open, 150, 1),
-            escalation("e2", EscalationStatus::Resolved, 10, 1),
+            escalation("e1", EscalationStatus::Open, Timestamp(150), 1),
+            escalation("e2", EscalationStatus::Resolved, Timestamp(10), 1),
         ])
         .await
         .unwrap();
@@ -677,7 +559,12 @@ async fn report_counts() {
 async fn migrates_a_v1_file_keeping_data() {
     let dir = TempDir::new().unwrap();
     let v = with_findings(
-        verdict("legacy", Some("issue_refund"), IntentState::Unknown, 77),
+        verdict(
+            "legacy",
+            Some("issue_refund"),
+            IntentState::Unknown,
+            Timestamp(77),
+        ),
         &[
             FindingKind::UnresolvedUnknown,
             FindingKind::NoIdempotencyContract,
@@ -765,7 +652,12 @@ async fn migrates_a_v1_file_keeping_data() {
 #[tokio::test]
 async fn migrates_a_v5_file_to_contract_versions() {
     let dir = TempDir::new().unwrap();
-    let mut old = verdict("before", Some("issue_refund"), IntentState::Unknown, 5);
+    let mut old = verdict(
+        "before",
+        Some("issue_refund"),
+        IntentState::Unknown,
+        Timestamp(5),
+    );
     old.contract_version = String::new();
     {
         let conn = raw(&dir);
@@ -802,7 +694,12 @@ async fn migrates_a_v5_file_to_contract_versions() {
         Some(VerdictDoc::from_verdict(&old)),
         "an old document reads with an empty version"
     );
-    let new = verdict("after", Some("issue_refund"), IntentState::Unknown, 7);
+    let new = verdict(
+        "after",
+        Some("issue_refund"),
+        IntentState::Unknown,
+        Timestamp(7),
+    );
     assert_eq!(new.contract_version, "0123456789abcdef");
     store.put_verdicts(vec![new.clone()]).await.unwrap();
     assert_eq!(
@@ -830,7 +727,7 @@ async fn migrates_a_v5_file_to_contract_versions() {
             "before",
             Some("issue_refund"),
             IntentState::Unknown,
-            5,
+            Timestamp(5),
         )])
         .await
         .unwrap();
@@ -868,11 +765,21 @@ async fn corrupt_rows_are_errors_naming_table_and_column() {
     let store = SqliteStore::open(dir.path()).unwrap();
     store.append(mixed(0..6)).await.unwrap();
     store
-        .put_verdicts(vec![verdict("i-1", None, IntentState::Unknown, 1)])
+        .put_verdicts(vec![verdict(
+            "i-1",
+            None,
+            IntentState::Unknown,
+            Timestamp(1),
+        )])
         .await
         .unwrap();
     store
-        .put_escalations(vec![escalation("e1", EscalationStatus::Open, 1, 1)])
+        .put_escalations(vec![escalation(
+            "e1",
+            EscalationStatus::Open,
+            Timestamp(1),
+            1,
+        )])
         .await
         .unwrap();
 
@@ -955,7 +862,7 @@ async fn read_only_open_of_running_and_stopped_server() {
             "i-1",
             Some("issue_refund"),
             IntentState::Completed,
-            1,
+            Timestamp(1),
         )])
         .await
         .unwrap();
@@ -971,7 +878,7 @@ async fn read_only_open_of_running_and_stopped_server() {
     ));
     assert!(matches!(
         reader
-            .put_verdicts(vec![verdict("x", None, IntentState::Unknown, 1)])
+            .put_verdicts(vec![verdict("x", None, IntentState::Unknown, Timestamp(1))])
             .await,
         Err(StoreError::ReadOnly)
     ));
