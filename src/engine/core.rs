@@ -18,7 +18,7 @@ use crate::model::*;
 /// What one step changed, for the store, the metrics and the API.
 #[derive(Debug, Default)]
 pub struct Outcome {
-    /// Fresh verdicts of every intent the step touched (shared with the engine's cache).
+    /// Fresh verdicts of every intent the step changed materially (shared, to write behind).
     pub verdicts: Vec<Arc<Verdict>>,
     /// Pseudo-intents (orphan records) that now belong to a real intent.
     pub removed: Vec<String>,

@@ -345,6 +345,7 @@ impl Engine {
             stored,
         } = load_unsettled(&store).await?;
         let escalations = store.load_escalations().await?;
+        let read = began.elapsed();
         let n_events = events.len();
         let for_core = contracts.clone();
         let evict_after = options
@@ -372,6 +373,7 @@ impl Engine {
             events = n_events,
             intents = core.intents(),
             settled_history_in_store = history_in_store,
+            read_ms = read.as_millis() as u64,
             elapsed_ms = began.elapsed().as_millis() as u64,
             "engine state rebuilt from the store"
         );
@@ -1244,8 +1246,9 @@ fn announce_all(n: &Notifier, core: &EngineCore, escalations: &[Escalation]) -> 
 }
 
 /// Make the derived rows in the store converge to the rebuilt engine, whatever point a crash
-/// interrupted the persister at. Every verdict the engine holds is rewritten behind (the
-/// restore's outcome); what is left is stored verdicts of intents that no longer exist. Only
+/// interrupted the persister at. Every verdict the engine holds that differs from the stored one
+/// (by fingerprint) is rewritten behind (the restore's outcome); what is left is stored verdicts
+/// of intents that no longer exist. Only
 /// pseudo-intents (orphan records) ever stop existing: a real intent's verdict outlives its
 /// events (raw events may expire, verdicts are kept), so only `orphan:` rows are checked.
 /// Done before the engine serves, so no reader sees them once it is ready.
