@@ -1,5 +1,6 @@
-//! The span attributes an executor sets for reckon (DESIGN.md attribute table), named once so
-//! that emitters in this crate (the demo executor) and the recognizer cannot drift apart.
+//! The span attributes an executor sets for reckon (DESIGN.md attribute table), named once for
+//! the recognizer. The crate's own emitters (the demo executor, `loadgen`) are clients of the
+//! public interfaces and may not name `crate::ingest`, so they spell the names out themselves.
 //! Log-record attributes are in `logs`.
 
 /// The logical action. Required, unless the tool's contract reads it from the arguments.
