@@ -68,6 +68,23 @@ pub struct EngineCore {
     durable: u64,
 }
 
+/// What a restore starts from: the store's events and escalations, and the fingerprints of the
+/// verdicts it holds (those recomputed unchanged are not handed out for writing again).
+#[derive(Debug, Default)]
+pub struct Restore {
+    pub events: Vec<Event>,
+    pub escalations: Vec<Escalation>,
+    pub stored: HashMap<String, u64>,
+}
+
+/// Audit a page of intents one after the other (see [`EngineCore::restore_from`]).
+pub fn in_order(
+    ids: &[String],
+    audit: &(dyn Fn(&str) -> Option<Verdict> + Sync),
+) -> Vec<Option<Verdict>> {
+    ids.iter().map(|id| audit(id)).collect()
+}
+
 /// The route filter of a core built for tests and tools: small, not pre-touched. The service
 /// sizes its own ([`EngineCore::with_route_filter`]).
 const DEFAULT_FILTER_BYTES: usize = 1 << 20;
@@ -308,9 +325,33 @@ impl EngineCore {
         escalations: Vec<Escalation>,
         now: Timestamp,
     ) -> (Self, Outcome) {
+        Self::restore_from(
+            contracts,
+            Restore {
+                events,
+                escalations,
+                stored: HashMap::new(),
+            },
+            now,
+            in_order,
+        )
+    }
+
+    /// [`EngineCore::restore`], told what the store holds of each verdict (`stored`: the
+    /// fingerprints of the verdicts written), so that the outcome carries only the verdicts
+    /// that changed; and with `audit_all` deciding how a page of intents is audited (in order,
+    /// or split across threads by the caller: each audit reads the ledger alone, so how it is
+    /// split changes nothing but the time). Pages bound what is held at once.
+    pub fn restore_from(
+        contracts: Arc<Contracts>,
+        restore: Restore,
+        now: Timestamp,
+        audit_all: impl Fn(&[String], &(dyn Fn(&str) -> Option<Verdict> + Sync)) -> Vec<Option<Verdict>>,
+    ) -> (Self, Outcome) {
+        const PAGE: usize = 1 << 16;
         let mut core = EngineCore::new(contracts);
-        core.book = EscalationBook::restore(escalations);
-        for e in events {
+        core.book = EscalationBook::restore(restore.escalations);
+        for e in restore.events {
             core.ledger.add(e);
         }
         let ids: Vec<String> = core.ledger.ids().collect();
@@ -318,8 +359,15 @@ impl EngineCore {
             seq: core.next_seq(),
             ..Outcome::default()
         };
-        for id in ids {
-            core.audit_into(&id, now, &mut out);
+        for page in ids.chunks(PAGE) {
+            let verdicts = {
+                let core = &core;
+                audit_all(page, &|id| core.audit_one(id, now))
+            };
+            for (id, v) in page.iter().zip(verdicts) {
+                let already = restore.stored.get(id).copied();
+                core.take_verdict(id, v, now, &mut out, already);
+            }
         }
         // Findings rebuilt from history are not new: only what appears from here on is counted.
         out.new_findings.clear();
@@ -412,9 +460,7 @@ impl EngineCore {
     /// the intents it concerns), so it equals the verdict that audit handed out.
     pub fn verdict(&self, intent_id: &str) -> Option<Verdict> {
         let remembered = self.verdicts.get(intent_id)?;
-        let history = self.ledger.history(intent_id)?;
-        let contract = Ledger::contract_for(&history, &self.contracts);
-        let mut v = audit::audit(&history, contract, remembered.audited_at);
+        let mut v = self.audit_one(intent_id, remembered.audited_at)?;
         self.book.apply(&mut v);
         Some(v)
     }
@@ -468,13 +514,35 @@ impl EngineCore {
     }
 
     fn audit_into(&mut self, id: &str, now: Timestamp, out: &mut Outcome) {
-        let Some(history) = self.ledger.history(id) else {
+        let v = self.audit_one(id, now);
+        self.take_verdict(id, v, now, out, None);
+    }
+
+    /// The audit of one intent as the ledger holds it, before the escalation book has its say;
+    /// `None` if the intent no longer exists. Reads only.
+    fn audit_one(&self, id: &str, now: Timestamp) -> Option<Verdict> {
+        let history = self.ledger.history(id)?;
+        let contract = Ledger::contract_for(&history, &self.contracts);
+        Some(audit::audit(&history, contract, now))
+    }
+
+    /// Take an intent's fresh audit in: the escalation book observes and applies it, its
+    /// deadline is booked, its routes are handed out if it settled, and the verdict is handed
+    /// out for writing if it differs from the last one (or from `stored`, the fingerprint of
+    /// what the store holds, at a restore).
+    fn take_verdict(
+        &mut self,
+        id: &str,
+        v: Option<Verdict>,
+        now: Timestamp,
+        out: &mut Outcome,
+        stored: Option<u64>,
+    ) {
+        let Some(mut v) = v else {
             self.verdicts.remove(id);
             self.unbook(id);
             return;
         };
-        let contract = Ledger::contract_for(&history, &self.contracts);
-        let mut v = audit::audit(&history, contract, now);
         if let Some(e) = self.book.observe(&v) {
             out.escalations.push(e);
         }
@@ -507,10 +575,8 @@ impl EngineCore {
         // changed nothing): the stored row already says it. Callers audit each intent at most
         // once per step (ids come from sets), so no dedup here.
         let remembered = Remembered::of(&v);
-        let material = self
-            .verdicts
-            .get(id)
-            .is_none_or(|old| old.fingerprint != remembered.fingerprint);
+        let before = stored.or_else(|| self.verdicts.get(id).map(|old| old.fingerprint));
+        let material = before != Some(remembered.fingerprint);
         self.verdicts.insert(id.to_string(), remembered);
         if material {
             out.verdicts.push(Arc::new(v));
@@ -732,6 +798,57 @@ mod tests {
             1,
             "no second escalation after a restart"
         );
+    }
+
+    /// How a restore's pages are audited (here: each page backwards, as threads might finish)
+    /// changes nothing; the fingerprints the store holds keep unchanged verdicts from being
+    /// handed out again, and a stale one does not.
+    #[test]
+    fn a_restore_audited_out_of_order_and_told_the_store_writes_only_changes() {
+        let events = vec![
+            timeout("i1", 1, 0, "k1"),
+            timeout("i2", 2, 10, "k2"),
+            record("re_1", Some("k1"), "succeeded", 20),
+        ];
+        let (plain, all) = EngineCore::restore(contracts(), events.clone(), Vec::new(), t(100));
+        assert_eq!(all.verdicts.len(), 2);
+        let stored: HashMap<String, u64> = all
+            .verdicts
+            .iter()
+            .map(|v| {
+                let fingerprint = if v.intent_id == "i2" {
+                    7
+                } else {
+                    v.fingerprint()
+                };
+                (v.intent_id.clone(), fingerprint)
+            })
+            .collect();
+        let backwards = |ids: &[String], audit: &(dyn Fn(&str) -> Option<Verdict> + Sync)| {
+            let mut out: Vec<Option<Verdict>> = ids.iter().rev().map(|id| audit(id)).collect();
+            out.reverse();
+            out
+        };
+        let restore = Restore {
+            events,
+            escalations: Vec::new(),
+            stored,
+        };
+        let (told, out) = EngineCore::restore_from(contracts(), restore, t(100), backwards);
+        assert_eq!(
+            out.verdicts
+                .iter()
+                .map(|v| v.intent_id.as_str())
+                .collect::<Vec<_>>(),
+            ["i2"],
+            "only the verdict the store holds differently"
+        );
+        let sorted = |c: &EngineCore| {
+            let mut v: Vec<Verdict> = c.verdicts().collect();
+            v.sort_by(|x, y| x.intent_id.cmp(&y.intent_id));
+            v
+        };
+        assert_eq!(sorted(&told), sorted(&plain));
     }
 
     #[test]

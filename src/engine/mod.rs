@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 
-use self::core::{EngineCore, Outcome};
+use self::core::{EngineCore, Outcome, Restore};
 use crate::audit;
 use crate::contract::{ContractError, Contracts};
 use crate::escalation::{EscalationBook, EscalationError};
@@ -353,12 +353,16 @@ impl Engine {
             .map(|d| Dur(d.as_nanos().min(i64::MAX as u128) as i64));
         let filter_bytes = options.route_filter_bytes;
         let (core, restored) = tokio::task::spawn_blocking(move || {
-            let (core, mut out) = EngineCore::restore(for_core, events, escalations, wall_now());
             // A verdict recomputed as it is stored is not written again: a restart rewrites
             // what changed while it was down (deadlines passed, a crash's unwritten tail), not
             // everything it loaded.
-            out.verdicts
-                .retain(|v| stored.get(&v.intent_id) != Some(&v.fingerprint()));
+            let restore = Restore {
+                events,
+                escalations,
+                stored,
+            };
+            let (core, out) =
+                EngineCore::restore_from(for_core, restore, wall_now(), audit_on_every_core);
             let mut core = core
                 .with_eviction(evict_after)
                 .with_route_filter(RouteFilter::new(filter_bytes, true));
@@ -1059,7 +1063,7 @@ async fn load_unsettled(store: &AnyStore) -> Result<Loaded, StoreError> {
         return Ok(Loaded {
             events: store.load_events().await?,
             history_in_store: false,
-            stored: HashMap::new(),
+            stored: Default::default(),
         });
     };
     let tail = store
@@ -1067,7 +1071,8 @@ async fn load_unsettled(store: &AnyStore) -> Result<Loaded, StoreError> {
         .await?;
     let unsettled = store.unsettled_intents().await?;
     let mut intents: BTreeSet<String> = BTreeSet::new();
-    let mut stored = HashMap::with_capacity(unsettled.len());
+    let mut stored =
+        foldhash::HashMap::with_capacity_and_hasher(unsettled.len(), Default::default());
     for u in unsettled {
         intents.insert(u.intent_id.clone());
         stored.insert(u.intent_id, u.fingerprint);
@@ -1087,7 +1092,7 @@ async fn load_unsettled(store: &AnyStore) -> Result<Loaded, StoreError> {
             }
         };
     }
-    let mut events = crate::store::evidence(
+    let events = crate::store::evidence(
         store,
         intents.iter().cloned().collect(),
         objects.into_iter().collect(),
@@ -1101,14 +1106,12 @@ async fn load_unsettled(store: &AnyStore) -> Result<Loaded, StoreError> {
         .filter(|r| r.strip_prefix("i:").is_none_or(|id| !intents.contains(id)))
         .collect();
     let (_, reached) = crate::store::reached(store, routes, |id| intents.contains(id)).await?;
-    let mut known: foldhash::HashSet<Event> = events.iter().cloned().collect();
+    let mut events = crate::store::EventSet::from(events);
     for e in tail.into_iter().chain(reached) {
-        if known.insert(e.clone()) {
-            events.push(e);
-        }
+        events.insert(e);
     }
     Ok(Loaded {
-        events,
+        events: events.into_vec(),
         history_in_store: true,
         stored,
     })
@@ -1120,7 +1123,30 @@ struct Loaded {
     /// Settled intents were left in the store (their routes fill the filter behind serving).
     history_in_store: bool,
     /// The stored verdicts' fingerprints of the unsettled intents loaded.
-    stored: HashMap<String, u64>,
+    stored: foldhash::HashMap<String, u64>,
+}
+
+/// Audit a page of intents split across the machine's cores, for start-up: each audit reads
+/// only the ledger, so the split changes nothing but the time ([`EngineCore::restore_from`]).
+fn audit_on_every_core(
+    ids: &[String],
+    audit: &(dyn Fn(&str) -> Option<Verdict> + Sync),
+) -> Vec<Option<Verdict>> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    if threads < 2 || ids.len() < 4096 {
+        return self::core::in_order(ids, audit);
+    }
+    let part = ids.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        let parts: Vec<_> = ids
+            .chunks(part)
+            .map(|ids| s.spawn(move || self::core::in_order(ids, audit)))
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|p| p.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
 }
 
 /// After a start that left settled history in the store: read its routes into the filter, page

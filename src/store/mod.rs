@@ -666,16 +666,16 @@ pub async fn evidence<S: Store + ?Sized>(
 ) -> Result<Vec<Event>, StoreError> {
     let mut asked_objects: foldhash::HashSet<String> = objects.iter().cloned().collect();
     let mut asked_keys: foldhash::HashSet<String> = Default::default();
-    let mut loaded = store
+    let loaded = store
         .events_touching(EventQuery {
             intents,
             keys: Vec::new(),
             objects,
         })
         .await?;
-    let mut known: foldhash::HashSet<Event> = loaded.iter().cloned().collect();
+    let mut loaded = EventSet::from(loaded);
     for _ in 0..EVIDENCE_ROUNDS {
-        let (keys, objects) = crate::model::keys_and_objects(&loaded);
+        let (keys, objects) = crate::model::keys_and_objects(loaded.as_slice());
         let keys: Vec<String> = keys
             .into_iter()
             .filter(|k| asked_keys.insert(k.clone()))
@@ -695,12 +695,69 @@ pub async fn evidence<S: Store + ?Sized>(
             })
             .await?;
         for e in more {
-            if known.insert(e.clone()) {
-                loaded.push(e);
-            }
+            loaded.insert(e);
         }
     }
-    Ok(loaded)
+    Ok(loaded.into_vec())
+}
+
+/// Events gathered once each, in the order first seen, without copying every event to tell
+/// them apart (start-up gathers millions): an index from each event's hash to its place,
+/// compared in full on a match.
+#[derive(Default)]
+pub struct EventSet {
+    events: Vec<Event>,
+    by_hash: foldhash::HashMap<u64, usize>,
+    /// Places of events whose hash an earlier, different event has (practically never).
+    collided: Vec<usize>,
+}
+
+impl EventSet {
+    fn hash(e: &Event) -> u64 {
+        use std::hash::BuildHasher;
+        foldhash::fast::FixedState::default().hash_one(e)
+    }
+
+    /// Adds `e` unless an equal event is in; says whether it was added.
+    pub fn insert(&mut self, e: Event) -> bool {
+        let h = Self::hash(&e);
+        let at = self.events.len();
+        match self.by_hash.entry(h) {
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(at);
+            }
+            std::collections::hash_map::Entry::Occupied(o) => {
+                if self.events[*o.get()] == e || self.collided.iter().any(|&i| self.events[i] == e)
+                {
+                    return false;
+                }
+                self.collided.push(at);
+            }
+        }
+        self.events.push(e);
+        true
+    }
+
+    pub fn as_slice(&self) -> &[Event] {
+        &self.events
+    }
+
+    pub fn into_vec(self) -> Vec<Event> {
+        self.events
+    }
+}
+
+impl From<Vec<Event>> for EventSet {
+    fn from(events: Vec<Event>) -> Self {
+        let mut set = EventSet {
+            events: Vec::with_capacity(events.len()),
+            ..EventSet::default()
+        };
+        for e in events {
+            set.insert(e);
+        }
+        set
+    }
 }
 
 /// Settled intents that `routes` reach (and that `here` says are not in memory already), with
@@ -714,8 +771,7 @@ pub async fn reached<S: Store + ?Sized>(
 ) -> Result<(Vec<String>, Vec<Event>), StoreError> {
     let mut ids: std::collections::BTreeSet<String> = Default::default();
     let mut asked: foldhash::HashSet<String> = Default::default();
-    let mut events: Vec<Event> = Vec::new();
-    let mut known: foldhash::HashSet<Event> = Default::default();
+    let mut events = EventSet::default();
     let mut routes = routes;
     for _ in 0..EVIDENCE_ROUNDS {
         routes.retain(|r| asked.insert(r.clone()));
@@ -733,13 +789,13 @@ pub async fn reached<S: Store + ?Sized>(
         }
         ids.extend(fresh.iter().cloned());
         for e in evidence(store, fresh, Vec::new()).await? {
-            if known.insert(e.clone()) {
-                routes.extend(e.routes());
-                events.push(e);
+            let routes_of = e.routes();
+            if events.insert(e) {
+                routes.extend(routes_of);
             }
         }
     }
-    Ok((ids.into_iter().collect(), events))
+    Ok((ids.into_iter().collect(), events.into_vec()))
 }
 
 /// Where the next page of [`Store::expire_events`] starts, after a page whose latest events
@@ -768,6 +824,38 @@ impl EventQuery {
     pub fn is_empty(&self) -> bool {
         self.intents.is_empty() && self.keys.is_empty() && self.objects.is_empty()
     }
+
+    /// How many ids it asks about.
+    pub fn len(&self) -> usize {
+        self.intents.len() + self.keys.len() + self.objects.len()
+    }
+
+    /// The same question in `parts` smaller ones (each list cut alike), to ask at once.
+    pub fn split(self, parts: usize) -> Vec<EventQuery> {
+        let parts = parts.max(1);
+        let cut = |v: Vec<String>| -> Vec<Vec<String>> {
+            let size = v.len().div_ceil(parts).max(1);
+            let mut out: Vec<Vec<String>> = Vec::with_capacity(parts);
+            let mut it = v.into_iter().peekable();
+            while it.peek().is_some() {
+                out.push(it.by_ref().take(size).collect());
+            }
+            out.resize_with(parts, Vec::new);
+            out
+        };
+        let (intents, keys, objects) = (cut(self.intents), cut(self.keys), cut(self.objects));
+        intents
+            .into_iter()
+            .zip(keys)
+            .zip(objects)
+            .map(|((intents, keys), objects)| EventQuery {
+                intents,
+                keys,
+                objects,
+            })
+            .filter(|q| !q.is_empty())
+            .collect()
+    }
 }
 
 /// The page size rule shared by escalation listings.
@@ -780,7 +868,8 @@ pub fn escalation_limit(limit: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::prefix_end;
+    use super::{prefix_end, EventQuery, EventSet};
+    use crate::model::Event;
 
     #[test]
     fn prefix_end_bounds_the_prefix() {
@@ -793,5 +882,37 @@ mod tests {
         assert_eq!(prefix_end(""), None);
         assert_eq!(prefix_end("a~"), None);
         assert_eq!(prefix_end("é"), None);
+    }
+
+    #[test]
+    fn a_split_question_keeps_every_id_once() {
+        let ids = |p: &str, n: usize| (0..n).map(|i| format!("{p}{i}")).collect::<Vec<_>>();
+        let q = EventQuery {
+            intents: ids("i", 7),
+            keys: ids("k", 2),
+            objects: Vec::new(),
+        };
+        let parts = q.clone().split(3);
+        assert_eq!(parts.len(), 3);
+        assert!(parts.iter().all(|p| !p.is_empty()));
+        let joined = |f: fn(&EventQuery) -> &Vec<String>| -> Vec<String> {
+            parts.iter().flat_map(|p| f(p).iter().cloned()).collect()
+        };
+        assert_eq!(joined(|p| &p.intents), q.intents);
+        assert_eq!(joined(|p| &p.keys), q.keys);
+        assert_eq!(q.clone().split(1), std::slice::from_ref(&q));
+        assert_eq!(q.clone().split(20).len(), 7, "no empty parts");
+    }
+
+    #[test]
+    fn an_event_set_keeps_each_event_once_in_order() {
+        use crate::test_builders::{attempt, record};
+        let a = Event::Attempt(attempt("i1", "issue_refund", 0.0, 1.0));
+        let b = Event::Record(record(Some("i1"), "re_1", "succeeded", 2.0));
+        let mut set = EventSet::from(vec![a.clone(), b.clone(), a.clone()]);
+        assert!(!set.insert(b.clone()));
+        let c = Event::Record(record(Some("i1"), "re_1", "failed", 3.0));
+        assert!(set.insert(c.clone()));
+        assert_eq!(set.into_vec(), [a, b, c]);
     }
 }

@@ -64,6 +64,17 @@ impl std::fmt::Debug for SqliteStore {
     }
 }
 
+/// Questions about at least this many ids are split across read connections, one per core
+/// (at most four): start-up asks about every open intent at once.
+const SPLIT_READ_AT: usize = 16_384;
+
+fn read_parts(ids: usize) -> usize {
+    if ids < SPLIT_READ_AT {
+        return 1;
+    }
+    std::thread::available_parallelism().map_or(1, |n| n.get().clamp(1, 4))
+}
+
 impl SqliteStore {
     pub fn path(&self) -> &Path {
         &self.path
@@ -79,6 +90,28 @@ impl SqliteStore {
             .await
             .map_err(|_| StoreError::WriterGone)?;
         answer.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Run `f` on each of `parts` at once, each on its own pooled read connection (so on every
+    /// core): start-up asks about every open intent in one question.
+    async fn read_split<P, T, F>(&self, parts: Vec<P>, f: F) -> Result<Vec<T>, StoreError>
+    where
+        P: Send + 'static,
+        T: Send + 'static,
+        F: Fn(&Connection, P) -> Result<T, StoreError> + Send + Copy + 'static,
+    {
+        let running: Vec<_> = parts
+            .into_iter()
+            .map(|p| {
+                let pool = self.reads.clone();
+                tokio::task::spawn_blocking(move || pool.with(move |conn| f(conn, p)))
+            })
+            .collect();
+        let mut out = Vec::with_capacity(running.len());
+        for r in running {
+            out.push(r.await.map_err(|e| StoreError::Task(e.to_string()))??);
+        }
+        Ok(out)
     }
 
     /// Run `f` on a pooled read connection on a blocking thread.
@@ -141,8 +174,14 @@ impl Store for SqliteStore {
         if q.is_empty() {
             return Ok(Vec::new());
         }
-        self.read(move |conn| events::events_touching(conn, &q))
-            .await
+        let n = read_parts(q.len());
+        let parts = q.split(n);
+        let found = self
+            .read_split(parts, |conn, q| events::events_touching(conn, &q))
+            .await?;
+        Ok(events::in_ingest_order(
+            found.into_iter().flatten().collect(),
+        ))
     }
 
     async fn known_observations(
@@ -170,8 +209,14 @@ impl Store for SqliteStore {
         if routes.is_empty() {
             return Ok(Vec::new());
         }
-        self.read(move |conn| startup::route_owners(conn, &routes))
-            .await
+        let parts = read_parts(routes.len());
+        let size = routes.len().div_ceil(parts);
+        let parts: Vec<Vec<String>> = routes.chunks(size).map(<[String]>::to_vec).collect();
+        let owners = self
+            .read_split(parts, |conn, routes| startup::route_owners(conn, &routes))
+            .await?;
+        let owners: std::collections::BTreeSet<String> = owners.into_iter().flatten().collect();
+        Ok(owners.into_iter().collect())
     }
 
     async fn routes_after(&self, after: &str, limit: usize) -> Result<Vec<String>, StoreError> {

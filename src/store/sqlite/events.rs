@@ -100,7 +100,11 @@ pub(super) fn known_observations(
 }
 
 /// [`Store::events_touching`](super::super::Store::events_touching): indexed lookups (v4's indexes), one statement per chunk of ids.
-pub(super) fn events_touching(conn: &Connection, q: &EventQuery) -> Result<Vec<Event>, StoreError> {
+/// Each with its `seq`; [`in_ingest_order`] makes the answer of one or several of these.
+pub(super) fn events_touching(
+    conn: &Connection,
+    q: &EventQuery,
+) -> Result<Vec<(i64, Event)>, StoreError> {
     const CHUNK: usize = 500;
     let tx = conn.unchecked_transaction()?;
     let mut out: Vec<(i64, Event)> = Vec::new();
@@ -159,8 +163,15 @@ pub(super) fn events_touching(conn: &Connection, q: &EventQuery) -> Result<Vec<E
         decode_record,
     )?;
     tx.finish()?;
-    // A record found by two of its columns is one event; ingest order, for a faithful replay.
-    out.sort_by_key(|(seq, e)| (*seq, matches!(e, Event::Record(_))));
-    out.dedup_by(|a, b| a.0 == b.0 && std::mem::discriminant(&a.1) == std::mem::discriminant(&b.1));
-    Ok(out.into_iter().map(|(_, e)| e).collect())
+    Ok(out)
+}
+
+/// Events found by [`events_touching`], once each, in ingest order (for a faithful replay): a
+/// record found by two of its columns, or by two parts of a split question, is one event.
+pub(super) fn in_ingest_order(mut found: Vec<(i64, Event)>) -> Vec<Event> {
+    found.sort_by_key(|(seq, e)| (*seq, matches!(e, Event::Record(_))));
+    found.dedup_by(|a, b| {
+        a.0 == b.0 && std::mem::discriminant(&a.1) == std::mem::discriminant(&b.1)
+    });
+    found.into_iter().map(|(_, e)| e).collect()
 }

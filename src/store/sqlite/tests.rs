@@ -889,3 +889,73 @@ async fn read_only_open_of_running_and_stopped_server() {
     assert_eq!(reader.report(None, Timestamp(0)).await.unwrap().intents, 1);
     assert_eq!(reader.load_events().await.unwrap().len(), 12);
 }
+
+/// Start-up asks about every open intent at once: past `SPLIT_READ_AT` ids the question is
+/// split across read connections. The answer must be the one question's: every event once
+/// (a record found by its intent in one part and by its key in another too), in ingest order;
+/// and every route's owner once.
+#[tokio::test]
+async fn a_question_split_across_connections_answers_as_one() {
+    let dir = TempDir::new().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let n = (super::SPLIT_READ_AT + 1000) as u64;
+    let mut events = Vec::new();
+    for i in 0..n {
+        let intent = format!("intent-{i}");
+        events.push(Event::Attempt(
+            attempt_at(
+                span(i + 1),
+                &intent,
+                "issue_refund",
+                Timestamp(1_700_000_000_000_000_000 + i as i64),
+                Timestamp(1_700_000_000_500_000_000 + i as i64),
+            )
+            .key(&format!("key-{i}")),
+        ));
+        if i % 97 == 0 {
+            let mut r = record_at(
+                Some(&intent),
+                &format!("re_{i}"),
+                "succeeded",
+                Timestamp(1_700_000_002_000_000_000 + i as i64),
+            );
+            r.idempotency_key = Some(format!("key-{i}"));
+            events.push(Event::Record(r));
+        }
+    }
+    for chunk in events.chunks(5000) {
+        store
+            .append_received(chunk.to_vec(), Timestamp(1_700_000_003_000_000_000))
+            .await
+            .unwrap();
+    }
+    // Intents asked in reverse, keys in order: a record's intent and key land in different
+    // parts of the split question.
+    let found = store
+        .events_touching(crate::store::EventQuery {
+            intents: (0..n).rev().map(|i| format!("intent-{i}")).collect(),
+            keys: (0..n).map(|i| format!("key-{i}")).collect(),
+            objects: Vec::new(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(found, events, "every event once, in ingest order");
+
+    let owners: Vec<crate::model::Route> = (0..n)
+        .map(|i| crate::model::Route {
+            route: format!("k:key-{}", i / 2),
+            intent_id: format!("intent-{i}"),
+        })
+        .collect();
+    store
+        .put_derived(crate::store::Derived {
+            routes: owners,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let asked: Vec<String> = (0..n / 2).map(|i| format!("k:key-{i}")).collect();
+    let mut want: Vec<String> = (0..n).map(|i| format!("intent-{i}")).collect();
+    want.sort();
+    assert_eq!(store.route_owners(asked).await.unwrap(), want);
+}
