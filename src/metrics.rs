@@ -228,6 +228,7 @@ pub struct Metrics {
     intents: AtomicI64,
     intents_evicted: AtomicI64,
     intents_expired: AtomicU64,
+    verdicts_unwritten: AtomicU64,
     verdict_latency: Histogram,
     store_append: Histogram,
     version: &'static str,
@@ -270,6 +271,7 @@ impl Metrics {
             deadline_overdue_ns: AtomicU64::new(0),
             intents: AtomicI64::new(0),
             intents_evicted: AtomicI64::new(0),
+            verdicts_unwritten: AtomicU64::new(0),
             intents_expired: AtomicU64::new(0),
             verdict_latency: Histogram::new(&LATENCY_BUCKETS),
             store_append: Histogram::new(&LATENCY_BUCKETS),
@@ -414,7 +416,6 @@ impl Metrics {
         self.store_append.observe(d);
     }
 
-    /// Intents the engine currently holds.
     /// Settled intents out of memory, waiting in the store (process-local).
     pub fn set_intents_evicted(&self, n: u64) {
         self.intents_evicted
@@ -426,6 +427,12 @@ impl Metrics {
         self.intents_expired.fetch_add(n, Relaxed);
     }
 
+    /// Verdicts concluded and not yet written to the store.
+    pub fn set_verdicts_unwritten(&self, n: u64) {
+        self.verdicts_unwritten.store(n, Relaxed);
+    }
+
+    /// Intents the engine currently holds.
     pub fn set_intents(&self, n: u64) {
         self.intents
             .store(i64::try_from(n).unwrap_or(i64::MAX), Relaxed);
@@ -612,6 +619,17 @@ impl Metrics {
             out,
             "reckon_intents_evicted {}",
             self.intents_evicted.load(Relaxed)
+        );
+        header(
+            &mut out,
+            "reckon_verdicts_unwritten",
+            "Verdicts concluded and not yet written to the store; past 65536, new exports are refused (retryably) until the writer catches up.",
+            "gauge",
+        );
+        let _ = writeln!(
+            out,
+            "reckon_verdicts_unwritten {}",
+            self.verdicts_unwritten.load(Relaxed)
         );
         header(
             &mut out,

@@ -240,6 +240,10 @@ macro_rules! conformance {
                     .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn unwritten_verdicts_are_bounded() {
+                run(|h| async move { super::unwritten_verdicts_are_bounded(&*h).await }).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn escalation_compare_and_set() {
                 run(|h| async move { super::escalation_compare_and_set(&*h).await }).await
             }
@@ -1375,6 +1379,56 @@ async fn escalations_are_durable_before_visible<H: Harness>(h: &H) {
     let store = h.open().await;
     let after = store.get_escalation(&id).await.unwrap().expect("survived");
     assert_eq!(after, stored, "the escalation as it was shown");
+}
+
+/// "Memory and history": what waits to be written is bounded. Past `max_unwritten_verdicts`
+/// the engine says it is behind (ingest then refuses new exports, retryably), and once the
+/// persister's batch lands it no longer is, with every verdict in the store.
+async fn unwritten_verdicts_are_bounded<H: Harness>(h: &H) {
+    let metrics = Arc::new(Metrics::new());
+    let (engine, tasks) = Engine::start_with(
+        contracts(),
+        Arc::new(h.open_any().await),
+        metrics.clone(),
+        EngineOptions {
+            // Long enough that the batch is still gathering when the engine is asked, even
+            // with appends slowed by a loaded machine.
+            persist_linger: Duration::from_secs(5),
+            max_unwritten_verdicts: 3,
+            ..EngineOptions::default()
+        },
+    )
+    .await
+    .expect("engine starts");
+    let timeouts = |from: u64, to: u64| -> Vec<Event> {
+        (from..to)
+            .map(|i| ev(refund(i, &format!("intent-b{i}"), 0).key(&format!("k-b{i}"))))
+            .collect()
+    };
+    ingest(&engine, timeouts(1, 4)).await;
+    assert_eq!(engine.unwritten_verdicts(), 3);
+    assert!(!engine.behind(), "at the bound, not past it");
+    ingest(&engine, timeouts(4, 5)).await;
+    assert_eq!(engine.unwritten_verdicts(), 4);
+    assert!(engine.behind(), "one past the bound");
+    let started = std::time::Instant::now();
+    while engine.behind() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the persister never caught up"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(engine.unwritten_verdicts(), 0);
+    let store = h.open().await;
+    let mut ids = store.verdict_ids("intent-b").await.unwrap();
+    ids.sort();
+    assert_eq!(
+        ids,
+        ["intent-b1", "intent-b2", "intent-b3", "intent-b4"],
+        "everything counted was written"
+    );
+    stop(engine, tasks).await;
 }
 
 fn claimed_by(e: &Escalation, by: &str, secs: i64) -> Escalation {

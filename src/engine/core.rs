@@ -430,15 +430,25 @@ impl EngineCore {
 
     /// Re-audit every intent whose deadline has come.
     pub fn tick(&mut self, now: Timestamp) -> Outcome {
+        self.tick_at_most(now, usize::MAX)
+    }
+
+    /// Re-audit at most `max` of the intents whose deadline has come, earliest first; the
+    /// rest stay due ([`EngineCore::next_deadline`] is then not after `now`). A burst of
+    /// timeouts falls due together a `max_in_flight` later: taken whole, it would hand out a
+    /// verdict per open intent at once, all held until written.
+    pub fn tick_at_most(&mut self, now: Timestamp, max: usize) -> Outcome {
         self.evict_idle(now);
         let mut out = Outcome {
             seq: self.next_seq(),
             ..Outcome::default()
         };
+        let mut taken = 0;
         while let Some((at, id)) = self.schedule.first().cloned() {
-            if at > now {
+            if at > now || taken == max {
                 break;
             }
+            taken += 1;
             self.schedule.remove(&(at, id.clone()));
             self.booked.remove(&id);
             self.audit_into(&id, now, &mut out);
@@ -736,6 +746,46 @@ mod tests {
         let after = core.verdict("e1").unwrap();
         assert_eq!(before.unwrap().fingerprint(), after.fingerprint());
         assert_eq!(after.contract_version, "");
+    }
+
+    /// A wave of deadlines is taken a page at a time, earliest first; what is left stays due,
+    /// and the pages together conclude what one whole tick would.
+    #[test]
+    fn a_wave_of_deadlines_is_taken_a_page_at_a_time() {
+        let wave: Vec<Event> = (0..10)
+            .map(|i| timeout(&format!("i{i}"), i + 1, i as i64, &format!("k{i}")))
+            .collect();
+        let mut paged = EngineCore::new(contracts());
+        let mut whole = EngineCore::new(contracts());
+        paged.ingest(wave.clone(), t(31));
+        whole.ingest(wave, t(31));
+        let now = t(100);
+        let mut pages = Vec::new();
+        while paged.next_deadline().is_some_and(|at| at <= now) {
+            let out = paged.tick_at_most(now, 4);
+            assert!(out.verdicts.len() <= 4);
+            pages.push(
+                out.verdicts
+                    .iter()
+                    .map(|v| v.intent_id.clone())
+                    .collect::<Vec<_>>(),
+            );
+        }
+        assert_eq!(
+            pages,
+            [
+                vec!["i0", "i1", "i2", "i3"],
+                vec!["i4", "i5", "i6", "i7"],
+                vec!["i8", "i9"]
+            ],
+            "earliest deadline first, four at a time"
+        );
+        let all = whole.tick(now);
+        assert_eq!(all.verdicts.len(), 10);
+        for v in &all.verdicts {
+            assert_eq!(paged.verdict(&v.intent_id).as_ref(), Some(&**v));
+        }
+        assert_eq!(paged.next_deadline(), whole.next_deadline());
     }
 
     #[test]

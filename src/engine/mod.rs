@@ -20,7 +20,7 @@ pub mod routes;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
@@ -95,6 +95,7 @@ pub struct Engine {
     progress: Arc<Progress>,
     durability: Durability,
     append_deadline: Duration,
+    max_unwritten_verdicts: usize,
     /// With `[[notify]]` targets: every escalation change is written together with the
     /// notifications that announce it (the outbox), in the same durable write.
     notifier: Option<Arc<Notifier>>,
@@ -126,6 +127,11 @@ pub struct EngineOptions {
     pub route_filter_bytes: usize,
     /// How long raw events of settled intents are kept (`None`, the default: for ever).
     pub retention: Option<Duration>,
+    /// Verdicts the persister may fall behind by before new exports are refused (retryably)
+    /// and the deadline timer waits (default 65,536: ~2.6 KB each, ~170 MB at most). The
+    /// writer normally keeps up; this bounds memory when it cannot (a slow disk, a wave of a
+    /// million deadlines falling due together).
+    pub max_unwritten_verdicts: usize,
 }
 
 impl Default for EngineOptions {
@@ -136,6 +142,7 @@ impl Default for EngineOptions {
             append_deadline: Duration::from_secs(5),
             route_filter_bytes: 32 << 20,
             retention: None,
+            max_unwritten_verdicts: 1 << 16,
         }
     }
 }
@@ -161,6 +168,9 @@ const ROUTE_PAGE: usize = 50_000;
 struct Progress {
     inflight: Mutex<Inflight>,
     durable: AtomicU64,
+    /// Verdicts handed to the persister and not yet written (each counted as handed out, so
+    /// an intent concluded twice before its write counts twice): what memory holds for it.
+    unwritten: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -220,6 +230,14 @@ impl Drop for Received {
         self.progress.inflight().received.remove(&self.key);
     }
 }
+
+/// Due intents re-audited per step of the deadline timer, so a wave is written in pieces while
+/// exports go on being served between them.
+const TICK_PAGE: usize = 4096;
+
+/// Verdicts per write of the persister: one write is one transaction, and appends of new
+/// exports queue behind it on the store's writer.
+const WRITE_PAGE: usize = 8192;
 
 /// Rounds of bringing intents back for one batch: each round may name intents the previous
 /// one's events concern. Linked evidence rarely chains beyond two.
@@ -417,6 +435,7 @@ impl Engine {
             progress: progress.clone(),
             durability: Durability::default(),
             append_deadline: options.append_deadline,
+            max_unwritten_verdicts: options.max_unwritten_verdicts,
             notifier,
         });
         let concluded = {
@@ -954,7 +973,10 @@ impl Engine {
                 .as_ref()
             {
                 // The receiver lives until `close`; after it there is nothing left to write to.
-                let _ = tx.send(out);
+                let handed = out.verdicts.len();
+                if tx.send(out).is_ok() {
+                    self.progress.unwritten.fetch_add(handed, Ordering::AcqRel);
+                }
             }
         }
         Concluded {
@@ -1020,21 +1042,44 @@ impl Engine {
             .take();
     }
 
+    /// Verdicts concluded and not yet written.
+    pub fn unwritten_verdicts(&self) -> usize {
+        self.progress.unwritten.load(Ordering::Acquire)
+    }
+
+    /// The persister is too far behind for more work to be taken on: new exports are refused
+    /// (retryably) and the deadline timer waits, so what waits to be written stays bounded.
+    pub fn behind(&self) -> bool {
+        self.unwritten_verdicts() > self.max_unwritten_verdicts
+    }
+
+    /// Evict what may leave and re-audit a page of what is due (none while the persister is
+    /// behind). Returns when to come back.
     async fn tick(&self) -> Option<Timestamp> {
         let durable = self.progress.durable.load(Ordering::Acquire);
+        let behind = self.behind();
+        let page = if behind { 0 } else { TICK_PAGE };
         self.step(|core| {
             core.mark_durable(durable);
-            core.tick(wall_now())
+            core.tick_at_most(wall_now(), page)
         })
         .await;
+        self.metrics
+            .set_verdicts_unwritten(self.unwritten_verdicts() as u64);
         let core = self.lock();
         // Evictions change no verdict, so the step announces nothing: count them here.
         self.metrics.set_intents(core.intents() as u64);
         self.metrics.set_intents_evicted(core.evicted() as u64);
-        match (core.next_deadline(), core.next_eviction()) {
+        let next = match (core.next_deadline(), core.next_eviction()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
+        };
+        if behind {
+            // The persister wakes the timer after each write; this is only the longest wait.
+            let retry = wall_now() + Dur::millis(100);
+            return Some(next.map_or(retry, |at| at.max(retry)));
         }
+        next
     }
 
     /// Bring back the settled intents `routes` reach (and those their evidence reaches), with
@@ -1346,6 +1391,9 @@ struct Pending {
     routes: BTreeSet<Route>,
     /// The latest step taken in.
     seq: u64,
+    /// Verdicts taken in, counted as handed out (before an intent's newer verdict replaces its
+    /// older one here): what to take off [`Progress::unwritten`] once written.
+    taken: usize,
 }
 
 impl Pending {
@@ -1363,6 +1411,7 @@ impl Pending {
             self.verdicts.remove(&id);
             self.removed.insert(id);
         }
+        self.taken += o.verdicts.len();
         for v in o.verdicts {
             self.removed.remove(&v.intent_id);
             self.verdicts.insert(v.intent_id.clone(), v);
@@ -1377,23 +1426,50 @@ impl Pending {
         }
     }
 
-    /// One durable unit: a pseudo-intent's removal lands with the verdict that absorbed it,
-    /// and escalations before the verdicts that name them.
+    /// Written in pages of [`WRITE_PAGE`] verdicts, each one transaction, so that appends of
+    /// new exports are not held behind one huge write and only a page is copied at a time.
+    /// Escalations go with the first page, before the verdicts that name them; removals of
+    /// pseudo-intents with the last, after every verdict that may have absorbed them (a reader
+    /// in between sees an orphan a moment longer, never an intent's evidence missing); the
+    /// checkpoint with the last, as it says everything before it is written. A page that fails
+    /// fails the whole: it is all written again (writes are upserts).
     async fn write(
         &self,
         store: &AnyStore,
         checkpoint: Option<Timestamp>,
     ) -> Result<(), StoreError> {
-        store
-            .put_derived(Derived {
-                escalations: self.escalations.values().cloned().collect(),
-                removed: self.removed.iter().cloned().collect(),
-                verdicts: self.verdicts.values().map(|v| Verdict::clone(v)).collect(),
-                outbox: Vec::new(),
-                routes: self.routes.iter().cloned().collect(),
-                checkpoint,
-            })
-            .await
+        let verdicts: Vec<&Arc<Verdict>> = self.verdicts.values().collect();
+        let pages = verdicts.len().div_ceil(WRITE_PAGE).max(1);
+        for (i, page) in verdicts
+            .chunks(WRITE_PAGE)
+            .chain(verdicts.is_empty().then_some(&[][..]))
+            .enumerate()
+        {
+            let (first, last) = (i == 0, i + 1 == pages);
+            store
+                .put_derived(Derived {
+                    escalations: if first {
+                        self.escalations.values().cloned().collect()
+                    } else {
+                        Vec::new()
+                    },
+                    removed: if last {
+                        self.removed.iter().cloned().collect()
+                    } else {
+                        Vec::new()
+                    },
+                    verdicts: page.iter().map(|v| Verdict::clone(v)).collect(),
+                    outbox: Vec::new(),
+                    routes: if first {
+                        self.routes.iter().cloned().collect()
+                    } else {
+                        Vec::new()
+                    },
+                    checkpoint: if last { checkpoint } else { None },
+                })
+                .await?;
+        }
+        Ok(())
     }
 }
 
@@ -1466,6 +1542,9 @@ async fn persist_loop(
             Ok(()) => {
                 last_checkpoint = checkpoint.unwrap_or(last_checkpoint);
                 progress.durable.fetch_max(pending.seq, Ordering::AcqRel);
+                progress
+                    .unwritten
+                    .fetch_sub(pending.taken, Ordering::AcqRel);
                 wake.notify_one();
                 pending = Pending::default();
                 failures = 0;

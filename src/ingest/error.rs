@@ -16,7 +16,8 @@ pub enum IngestError {
     UnsupportedMediaType(String),
     #[error("unsupported content encoding {0:?}: send gzip or none")]
     UnsupportedEncoding(String),
-    /// Too many exports in flight: refused before any work, so the client's retry is safe.
+    /// Too many exports in flight, or too many verdicts waiting to be written: refused before
+    /// any work, so the client's retry is safe.
     #[error("reckon is at capacity; retry later")]
     Overloaded,
     /// The store could not make the events durable: nothing was acknowledged.

@@ -126,7 +126,14 @@ impl IngestService {
     }
 
     /// Admit one request, or refuse it as overloaded (429 / RESOURCE_EXHAUSTED, retryable).
+    /// Also refused while the engine's verdicts wait to be written past their bound (a store
+    /// slower than the traffic): taking more would grow memory without bound. Counted as
+    /// `overloaded` too (the same answer); `reckon_verdicts_unwritten` tells the two apart.
     pub fn admit(&self) -> Result<Admission, IngestError> {
+        if self.engine.behind() {
+            self.metrics.rejection("overloaded", 1);
+            return Err(IngestError::Overloaded);
+        }
         self.permits
             .clone()
             .try_acquire_owned()
