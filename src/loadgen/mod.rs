@@ -442,8 +442,9 @@ async fn server_rss(http: &reqwest::Client, api: &str) -> Result<Option<u64>, Lo
 }
 
 /// `TraceService/Export` with an export already encoded: the HTTP phase posts the same bytes,
-/// so the comparison measures the server's transports, not the generator's encoding.
-async fn export_grpc(
+/// so the comparison measures the server's transports, not the generator's encoding. (Also
+/// how a test sends bytes no exporter would.)
+pub async fn export_grpc(
     client: &mut tonic::client::Grpc<tonic::transport::Channel>,
     body: bytes::Bytes,
 ) -> Result<ExportTraceServiceResponse, tonic::Status> {

@@ -63,7 +63,7 @@ fn proto_span(intent: &str) -> Span {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn truncated_protobuf_is_400_with_a_status_body() {
+async fn truncated_protobuf_is_refused_with_a_status_over_http_and_grpc() {
     let server = Server::start().await;
     let good = bystander(&server).await;
     let (a, b) = (unique("int"), unique("int"));
@@ -98,16 +98,43 @@ async fn truncated_protobuf_is_400_with_a_status_body() {
             status.message
         );
     }
+    // The same bytes over gRPC: INVALID_ARGUMENT with the same message, counted the same.
+    let channel = tonic::transport::Channel::from_shared(server.r().grpc_url())
+        .unwrap()
+        .connect()
+        .await
+        .expect("connect over gRPC");
+    let mut client = tonic::client::Grpc::new(channel);
+    let refused = reckon::loadgen::export_grpc(&mut client, cut.clone().into())
+        .await
+        .expect_err("a truncated export is refused over gRPC too");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(
+        refused.message().starts_with("cannot decode request"),
+        "{}",
+        refused.message()
+    );
+    assert_eq!(
+        server
+            .metric("reckon_ingest_rejections_total{reason=\"decode_error\"}")
+            .await,
+        Some(3.0),
+        "two over HTTP, one over gRPC"
+    );
     // Nothing of the truncated batch was taken, not even the span before the cut.
     for i in [&a, &b] {
         assert_eq!(server.get(&format!("/api/v1/intents/{i}")).await.0, 404);
     }
     unchanged(&server, &good).await;
-    // The whole request, re-sent intact, is taken.
+    // The whole request, re-sent intact, is taken, over gRPC as it was refused.
+    reckon::loadgen::export_grpc(&mut client, bytes.clone().into())
+        .await
+        .expect("the intact export is acknowledged over gRPC");
+    assert_verdict(&server.verdict(&a).await, "unknown / retry_same_key / -");
     let resp = server
         .post_otlp("/v1/traces", "application/x-protobuf", false, bytes)
         .await;
-    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.status(), 200, "and again over HTTP: a re-send");
     assert_verdict(&server.verdict(&a).await, "unknown / retry_same_key / -");
     server.stop().await;
 }
