@@ -50,9 +50,9 @@ pub struct EngineCore {
     /// What the core remembers of each in-memory intent's last verdict (not the verdict: it
     /// is recomputed when asked for, see [`Remembered`]).
     verdicts: HashMap<String, Remembered>,
-    /// Re-audit instants, ordered, and the one currently booked per intent.
+    /// Re-audit instants, ordered (the one booked for each intent is its
+    /// [`Remembered::booked`]).
     schedule: BTreeSet<(Timestamp, String)>,
-    booked: HashMap<String, Timestamp>,
     /// How long a settled intent stays in memory after it settled (`None`: for ever).
     evict_after: Option<Dur>,
     /// Intents that were settled when last audited, with the step that found them so, oldest
@@ -103,6 +103,9 @@ struct Remembered {
     settled: bool,
     /// `(kind, hash of subject)` of its findings: one not among them is new.
     findings: Box<[(FindingKind, u64)]>,
+    /// The re-audit booked for it in the schedule, if any. Here rather than in a map of its
+    /// own: one copy of the intent id fewer per open intent.
+    booked: Option<Timestamp>,
 }
 
 fn finding_identity(f: &Finding) -> (FindingKind, u64) {
@@ -120,6 +123,7 @@ impl Remembered {
             audited_at: v.audited_at,
             settled: v.is_settled(),
             findings: v.findings.iter().map(finding_identity).collect(),
+            booked: None,
         }
     }
 }
@@ -132,7 +136,6 @@ impl EngineCore {
             book: EscalationBook::new(),
             verdicts: HashMap::new(),
             schedule: BTreeSet::new(),
-            booked: HashMap::new(),
             evict_after: None,
             settled: VecDeque::new(),
             routes: RouteFilter::new(DEFAULT_FILTER_BYTES, false),
@@ -231,8 +234,7 @@ impl EngineCore {
             for r in &routes {
                 self.routes.insert(r);
             }
-            self.verdicts.remove(&id);
-            self.unbook(&id);
+            self.forget(&id);
             self.evicted_count += 1;
             self.evictions += 1;
             n += 1;
@@ -304,16 +306,11 @@ impl EngineCore {
             let contract = Ledger::contract_for(&history, &self.contracts);
             let mut v = audit::audit(&history, contract, now);
             self.book.apply(&mut v);
-            self.unbook(id);
-            if let Some(at) = v.next_change {
-                self.schedule.insert((at, id.clone()));
-                self.booked.insert(id.clone(), at);
-            }
             if self.evict_after.is_some() && v.is_settled() {
                 // Its routes are in the store already (it left memory settled).
                 self.settled.push_back((now, 0, id.clone()));
             }
-            self.verdicts.insert(id.clone(), Remembered::of(&v));
+            self.remember(id, Remembered::of(&v), v.next_change);
         }
     }
 
@@ -384,8 +381,7 @@ impl EngineCore {
             ..Outcome::default()
         };
         for id in &change.removed {
-            self.verdicts.remove(id);
-            self.unbook(id);
+            self.forget(id);
             out.removed.push(id.clone());
         }
         for id in &change.affected {
@@ -415,8 +411,7 @@ impl EngineCore {
         let now_ids: HashSet<String> = self.ledger.ids().collect();
         for id in old {
             if !now_ids.contains(&id) {
-                self.verdicts.remove(&id);
-                self.unbook(&id);
+                self.forget(&id);
                 out.removed.push(id);
             }
         }
@@ -450,7 +445,9 @@ impl EngineCore {
             }
             taken += 1;
             self.schedule.remove(&(at, id.clone()));
-            self.booked.remove(&id);
+            if let Some(r) = self.verdicts.get_mut(&id) {
+                r.booked = None;
+            }
             self.audit_into(&id, now, &mut out);
         }
         out
@@ -549,8 +546,7 @@ impl EngineCore {
         stored: Option<u64>,
     ) {
         let Some(mut v) = v else {
-            self.verdicts.remove(id);
-            self.unbook(id);
+            self.forget(id);
             return;
         };
         if let Some(e) = self.book.observe(&v) {
@@ -563,11 +559,6 @@ impl EngineCore {
             if before.is_none_or(|b| !b.contains(&finding_identity(f))) {
                 out.new_findings.push((v.tool.clone(), f.clone()));
             }
-        }
-        self.unbook(id);
-        if let Some(at) = v.next_change {
-            self.schedule.insert((at, id.to_string()));
-            self.booked.insert(id.to_string(), at);
         }
         if v.is_settled() {
             // Written with the verdict (again, if it was written before: a new key or object
@@ -587,14 +578,34 @@ impl EngineCore {
         let remembered = Remembered::of(&v);
         let before = stored.or_else(|| self.verdicts.get(id).map(|old| old.fingerprint));
         let material = before != Some(remembered.fingerprint);
-        self.verdicts.insert(id.to_string(), remembered);
+        self.remember(id, remembered, v.next_change);
         if material {
             out.verdicts.push(Arc::new(v));
         }
     }
 
-    fn unbook(&mut self, id: &str) {
-        if let Some(at) = self.booked.remove(id) {
+    /// Keep what is remembered of an intent's fresh verdict, its re-audit booked at `next`
+    /// (the one booked before, if any, unbooked).
+    fn remember(&mut self, id: &str, mut remembered: Remembered, next: Option<Timestamp>) {
+        remembered.booked = next;
+        if let Some(at) = next {
+            self.schedule.insert((at, id.to_string()));
+        }
+        let old = match self.verdicts.get_mut(id) {
+            Some(slot) => std::mem::replace(slot, remembered).booked,
+            None => {
+                self.verdicts.insert(id.to_string(), remembered);
+                None
+            }
+        };
+        if let Some(at) = old.filter(|at| Some(*at) != next) {
+            self.schedule.remove(&(at, id.to_string()));
+        }
+    }
+
+    /// An intent no longer held: what is remembered of it goes, and its booked re-audit.
+    fn forget(&mut self, id: &str) {
+        if let Some(at) = self.verdicts.remove(id).and_then(|r| r.booked) {
             self.schedule.remove(&(at, id.to_string()));
         }
     }
