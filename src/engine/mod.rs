@@ -1111,10 +1111,13 @@ async fn load_unsettled(store: &AnyStore) -> Result<Loaded, StoreError> {
             stored: Default::default(),
         });
     };
+    // Each stage timed for the log: which one a slow start spends its time in.
+    let started = Instant::now();
     let tail = store
         .events_received_since(checkpoint - CHECKPOINT_MARGIN)
         .await?;
     let unsettled = store.unsettled_intents().await?;
+    let ids_at = started.elapsed();
     let mut intents: BTreeSet<String> = BTreeSet::new();
     let mut stored =
         foldhash::HashMap::with_capacity_and_hasher(unsettled.len(), Default::default());
@@ -1143,6 +1146,7 @@ async fn load_unsettled(store: &AnyStore) -> Result<Loaded, StoreError> {
         objects.into_iter().collect(),
     )
     .await?;
+    let evidence_at = started.elapsed();
     // An intent's own id reaches only itself, and these are loaded already.
     let routes: Vec<String> = tail
         .iter()
@@ -1150,7 +1154,15 @@ async fn load_unsettled(store: &AnyStore) -> Result<Loaded, StoreError> {
         .flat_map(Event::routes)
         .filter(|r| r.strip_prefix("i:").is_none_or(|id| !intents.contains(id)))
         .collect();
+    let asked = routes.len();
     let (_, reached) = crate::store::reached(store, routes, |id| intents.contains(id)).await?;
+    tracing::debug!(
+        ids_ms = ids_at.as_millis() as u64,
+        evidence_ms = (evidence_at - ids_at).as_millis() as u64,
+        routes = asked,
+        routes_ms = (started.elapsed() - evidence_at).as_millis() as u64,
+        "start-up read, by stage: the unsettled ids and the checkpoint's tail, their evidence, the settled intents their routes reach"
+    );
     let mut events = crate::store::EventSet::from(events);
     for e in tail.into_iter().chain(reached) {
         events.insert(e);

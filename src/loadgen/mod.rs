@@ -88,6 +88,16 @@ struct Tally {
     records_acked: AtomicU64,
     refusals: AtomicU64,
     errors: AtomicU64,
+    /// What the first error was (a count alone tells nobody what to fix).
+    first_error: Mutex<Option<String>>,
+}
+
+impl Tally {
+    fn error(&self, what: String) {
+        self.errors.fetch_add(1, Relaxed);
+        let mut first = self.first_error.lock().unwrap_or_else(|e| e.into_inner());
+        first.get_or_insert(what);
+    }
 }
 
 /// Intents whose spans left them open, waiting for the record that settles them.
@@ -284,7 +294,7 @@ impl Worker {
                     {
                         Answer::Refused
                     }
-                    Err(_) => Answer::Failed,
+                    Err(s) => Answer::Failed(format!("gRPC {:?}: {}", s.code(), s.message())),
                 },
                 None => self.export_http(body.clone()).await,
             };
@@ -306,8 +316,8 @@ impl Worker {
                     }
                     tokio::time::sleep(REFUSAL_PAUSE).await;
                 }
-                Answer::Failed => {
-                    self.tally.errors.fetch_add(1, Relaxed);
+                Answer::Failed(what) => {
+                    self.tally.error(what);
                     // Not a busy loop against a server that is gone.
                     tokio::time::sleep(REFUSAL_PAUSE).await;
                     return false;
@@ -328,11 +338,12 @@ impl Worker {
             Ok(r) if r.status().is_success() => match r.bytes().await {
                 Ok(b) => ExportTraceServiceResponse::decode(b)
                     .map(Answer::Ok)
-                    .unwrap_or(Answer::Failed),
-                Err(_) => Answer::Failed,
+                    .unwrap_or_else(|e| Answer::Failed(format!("HTTP 200 with a bad body: {e}"))),
+                Err(e) => Answer::Failed(format!("HTTP 200, body not read: {e}")),
             },
             Ok(r) if matches!(r.status().as_u16(), 429 | 502 | 503 | 504) => Answer::Refused,
-            _ => Answer::Failed,
+            Ok(r) => Answer::Failed(format!("HTTP {}", r.status())),
+            Err(e) => Answer::Failed(format!("HTTP: {e}")),
         }
     }
 
@@ -365,8 +376,13 @@ impl Worker {
                     }
                     tokio::time::sleep(REFUSAL_PAUSE).await;
                 }
-                _ => {
-                    self.tally.errors.fetch_add(1, Relaxed);
+                Ok(r) => {
+                    self.tally
+                        .error(format!("records API: HTTP {}", r.status()));
+                    return;
+                }
+                Err(e) => {
+                    self.tally.error(format!("records API: {e}"));
                     return;
                 }
             }
@@ -377,7 +393,8 @@ impl Worker {
 enum Answer {
     Ok(ExportTraceServiceResponse),
     Refused,
-    Failed,
+    /// Neither acknowledged nor refused as retryable: what happened.
+    Failed(String),
 }
 
 /// Follow sampled intents one at a time until their verdict shows the expected state; returns

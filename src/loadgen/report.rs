@@ -20,6 +20,8 @@ pub struct PhaseResult {
     pub records_acked: u64,
     pub refusals: u64,
     pub errors: u64,
+    /// The first error, as the client saw it.
+    pub first_error: Option<String>,
     /// Sorted.
     pub latencies: Vec<Duration>,
     pub rss_after: Option<u64>,
@@ -45,6 +47,11 @@ impl PhaseResult {
             records_acked: tally.records_acked.load(Relaxed),
             refusals: tally.refusals.load(Relaxed),
             errors: tally.errors.load(Relaxed),
+            first_error: tally
+                .first_error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
             latencies,
             rss_after,
         }
@@ -129,6 +136,14 @@ impl Report {
                 mib(p.rss_after),
             ));
         }
+        for p in self.phases.iter().filter(|p| p.errors > 0) {
+            if let Some(e) = &p.first_error {
+                out.push_str(&format!(
+                    "{} {}: {} error(s), the first: {e}\n",
+                    p.name, p.transport, p.errors
+                ));
+            }
+        }
         out
     }
 
@@ -151,6 +166,7 @@ impl Report {
                 "records_acked": p.records_acked,
                 "refusals": p.refusals,
                 "errors": p.errors,
+                "first_error": p.first_error,
                 "acked_per_sec": p.rate(),
                 "ratio_to_first": if base > 0.0 { p.rate() / base } else { 0.0 },
                 "latency_samples": p.latencies.len(),
