@@ -24,8 +24,9 @@ use crate::auth::{Gate, Need, Principal};
 use crate::clock::wall_now;
 use crate::codec::{rfc3339, EscalationDoc, VerdictDoc};
 use crate::engine::Engine;
-use crate::ingest::body::{body_of, read_body};
+use crate::ingest::body::{body_of, discard_later, read_body};
 use crate::ingest::error::IngestError;
+use crate::ingest::service::Admission;
 use crate::ingest::service::IngestService;
 use crate::metrics::Metrics;
 use crate::model::*;
@@ -88,13 +89,24 @@ pub fn router(state: ApiState) -> Router {
         .with_state(state)
 }
 
+/// Admitted before the body is read, like every ingest path; a refused body is read to its end
+/// behind the answer and dropped ([`discard_later`]).
+fn admit(s: &ApiState, body: Body) -> Result<(Admission, Body), ApiError> {
+    match s.ingest.admit() {
+        Ok(admitted) => Ok((admitted, body)),
+        Err(e) => {
+            discard_later(body, s.max_bytes);
+            Err(e.into())
+        }
+    }
+}
+
 async fn post_records(
     State(s): State<ApiState>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    // Admitted before the body is read, like every ingest path.
-    let admitted = s.ingest.admit()?;
+    let (admitted, body) = admit(&s, body)?;
     let body = read_body(body, s.max_bytes).await?;
     let raw = body_of(&headers, &body, s.max_bytes)?;
     let reply = s.ingest.records(admitted, &raw).await?;
@@ -106,7 +118,7 @@ async fn post_stripe(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let admitted = s.ingest.admit()?;
+    let (admitted, body) = admit(&s, body)?;
     let body = read_body(body, s.max_bytes).await?;
     let signature = headers
         .get("stripe-signature")

@@ -19,7 +19,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use prost::Message;
 
-use super::body::{body_of, read_body};
+use super::body::{body_of, discard_later, read_body};
 use super::error::IngestError;
 use super::otlp;
 use super::service::{IngestService, PartialSuccess, Transport};
@@ -42,7 +42,10 @@ pub fn router(service: Arc<IngestService>, max_bytes: usize, gate: Gate) -> Rout
         .route("/v1/traces", post(traces))
         .route("/v1/logs", post(logs))
         // Before admission and before the body is read: a refused export costs nothing.
-        .route_layer(axum::middleware::from_fn_with_state(gate, authorize))
+        .route_layer(axum::middleware::from_fn_with_state(
+            (gate, max_bytes),
+            authorize,
+        ))
         // Bodies are read by `read_body` under the limit, after admission.
         .layer(DefaultBodyLimit::disable())
         .with_state(HttpState { service, max_bytes })
@@ -51,7 +54,7 @@ pub fn router(service: Arc<IngestService>, max_bytes: usize, gate: Gate) -> Rout
 /// Every export needs an `ingest` token; a refusal answers in the request's format, as every
 /// other OTLP/HTTP error does.
 async fn authorize(
-    State(gate): State<Gate>,
+    State((gate, max_bytes)): State<(Gate, usize)>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
@@ -63,6 +66,7 @@ async fn authorize(
         Ok(_) => next.run(request).await,
         Err(e) => {
             let format = format_of(request.headers()).unwrap_or(Format::Protobuf);
+            discard_later(request.into_body(), max_bytes);
             let mut response = error_response(format, &IngestError::from(e));
             if response.status() == StatusCode::UNAUTHORIZED {
                 response.headers_mut().insert(
@@ -105,10 +109,20 @@ async fn logs(State(s): State<HttpState>, headers: HeaderMap, body: Body) -> Res
 async fn export(s: HttpState, headers: HeaderMap, body: Body, signal: Signal) -> Response {
     let received = Instant::now();
     let format = format_of(&headers).unwrap_or(Format::Protobuf);
+    // Refuse before reading: a body costs memory, an overload answer costs nothing (the body is
+    // then read to its end and dropped, behind the answer: see `discard_later`).
+    let admitted = format_of(&headers).and_then(|_| s.service.admit());
+    let admitted = match admitted {
+        Ok(a) => a,
+        Err(e) => {
+            discard_later(body, s.max_bytes);
+            if !matches!(e, IngestError::Overloaded) {
+                s.service.refused(&e);
+            }
+            return error_response(format, &e);
+        }
+    };
     let result = async {
-        let format = format_of(&headers)?;
-        // Refuse before reading: a body costs memory, an overload answer costs nothing.
-        let admitted = s.service.admit()?;
         let body = read_body(body, s.max_bytes).await?;
         let service = s.service.clone();
         let max = s.max_bytes;

@@ -141,3 +141,111 @@ async fn at_capacity_exports_get_retryable_refusals_and_the_retry_lands() {
     assert_eq!(v["attempts"].as_array().map(Vec::len), Some(1));
     running.shutdown().await.unwrap();
 }
+
+/// Read one HTTP/1.1 response from `stream` (headers, then `content-length` bytes); its status,
+/// or `None` when the server closed the connection instead of answering.
+async fn read_response(stream: &mut tokio::net::TcpStream) -> Option<u16> {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut chunk))
+            .await
+            .expect("an answer within 10 s")
+            .ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+    let status: u16 = head.split_whitespace().nth(1)?.parse().ok()?;
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map_or(0, |v| v.trim().parse().unwrap_or(0));
+    while buf.len() < head_end + length {
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Some(status)
+}
+
+/// A refusal before the body is read (at capacity, or a content type reckon does not take)
+/// still reads the body to its end behind the answer, so the client's connection stays usable:
+/// closing it with the body arriving makes the client's kernel see a reset, and some exporters
+/// then report a transport error and drop the batch instead of retrying the 429.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_body_is_read_so_the_connection_stays_usable() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(dir.path().join("data"));
+    config.max_concurrent_exports = 1;
+    let running = reckon::app::start(config).await.expect("reckon starts");
+    // Hold the only permit with an export whose body never finishes arriving.
+    let mut held = tokio::net::TcpStream::connect(running.http_addr)
+        .await
+        .unwrap();
+    held.write_all(b"POST /v1/traces HTTP/1.1\r\nhost: reckon\r\ncontent-type: application/x-protobuf\r\ncontent-length: 4096\r\n\r\n")
+        .await
+        .unwrap();
+    held.write_all(&[0u8; 16]).await.unwrap();
+    // Wait until it holds the permit: another client is refused.
+    let http = reqwest::Client::new();
+    let mut at_capacity = false;
+    for _ in 0..100 {
+        let resp = http
+            .post(format!("{}/v1/traces", running.http_url()))
+            .header("content-type", "application/x-protobuf")
+            .body(Vec::<u8>::new())
+            .send()
+            .await
+            .unwrap();
+        if resp.status() == 429 {
+            at_capacity = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(at_capacity, "the held export takes the only permit");
+
+    // One client connection, three requests on it, each with a body the size of a real export.
+    let body = vec![0u8; 256 << 10];
+    let mut client = tokio::net::TcpStream::connect(running.http_addr)
+        .await
+        .unwrap();
+    let mut statuses = Vec::new();
+    for content_type in [
+        "application/x-protobuf",
+        "text/plain",
+        "application/x-protobuf",
+    ] {
+        let head = format!(
+            "POST /v1/traces HTTP/1.1\r\nhost: reckon\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        // The answer may come before the body is sent: the body still goes, as a client's would.
+        // A write that fails is the server having closed the connection.
+        let sent = match client.write_all(head.as_bytes()).await {
+            Ok(()) => client.write_all(&body).await,
+            Err(e) => Err(e),
+        };
+        if sent.is_err() {
+            statuses.push(None);
+            break;
+        }
+        statuses.push(read_response(&mut client).await);
+    }
+    assert_eq!(
+        statuses,
+        [Some(429), Some(415), Some(429)],
+        "every refusal answered on the same connection"
+    );
+    drop(held);
+    running.shutdown().await.unwrap();
+}
