@@ -29,9 +29,10 @@ pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, IngestError> {
 /// to its end in the background and dropped as it arrives: at most `limit` bytes, for at most
 /// [`DISCARD_FOR`]. An HTTP/1.1 server that answers early and closes while the body is still
 /// arriving makes the client's kernel see a reset, and the client may then report a transport
-/// error instead of the answer: a 429 its exporter would have retried becomes a batch some
-/// exporters drop (seen as ~0.2 % of refusals under `reckon loadgen`). Read to its end, the
-/// answer arrives and the connection stays usable. Nothing is kept, so it costs no memory.
+/// error instead of the answer (seen as ~0.2 % of refusals under `reckon loadgen`): the 429's
+/// `Retry-After` is lost, and an exporter that retries only on status codes drops the batch.
+/// Read to its end, the answer arrives and the connection stays usable. Nothing is kept, so it
+/// costs no memory.
 pub fn discard_later(body: Body, limit: usize) {
     tokio::spawn(async move {
         use http_body_util::BodyExt;
