@@ -51,17 +51,15 @@ fn export_of(intent: &str) -> ExportTraceServiceRequest {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn at_capacity_exports_get_retryable_refusals_and_the_retry_lands() {
-    let dir = tempfile::tempdir().unwrap();
+/// reckon with room for one export at a time.
+async fn with_one_permit(dir: &tempfile::TempDir) -> reckon::app::Running {
     let mut config = test_config(dir.path().join("data"));
     config.max_concurrent_exports = 1;
-    let running = reckon::app::start(config).await.expect("reckon starts");
-    let http = reqwest::Client::new();
-    let intent = unique("refund");
-    let body = export_of(&intent).encode_to_vec();
+    reckon::app::start(config).await.expect("reckon starts")
+}
 
-    // Hold the only permit with an export whose body never finishes arriving.
+/// Hold the only permit with an export whose body never finishes arriving (until dropped).
+async fn hold_the_only_permit(running: &reckon::app::Running) -> tokio::net::TcpStream {
     let mut held = tokio::net::TcpStream::connect(running.http_addr)
         .await
         .unwrap();
@@ -69,6 +67,18 @@ async fn at_capacity_exports_get_retryable_refusals_and_the_retry_lands() {
         .await
         .unwrap();
     held.write_all(&[0u8; 16]).await.unwrap();
+    held
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_capacity_exports_get_retryable_refusals_and_the_retry_lands() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = with_one_permit(&dir).await;
+    let http = reqwest::Client::new();
+    let intent = unique("refund");
+    let body = export_of(&intent).encode_to_vec();
+
+    let held = hold_the_only_permit(&running).await;
 
     let post = || {
         http.post(format!("{}/v1/traces", running.http_url()))
@@ -179,22 +189,13 @@ async fn read_response(stream: &mut tokio::net::TcpStream) -> Option<u16> {
 
 /// A refusal before the body is read (at capacity, or a content type reckon does not take)
 /// still reads the body to its end behind the answer, so the client's connection stays usable:
-/// closing it with the body arriving makes the client's kernel see a reset, and some exporters
-/// then report a transport error and drop the batch instead of retrying the 429.
+/// closing it with the body arriving makes the client's kernel see a reset, and the client a
+/// transport error instead of the 429 and its `Retry-After`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_body_is_read_so_the_connection_stays_usable() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = test_config(dir.path().join("data"));
-    config.max_concurrent_exports = 1;
-    let running = reckon::app::start(config).await.expect("reckon starts");
-    // Hold the only permit with an export whose body never finishes arriving.
-    let mut held = tokio::net::TcpStream::connect(running.http_addr)
-        .await
-        .unwrap();
-    held.write_all(b"POST /v1/traces HTTP/1.1\r\nhost: reckon\r\ncontent-type: application/x-protobuf\r\ncontent-length: 4096\r\n\r\n")
-        .await
-        .unwrap();
-    held.write_all(&[0u8; 16]).await.unwrap();
+    let running = with_one_permit(&dir).await;
+    let held = hold_the_only_permit(&running).await;
     // Wait until it holds the permit: another client is refused.
     let http = reqwest::Client::new();
     let mut at_capacity = false;
