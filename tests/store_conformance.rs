@@ -1185,10 +1185,19 @@ async fn first_copy_wins<H: Harness>(h: &H) {
 
 /// Start the real engine on a store, as the app does.
 async fn engine_on(store: AnyStore) -> (Arc<Engine>, EngineTasks, Arc<Metrics>) {
+    engine_with(store, EngineOptions::default()).await
+}
+
+/// [`engine_on`] with its background work tuned.
+async fn engine_with(
+    store: AnyStore,
+    options: EngineOptions,
+) -> (Arc<Engine>, EngineTasks, Arc<Metrics>) {
     let metrics = Arc::new(Metrics::new());
-    let (engine, tasks) = Engine::start(contracts(), Arc::new(store), metrics.clone())
-        .await
-        .expect("engine starts");
+    let (engine, tasks) =
+        Engine::start_with(contracts(), Arc::new(store), metrics.clone(), options)
+            .await
+            .expect("engine starts");
     (engine, tasks, metrics)
 }
 
@@ -1317,18 +1326,14 @@ async fn restart_reconciles_orphan_verdicts<H: Harness>(h: &H) {
 /// crash before the persister wrote anything (its linger here is an hour) keeps it, with the
 /// finding that opened it.
 async fn escalations_are_durable_before_visible<H: Harness>(h: &H) {
-    let metrics = Arc::new(Metrics::new());
-    let (engine, tasks) = Engine::start_with(
-        contracts(),
-        Arc::new(h.open_any().await),
-        metrics.clone(),
+    let (engine, tasks, metrics) = engine_with(
+        h.open_any().await,
         EngineOptions {
             persist_linger: Duration::from_secs(3600),
             ..EngineOptions::default()
         },
     )
-    .await
-    .expect("engine starts");
+    .await;
     let reader = h.open().await;
     let paid = ev(refund(1, "intent-d", 0)
         .key("k-d")
@@ -1385,11 +1390,8 @@ async fn escalations_are_durable_before_visible<H: Harness>(h: &H) {
 /// the engine says it is behind (ingest then refuses new exports, retryably), and once the
 /// persister's batch lands it no longer is, with every verdict in the store.
 async fn unwritten_verdicts_are_bounded<H: Harness>(h: &H) {
-    let metrics = Arc::new(Metrics::new());
-    let (engine, tasks) = Engine::start_with(
-        contracts(),
-        Arc::new(h.open_any().await),
-        metrics.clone(),
+    let (engine, tasks, _) = engine_with(
+        h.open_any().await,
         EngineOptions {
             // Long enough that the batch is still gathering when the engine is asked, even
             // with appends slowed by a loaded machine.
@@ -1398,8 +1400,7 @@ async fn unwritten_verdicts_are_bounded<H: Harness>(h: &H) {
             ..EngineOptions::default()
         },
     )
-    .await
-    .expect("engine starts");
+    .await;
     let timeouts = |from: u64, to: u64| -> Vec<Event> {
         (from..to)
             .map(|i| ev(refund(i, &format!("intent-b{i}"), 0).key(&format!("k-b{i}"))))
