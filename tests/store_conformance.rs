@@ -291,6 +291,13 @@ macro_rules! conformance {
                 run(|h| async move { super::restart_loads_only_what_is_open(&*h).await }).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn deadlines_passed_while_down_are_concluded_after_the_start() {
+                run(|h| async move {
+                    super::deadlines_passed_while_down_are_concluded_after_the_start(&*h).await
+                })
+                .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn contracts_reload_through_the_engine() {
                 run(|h| async move { super::contracts_reload_through_the_engine(&*h).await })
                     .await
@@ -1201,6 +1208,18 @@ async fn engine_with(
     (engine, tasks, metrics)
 }
 
+/// Wait until the engine has audited again everything it loaded at start (its timer does, a
+/// page at a time, behind serving): what a restart changes is then concluded.
+async fn audited_again(engine: &Engine) {
+    for _ in 0..1000 {
+        if engine.unaudited() == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{} intents still unaudited after 10 s", engine.unaudited());
+}
+
 /// Stop the engine in order: everything concluded is written out.
 async fn stop(engine: Arc<Engine>, tasks: EngineTasks) {
     engine.close();
@@ -1295,6 +1314,7 @@ async fn restart_reconciles_orphan_verdicts<H: Harness>(h: &H) {
     let (engine, tasks, _) = engine_on(h.open_any().await).await;
     assert!(engine.verdict("orphan:re_x").await.is_none());
     assert!(engine.verdict("intent-x").await.is_some());
+    audited_again(&engine).await;
     stop(engine, tasks).await;
 
     let store = h.open().await;
@@ -2347,6 +2367,62 @@ async fn restart_loads_only_what_is_open<H: Harness>(h: &H) {
     );
 }
 
+/// A process stopped with timed-out refunds in flight and stayed down past their deadlines: the
+/// next start serves before auditing them, then its timer concludes what changed, more intents
+/// than one of its pages, and writes each changed verdict and the escalation it opened.
+async fn deadlines_passed_while_down_are_concluded_after_the_start<H: Harness>(h: &H) {
+    const INTENTS: u64 = 5000;
+    let store = h.open().await;
+    let events: Vec<Event> = (1..=INTENTS)
+        .map(|n| {
+            ev(refund(n, &format!("intent-{n}"), 0)
+                .key(&format!("k-{n}"))
+                .timeout())
+        })
+        .collect();
+    store
+        .append_received(events.clone(), reckon::clock::wall_now())
+        .await
+        .unwrap();
+    // What the previous process wrote: each verdict as it stood, in flight.
+    let out = EngineCore::new(contracts()).ingest(events, at(35));
+    assert_eq!(out.verdicts.len(), INTENTS as usize);
+    assert!(out.verdicts.iter().all(|v| v.decision == Decision::Wait));
+    assert!(out.escalations.is_empty());
+    store
+        .put_derived(Derived {
+            verdicts: out.verdicts.iter().map(|v| Verdict::clone(v)).collect(),
+            checkpoint: Some(reckon::clock::wall_now()),
+            ..Derived::default()
+        })
+        .await
+        .unwrap();
+    drop(store);
+
+    let (engine, tasks, _) = engine_on(h.open_any().await).await;
+    assert_eq!(engine.intents(), INTENTS as usize);
+    audited_again(&engine).await;
+    let v = engine.verdict("intent-1").await.expect("in memory");
+    assert_eq!(v.decision, Decision::Escalate, "{v:?}");
+    stop(engine, tasks).await;
+
+    let store = h.open().await;
+    for n in [1, INTENTS / 2, INTENTS] {
+        let id = format!("intent-{n}");
+        let v = store.get_verdict(&id).await.unwrap().expect(&id);
+        assert_eq!(v.decision, "escalate", "{id} rewritten");
+    }
+    let escalations = store.load_escalations().await.unwrap();
+    assert_eq!(
+        escalations.len(),
+        INTENTS as usize,
+        "one per intent, stored"
+    );
+    assert!(escalations
+        .iter()
+        .all(|e| e.status == EscalationStatus::Open));
+}
+
 /// A crash between an acknowledged export and its verdict's write: the previous process wrote
 /// a settled refund (verdict, routes, checkpoint), then acknowledged a second refund object
 /// under the same intent and died before writing anything more. The next start reads back what
@@ -2391,6 +2467,7 @@ async fn what_arrived_after_the_checkpoint_is_read_back<H: Harness>(h: &H) {
         "{:?}",
         v.findings
     );
+    audited_again(&engine).await;
     stop(engine, tasks).await;
     let stored = h
         .open()

@@ -63,6 +63,8 @@ pub struct EngineCore {
     routes: RouteFilter,
     evicted_count: usize,
     evictions: u64,
+    /// Intents restored and not audited since ([`Since::Restore`]).
+    unaudited: usize,
     /// The last step number handed out, and the last the store has made durable.
     seq: u64,
     durable: u64,
@@ -77,11 +79,11 @@ pub struct Restore {
     pub stored: HashMap<String, u64>,
 }
 
-/// Audit a page of intents one after the other (see [`EngineCore::restore_from`]).
-pub fn in_order(
-    ids: &[String],
-    audit: &(dyn Fn(&str) -> Option<Verdict> + Sync),
-) -> Vec<Option<Verdict>> {
+/// The audit of one intent, as a page of due intents hands it to whoever runs the page.
+pub type AuditOne<'a> = &'a (dyn Fn(&str) -> Option<Verdict> + Sync);
+
+/// Audit a page of intents one after the other (see [`EngineCore::tick_with`]).
+pub fn in_order(ids: &[String], audit: AuditOne) -> Vec<Option<Verdict>> {
     ids.iter().map(|id| audit(id)).collect()
 }
 
@@ -101,11 +103,27 @@ struct Remembered {
     fingerprint: u64,
     audited_at: Timestamp,
     settled: bool,
+    /// Where `fingerprint` and `findings` come from.
+    since: Since,
     /// `(kind, hash of subject)` of its findings: one not among them is new.
     findings: Box<[(FindingKind, u64)]>,
     /// The re-audit booked for it in the schedule, if any. Here rather than in a map of its
     /// own: one copy of the intent id fewer per open intent.
     booked: Option<Timestamp>,
+}
+
+/// Where what is remembered of an intent comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Since {
+    /// Its last audit by this core.
+    Audit,
+    /// A restore, not audited since: `fingerprint` is the stored verdict's and the findings
+    /// are unknown (those its first audit finds are not new: they were found before the
+    /// restart). Booked for a re-audit at the restore's `now`.
+    Restore,
+    /// A restore with no stored verdict (its first verdict was never written): its first
+    /// audit is written whatever it says.
+    RestoreUnwritten,
 }
 
 fn finding_identity(f: &Finding) -> (FindingKind, u64) {
@@ -122,9 +140,31 @@ impl Remembered {
             fingerprint: v.fingerprint(),
             audited_at: v.audited_at,
             settled: v.is_settled(),
+            since: Since::Audit,
             findings: v.findings.iter().map(finding_identity).collect(),
             booked: None,
         }
+    }
+
+    /// An intent loaded at a restore, before its first audit: `stored`, the fingerprint of
+    /// the verdict the store holds, if any; as audited at `now` until it is.
+    fn restored(stored: Option<u64>, now: Timestamp) -> Self {
+        Remembered {
+            fingerprint: stored.unwrap_or_default(),
+            audited_at: now,
+            settled: false,
+            since: match stored {
+                Some(_) => Since::Restore,
+                None => Since::RestoreUnwritten,
+            },
+            findings: Box::default(),
+            booked: None,
+        }
+    }
+
+    /// The fingerprint of the verdict last handed out or stored, if there is one.
+    fn written(&self) -> Option<u64> {
+        (self.since != Since::RestoreUnwritten).then_some(self.fingerprint)
     }
 }
 
@@ -141,6 +181,7 @@ impl EngineCore {
             routes: RouteFilter::new(DEFAULT_FILTER_BYTES, false),
             evicted_count: 0,
             evictions: 0,
+            unaudited: 0,
             seq: 0,
             durable: 0,
         }
@@ -314,15 +355,17 @@ impl EngineCore {
         }
     }
 
-    /// Rebuild from the store's contents: the same events and escalations give the same
-    /// verdicts a process that never stopped would have.
+    /// Rebuild from the store's contents and audit everything at once: the same events and
+    /// escalations give the same verdicts a process that never stopped would have. For tests
+    /// and tools; the service restores with [`EngineCore::restore_from`] and lets its timer
+    /// audit a page at a time.
     pub fn restore(
         contracts: Arc<Contracts>,
         events: Vec<Event>,
         escalations: Vec<Escalation>,
         now: Timestamp,
     ) -> (Self, Outcome) {
-        Self::restore_from(
+        let mut core = Self::restore_from(
             contracts,
             Restore {
                 events,
@@ -330,45 +373,41 @@ impl EngineCore {
                 stored: HashMap::new(),
             },
             now,
-            in_order,
-        )
+        );
+        let out = core.tick(now);
+        (core, out)
     }
 
-    /// [`EngineCore::restore`], told what the store holds of each verdict (`stored`: the
-    /// fingerprints of the verdicts written), so that the outcome carries only the verdicts
-    /// that changed; and with `audit_all` deciding how a page of intents is audited (in order,
-    /// or split across threads by the caller: each audit reads the ledger alone, so how it is
-    /// split changes nothing but the time). Pages bound what is held at once.
-    pub fn restore_from(
-        contracts: Arc<Contracts>,
-        restore: Restore,
-        now: Timestamp,
-        audit_all: impl Fn(&[String], &(dyn Fn(&str) -> Option<Verdict> + Sync)) -> Vec<Option<Verdict>>,
-    ) -> (Self, Outcome) {
-        const PAGE: usize = 1 << 16;
+    /// Rebuild from what the store holds, auditing nothing yet: every intent is booked for a
+    /// re-audit at `now` and remembered with its stored fingerprint (`restore.stored`), so the
+    /// deadline timer audits them a page at a time ([`EngineCore::tick_with`]) and hands out
+    /// only the verdicts that changed while the process was down. Start-up time is the read;
+    /// a million intents whose deadlines passed during a long stop are a million verdicts
+    /// to write, and they come out as pages the persister keeps up with, not as one step.
+    /// Until its first audit, an intent's verdict ([`EngineCore::verdict`]) is as of `now`.
+    pub fn restore_from(contracts: Arc<Contracts>, restore: Restore, now: Timestamp) -> Self {
         let mut core = EngineCore::new(contracts);
         core.book = EscalationBook::restore(restore.escalations);
         for e in restore.events {
             core.ledger.add(e);
         }
-        let ids: Vec<String> = core.ledger.ids().collect();
-        let mut out = Outcome {
-            seq: core.next_seq(),
-            ..Outcome::default()
-        };
-        for page in ids.chunks(PAGE) {
-            let verdicts = {
-                let core = &core;
-                audit_all(page, &|id| core.audit_one(id, now))
-            };
-            for (id, v) in page.iter().zip(verdicts) {
-                let already = restore.stored.get(id).copied();
-                core.take_verdict(id, v, now, &mut out, already);
-            }
+        let mut ids: Vec<String> = core.ledger.ids().collect();
+        ids.sort_unstable();
+        core.verdicts.reserve(ids.len());
+        for id in &ids {
+            let mut remembered = Remembered::restored(restore.stored.get(id).copied(), now);
+            remembered.booked = Some(now);
+            core.verdicts.insert(id.clone(), remembered);
         }
-        // Findings rebuilt from history are not new: only what appears from here on is counted.
-        out.new_findings.clear();
-        (core, out)
+        core.unaudited = ids.len();
+        // Sorted, so the set is built in one pass rather than by a million inserts.
+        core.schedule = ids.into_iter().map(|id| (now, id)).collect();
+        core
+    }
+
+    /// Intents restored and not audited since (see [`EngineCore::restore_from`]).
+    pub fn unaudited(&self) -> usize {
+        self.unaudited
     }
 
     pub fn ingest(&mut self, events: Vec<Event>, now: Timestamp) -> Outcome {
@@ -425,30 +464,46 @@ impl EngineCore {
 
     /// Re-audit every intent whose deadline has come.
     pub fn tick(&mut self, now: Timestamp) -> Outcome {
-        self.tick_at_most(now, usize::MAX)
+        self.tick_with(now, usize::MAX, in_order)
     }
 
     /// Re-audit at most `max` of the intents whose deadline has come, earliest first; the
     /// rest stay due ([`EngineCore::next_deadline`] is then not after `now`). A burst of
-    /// timeouts falls due together a `max_in_flight` later: taken whole, it would hand out a
-    /// verdict per open intent at once, all held until written.
-    pub fn tick_at_most(&mut self, now: Timestamp, max: usize) -> Outcome {
+    /// timeouts falls due together a `max_in_flight` later, and a restart books everything
+    /// it loaded: taken whole, either would hand out a verdict per intent at once, all held
+    /// until written. `audit_all` runs the page's audits (in order, or split across threads:
+    /// each reads only the ledger, so the split changes nothing but the time); what they
+    /// found is then taken in one intent after the other, in the page's order.
+    pub fn tick_with(
+        &mut self,
+        now: Timestamp,
+        max: usize,
+        audit_all: impl FnOnce(&[String], AuditOne) -> Vec<Option<Verdict>>,
+    ) -> Outcome {
         self.evict_idle(now);
         let mut out = Outcome {
             seq: self.next_seq(),
             ..Outcome::default()
         };
-        let mut taken = 0;
-        while let Some((at, id)) = self.schedule.first().cloned() {
-            if at > now || taken == max {
+        let mut due = Vec::new();
+        while due.len() < max && self.schedule.first().is_some_and(|(at, _)| *at <= now) {
+            let Some((_, id)) = self.schedule.pop_first() else {
                 break;
-            }
-            taken += 1;
-            self.schedule.remove(&(at, id.clone()));
+            };
             if let Some(r) = self.verdicts.get_mut(&id) {
                 r.booked = None;
             }
-            self.audit_into(&id, now, &mut out);
+            due.push(id);
+        }
+        if due.is_empty() {
+            return out;
+        }
+        let verdicts = {
+            let core = &*self;
+            audit_all(&due, &|id| core.audit_one(id, now))
+        };
+        for (id, v) in due.iter().zip(verdicts) {
+            self.take_verdict(id, v, now, &mut out);
         }
         out
     }
@@ -522,7 +577,7 @@ impl EngineCore {
 
     fn audit_into(&mut self, id: &str, now: Timestamp, out: &mut Outcome) {
         let v = self.audit_one(id, now);
-        self.take_verdict(id, v, now, out, None);
+        self.take_verdict(id, v, now, out);
     }
 
     /// The audit of one intent as the ledger holds it, before the escalation book has its say;
@@ -535,16 +590,9 @@ impl EngineCore {
 
     /// Take an intent's fresh audit in: the escalation book observes and applies it, its
     /// deadline is booked, its routes are handed out if it settled, and the verdict is handed
-    /// out for writing if it differs from the last one (or from `stored`, the fingerprint of
-    /// what the store holds, at a restore).
-    fn take_verdict(
-        &mut self,
-        id: &str,
-        v: Option<Verdict>,
-        now: Timestamp,
-        out: &mut Outcome,
-        stored: Option<u64>,
-    ) {
+    /// out for writing if it differs from the last one written (or stored, before the first
+    /// audit after a restore).
+    fn take_verdict(&mut self, id: &str, v: Option<Verdict>, now: Timestamp, out: &mut Outcome) {
         let Some(mut v) = v else {
             self.forget(id);
             return;
@@ -554,10 +602,15 @@ impl EngineCore {
         }
         self.book.apply(&mut v);
 
-        let before = self.verdicts.get(id).map(|old| &old.findings);
-        for f in &v.findings {
-            if before.is_none_or(|b| !b.contains(&finding_identity(f))) {
-                out.new_findings.push((v.tool.clone(), f.clone()));
+        let previous = self.verdicts.get(id);
+        // A restored intent's findings were found before the restart: none is new.
+        let first_since_restore = previous.is_some_and(|old| old.since != Since::Audit);
+        if !first_since_restore {
+            let before = previous.map(|old| &old.findings);
+            for f in &v.findings {
+                if before.is_none_or(|b| !b.contains(&finding_identity(f))) {
+                    out.new_findings.push((v.tool.clone(), f.clone()));
+                }
             }
         }
         if v.is_settled() {
@@ -576,7 +629,7 @@ impl EngineCore {
         // changed nothing): the stored row already says it. Callers audit each intent at most
         // once per step (ids come from sets), so no dedup here.
         let remembered = Remembered::of(&v);
-        let before = stored.or_else(|| self.verdicts.get(id).map(|old| old.fingerprint));
+        let before = self.verdicts.get(id).and_then(Remembered::written);
         let material = before != Some(remembered.fingerprint);
         self.remember(id, remembered, v.next_change);
         if material {
@@ -592,7 +645,13 @@ impl EngineCore {
             self.schedule.insert((at, id.to_string()));
         }
         let old = match self.verdicts.get_mut(id) {
-            Some(slot) => std::mem::replace(slot, remembered).booked,
+            Some(slot) => {
+                let old = std::mem::replace(slot, remembered);
+                if old.since != Since::Audit {
+                    self.unaudited -= 1;
+                }
+                old.booked
+            }
             None => {
                 self.verdicts.insert(id.to_string(), remembered);
                 None
@@ -605,7 +664,13 @@ impl EngineCore {
 
     /// An intent no longer held: what is remembered of it goes, and its booked re-audit.
     fn forget(&mut self, id: &str) {
-        if let Some(at) = self.verdicts.remove(id).and_then(|r| r.booked) {
+        let Some(old) = self.verdicts.remove(id) else {
+            return;
+        };
+        if old.since != Since::Audit {
+            self.unaudited -= 1;
+        }
+        if let Some(at) = old.booked {
             self.schedule.remove(&(at, id.to_string()));
         }
     }
@@ -773,7 +838,7 @@ mod tests {
         let now = t(100);
         let mut pages = Vec::new();
         while paged.next_deadline().is_some_and(|at| at <= now) {
-            let out = paged.tick_at_most(now, 4);
+            let out = paged.tick_with(now, 4, in_order);
             assert!(out.verdicts.len() <= 4);
             pages.push(
                 out.verdicts
@@ -861,21 +926,27 @@ mod tests {
         );
     }
 
-    /// How a restore's pages are audited (here: each page backwards, as threads might finish)
-    /// changes nothing; the fingerprints the store holds keep unchanged verdicts from being
-    /// handed out again, and a stale one does not.
+    /// A restore audits nothing: everything it loaded is due at its `now`, and the timer's
+    /// pages (here audited backwards, as threads might finish) hand out only the verdicts the
+    /// store holds differently or not at all; findings found before the restart are not new.
     #[test]
-    fn a_restore_audited_out_of_order_and_told_the_store_writes_only_changes() {
+    fn a_restore_is_audited_by_the_timer_and_writes_only_changes() {
         let events = vec![
             timeout("i1", 1, 0, "k1"),
             timeout("i2", 2, 10, "k2"),
+            timeout("i3", 3, 20, "k3"),
             record("re_1", Some("k1"), "succeeded", 20),
         ];
-        let (plain, all) = EngineCore::restore(contracts(), events.clone(), Vec::new(), t(100));
-        assert_eq!(all.verdicts.len(), 2);
+        let (plain, all) = EngineCore::restore(contracts(), events.clone(), Vec::new(), t(2000));
+        assert_eq!(all.verdicts.len(), 3);
+        assert!(
+            all.new_findings.is_empty(),
+            "findings rebuilt from history are not new"
+        );
         let stored: HashMap<String, u64> = all
             .verdicts
             .iter()
+            .filter(|v| v.intent_id != "i3")
             .map(|v| {
                 let fingerprint = if v.intent_id == "i2" {
                     7
@@ -885,31 +956,38 @@ mod tests {
                 (v.intent_id.clone(), fingerprint)
             })
             .collect();
-        let backwards = |ids: &[String], audit: &(dyn Fn(&str) -> Option<Verdict> + Sync)| {
-            let mut out: Vec<Option<Verdict>> = ids.iter().rev().map(|id| audit(id)).collect();
-            out.reverse();
-            out
-        };
         let restore = Restore {
             events,
             escalations: Vec::new(),
             stored,
         };
-        let (told, out) = EngineCore::restore_from(contracts(), restore, t(100), backwards);
+        let mut told = EngineCore::restore_from(contracts(), restore, t(2000));
+        assert_eq!(told.unaudited(), 3);
+        assert_eq!(told.next_deadline(), Some(t(2000)), "everything is due");
+        let backwards = |ids: &[String], audit: AuditOne| {
+            let mut out: Vec<Option<Verdict>> = ids.iter().rev().map(|id| audit(id)).collect();
+            out.reverse();
+            out
+        };
+        let mut written = Vec::new();
+        while told.next_deadline().is_some_and(|at| at <= t(2000)) {
+            let out = told.tick_with(t(2000), 2, backwards);
+            assert!(out.new_findings.is_empty(), "{:?}", out.new_findings);
+            written.extend(out.verdicts.iter().map(|v| v.intent_id.clone()));
+        }
         assert_eq!(
-            out.verdicts
-                .iter()
-                .map(|v| v.intent_id.as_str())
-                .collect::<Vec<_>>(),
-            ["i2"],
-            "only the verdict the store holds differently"
+            written,
+            ["i2", "i3"],
+            "the verdict the store holds differently, and the one it does not hold"
         );
+        assert_eq!(told.unaudited(), 0);
         let sorted = |c: &EngineCore| {
             let mut v: Vec<Verdict> = c.verdicts().collect();
             v.sort_by(|x, y| x.intent_id.cmp(&y.intent_id));
             v
         };
         assert_eq!(sorted(&told), sorted(&plain));
+        assert_eq!(told.next_deadline(), plain.next_deadline());
     }
 
     #[test]

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 
-use self::core::{EngineCore, Outcome, Restore};
+use self::core::{AuditOne, EngineCore, Outcome, Restore};
 use crate::audit;
 use crate::contract::{ContractError, Contracts};
 use crate::escalation::{EscalationBook, EscalationError};
@@ -370,55 +370,35 @@ impl Engine {
             .evict_after
             .map(|d| Dur(d.as_nanos().min(i64::MAX as u128) as i64));
         let filter_bytes = options.route_filter_bytes;
-        let (core, restored) = tokio::task::spawn_blocking(move || {
-            // A verdict recomputed as it is stored is not written again: a restart rewrites
-            // what changed while it was down (deadlines passed, a crash's unwritten tail), not
-            // everything it loaded.
+        let core = tokio::task::spawn_blocking(move || {
+            // Nothing is audited here: everything loaded is due now, and the timer audits it a
+            // page at a time behind the serving engine, writing only what changed while the
+            // process was down (deadlines passed, a crash's unwritten tail).
             let restore = Restore {
                 events,
                 escalations,
                 stored,
             };
-            let (core, out) =
-                EngineCore::restore_from(for_core, restore, wall_now(), audit_on_every_core);
-            let mut core = core
+            let mut core = EngineCore::restore_from(for_core, restore, wall_now())
                 .with_eviction(evict_after)
                 .with_route_filter(RouteFilter::new(filter_bytes, true));
             if history_in_store {
                 core.routes_in_store();
             }
-            (core, out)
+            core
         })
         .await
         .map_err(|e| StoreError::Task(e.to_string()))?;
         tracing::info!(
             events = n_events,
             intents = core.intents(),
+            to_audit = core.unaudited(),
             settled_history_in_store = history_in_store,
             read_ms = read.as_millis() as u64,
             elapsed_ms = began.elapsed().as_millis() as u64,
             "engine state rebuilt from the store"
         );
         reconcile(&store, &core).await?;
-        // Escalations the rebuild opened (deadlines passed while down, or changes a crash kept
-        // from the store): durable before anyone can see them.
-        if !restored.escalations.is_empty() {
-            let outbox = match &notifier {
-                Some(n) => announce_all(n, &core, &restored.escalations),
-                None => Vec::new(),
-            };
-            if outbox.is_empty() {
-                store.put_escalations(restored.escalations.clone()).await?;
-            } else {
-                store
-                    .put_derived(Derived {
-                        escalations: restored.escalations.clone(),
-                        outbox,
-                        ..Derived::default()
-                    })
-                    .await?;
-            }
-        }
         let (tx, rx) = mpsc::unbounded_channel();
         let wake = Arc::new(Notify::new());
         let progress = Arc::new(Progress::default());
@@ -438,11 +418,6 @@ impl Engine {
             max_unwritten_verdicts: options.max_unwritten_verdicts,
             notifier,
         });
-        let concluded = {
-            let core = engine.lock();
-            engine.conclude(&core, restored, false)
-        };
-        engine.announce(concluded);
         let timer = tokio::spawn(timer_loop(Arc::downgrade(&engine), wake.clone()));
         let persister = tokio::spawn(persist_loop(
             store,
@@ -1042,6 +1017,12 @@ impl Engine {
             .take();
     }
 
+    /// Intents loaded at start-up that the timer has not audited again yet (see
+    /// [`EngineCore::restore_from`]); their verdicts are as of the start until it has.
+    pub fn unaudited(&self) -> usize {
+        self.lock().unaudited()
+    }
+
     /// Verdicts concluded and not yet written.
     pub fn unwritten_verdicts(&self) -> usize {
         self.progress.unwritten.load(Ordering::Acquire)
@@ -1059,11 +1040,18 @@ impl Engine {
         let durable = self.progress.durable.load(Ordering::Acquire);
         let behind = self.behind();
         let page = if behind { 0 } else { TICK_PAGE };
+        let mut restore_done = false;
         self.step(|core| {
             core.mark_durable(durable);
-            core.tick_at_most(wall_now(), page)
+            let before = core.unaudited();
+            let out = core.tick_with(wall_now(), page, audit_on_every_core);
+            restore_done = before > 0 && core.unaudited() == 0;
+            out
         })
         .await;
+        if restore_done {
+            tracing::info!("every intent loaded at start-up has been audited again");
+        }
         self.metrics
             .set_verdicts_unwritten(self.unwritten_verdicts() as u64);
         let core = self.lock();
@@ -1183,14 +1171,13 @@ struct Loaded {
     stored: foldhash::HashMap<String, u64>,
 }
 
-/// Audit a page of intents split across the machine's cores, for start-up: each audit reads
-/// only the ledger, so the split changes nothing but the time ([`EngineCore::restore_from`]).
-fn audit_on_every_core(
-    ids: &[String],
-    audit: &(dyn Fn(&str) -> Option<Verdict> + Sync),
-) -> Vec<Option<Verdict>> {
+/// Audit a page of due intents split across the machine's cores (everything loaded at
+/// start-up, a wave of deadlines): each audit reads only the ledger, so the split changes
+/// nothing but the time the core lock is held ([`EngineCore::tick_with`]).
+fn audit_on_every_core(ids: &[String], audit: AuditOne) -> Vec<Option<Verdict>> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
-    if threads < 2 || ids.len() < 4096 {
+    // Below this a page is over before the threads would have started.
+    if threads < 2 || ids.len() < 512 {
         return self::core::in_order(ids, audit);
     }
     let part = ids.len().div_ceil(threads);
