@@ -205,6 +205,13 @@ macro_rules! conformance {
                 run(|h| async move { super::escalation_highest_version_wins(&*h).await }).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn escalations_by_intent_and_counted_by_status() {
+                run(|h| async move {
+                    super::escalations_by_intent_and_counted_by_status(&*h).await
+                })
+                .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn report_counts() {
                 run(|h| async move { super::report_counts(&*h).await }).await
             }
@@ -289,6 +296,11 @@ macro_rules! conformance {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn restart_loads_only_what_is_open() {
                 run(|h| async move { super::restart_loads_only_what_is_open(&*h).await }).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn escalations_leave_memory_with_their_intent() {
+                run(|h| async move { super::escalations_leave_memory_with_their_intent(&*h).await })
+                    .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn deadlines_passed_while_down_are_concluded_after_the_start() {
@@ -762,6 +774,50 @@ async fn verdict_upsert_filters_and_pages<H: Harness>(h: &H) {
             .await,
         Err(StoreError::BadCursor(_))
     ));
+}
+
+/// What an engine reads of escalations: those of the intents it holds (the latest version of
+/// each, resolved ones included), and how many of each status the store holds in all.
+async fn escalations_by_intent_and_counted_by_status<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let of = |intent: &str, n: u64, status, version| Escalation {
+        intent_id: intent.to_string(),
+        ..escalation(
+            &format!("esc-{intent}-{n}"),
+            status,
+            at(10 + n as i64),
+            version,
+        )
+    };
+    let first = of("a", 1, EscalationStatus::Resolved, 3);
+    let second = of("a", 2, EscalationStatus::Open, 1);
+    store
+        .put_escalations(vec![
+            of("a", 1, EscalationStatus::Open, 1),
+            first.clone(),
+            second.clone(),
+            of("b", 1, EscalationStatus::Claimed, 2),
+            of("c", 1, EscalationStatus::Resolved, 3),
+        ])
+        .await
+        .unwrap();
+    let mut found = store
+        .escalations_of(vec!["a".to_string(), "nobody".to_string()])
+        .await
+        .unwrap();
+    found.sort_by(|x, y| x.id.cmp(&y.id));
+    assert_eq!(found, vec![first, second]);
+    assert!(store.escalations_of(Vec::new()).await.unwrap().is_empty());
+    let mut counts = store.escalation_counts().await.unwrap();
+    counts.sort_by_key(|(status, _)| status.as_str());
+    assert_eq!(
+        counts,
+        [
+            (EscalationStatus::Claimed, 1),
+            (EscalationStatus::Open, 1),
+            (EscalationStatus::Resolved, 2)
+        ]
+    );
 }
 
 async fn escalation_highest_version_wins<H: Harness>(h: &H) {
@@ -2364,6 +2420,79 @@ async fn restart_loads_only_what_is_open<H: Harness>(h: &H) {
     assert_eq!(
         open_after, open_before,
         "a restart does not rewrite a verdict it recomputes unchanged"
+    );
+}
+
+/// A resolved escalation leaves memory with its settled intent and is not loaded by a start,
+/// yet stays counted; when the intent comes back (an event on its key), its escalations come
+/// with it, so the new one is its second, not a rewrite of the first.
+async fn escalations_leave_memory_with_their_intent<H: Harness>(h: &H) {
+    let evicting = EngineOptions {
+        evict_after: Some(Duration::ZERO),
+        ..EngineOptions::default()
+    };
+    let (engine, tasks, metrics) = engine_with(h.open_any().await, evicting).await;
+    let paid = ev(refund(1, "intent-n", 0)
+        .key("k-n")
+        .http(200)
+        .object("re_n1", "succeeded"));
+    ingest(&engine, vec![paid]).await;
+    ingest(
+        &engine,
+        vec![record("re_n2", Some("intent-n"), None, "succeeded", 60)],
+    )
+    .await;
+    let first = engine
+        .verdict("intent-n")
+        .await
+        .and_then(|v| v.escalation_id.clone())
+        .expect("escalated");
+    engine
+        .resolve(&first, "ana", "reversed_second_refund", None)
+        .await
+        .expect("resolve");
+    for _ in 0..1000 {
+        if engine.intents() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(engine.intents(), 0, "settled, evicted");
+    assert_eq!(metric(&metrics, "reckon_escalations"), 1, "still counted");
+    // Past the margin start-up reads back before the checkpoint.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    stop(engine, tasks).await;
+
+    let (engine, tasks, metrics) = engine_with(h.open_any().await, evicting).await;
+    assert_eq!(engine.intents(), 0, "nothing open to load");
+    assert_eq!(
+        metric(&metrics, "reckon_escalations"),
+        1,
+        "counted from the store"
+    );
+    // Another intent sends the same key: intent-n comes back, with its escalation.
+    ingest(
+        &engine,
+        vec![ev(refund(2, "intent-m", 100)
+            .key("k-n")
+            .http(200)
+            .object("re_n1", "succeeded"))],
+    )
+    .await;
+    let v = engine.verdict("intent-n").await.expect("back in memory");
+    let second = reckon::escalation::escalation_id("intent-n", 2);
+    assert_eq!(v.escalation_id.as_deref(), Some(second.as_str()), "{v:?}");
+    stop(engine, tasks).await;
+    let store = h.open().await;
+    let kept = store.get_escalation(&first).await.unwrap().expect("first");
+    assert_eq!(kept.status, EscalationStatus::Resolved, "not overwritten");
+    assert_eq!(
+        store
+            .get_escalation(&second)
+            .await
+            .unwrap()
+            .map(|e| e.status),
+        Some(EscalationStatus::Open)
     );
 }
 

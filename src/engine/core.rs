@@ -276,6 +276,7 @@ impl EngineCore {
                 self.routes.insert(r);
             }
             self.forget(&id);
+            self.book.forget(&id);
             self.evicted_count += 1;
             self.evictions += 1;
             n += 1;
@@ -317,8 +318,9 @@ impl EngineCore {
     }
 
     /// Bring intents back from the store: their events (and the records of their objects) go
-    /// back into the ledger and their verdicts are recomputed quietly, as a restart would, so
-    /// the events that follow are judged against the same history as if they had never left.
+    /// back into the ledger, their escalations into the book, and their verdicts are
+    /// recomputed quietly, as a restart would, so the events that follow are judged against
+    /// the same history as if they had never left.
     ///
     /// `pending` are the events about to be ingested: the store already holds them (durable
     /// first), but they must arrive through [`EngineCore::ingest`], which judges what they
@@ -327,9 +329,11 @@ impl EngineCore {
         &mut self,
         ids: &[String],
         events: Vec<Event>,
+        escalations: Vec<Escalation>,
         pending: &[Event],
         now: Timestamp,
     ) {
+        self.book.bring_back(escalations);
         let pending: HashSet<&Event> = pending.iter().collect();
         for e in events {
             if !pending.contains(&e) {
@@ -403,6 +407,22 @@ impl EngineCore {
         // Sorted, so the set is built in one pass rather than by a million inserts.
         core.schedule = ids.into_iter().map(|id| (now, id)).collect();
         core
+    }
+
+    /// The escalations of the intents restored (`escalations`: an intent's are in memory while
+    /// it is) and the store's count of all of them by status (`stored`, for the gauges).
+    pub fn restore_escalations(
+        &mut self,
+        escalations: Vec<Escalation>,
+        stored: impl IntoIterator<Item = (EscalationStatus, u64)>,
+    ) {
+        self.book = EscalationBook::restore(escalations);
+        self.book.count_stored(stored);
+    }
+
+    /// The intents in memory, in no particular order.
+    pub fn intent_ids(&self) -> Vec<String> {
+        self.verdicts.keys().cloned().collect()
     }
 
     /// Intents restored and not audited since (see [`EngineCore::restore_from`]).
@@ -1148,7 +1168,13 @@ mod tests {
             .is_empty());
         let hits = core.absent(vec!["a".to_string()]);
         assert_eq!(hits, ["a"]);
-        core.rehydrate(&hits, stored, std::slice::from_ref(&late), t(230));
+        core.rehydrate(
+            &hits,
+            stored,
+            Vec::new(),
+            std::slice::from_ref(&late),
+            t(230),
+        );
         assert_eq!(core.evicted(), 0);
         let out = core.ingest(vec![late], t(240));
         for id in ["a", "b"] {
@@ -1164,6 +1190,86 @@ mod tests {
             out.verdicts.iter().any(|v| v.intent_id == "a"),
             "a's new verdict is written"
         );
+    }
+
+    /// An intent's escalations are in memory while it is: resolved and settled, they leave
+    /// with it (still counted: the store holds them), and come back with it, so its next
+    /// escalation is numbered after them and what the resolution covered opens nothing.
+    #[test]
+    fn escalations_leave_memory_with_their_intent_and_come_back_with_it() {
+        let mut core = EngineCore::new(contracts()).with_eviction(Some(Dur::secs(60)));
+        let stored = vec![
+            timeout("a", 1, 0, "k1"),
+            timeout("a", 2, 40, "k2"),
+            record("re_1", Some("k1"), "succeeded", 50),
+            record("re_2", Some("k2"), "succeeded", 60),
+        ];
+        let out = core.ingest(stored.clone(), t(70));
+        let opened = out.escalations[0].clone();
+        let verdict = core.verdict("a");
+        let resolved = core
+            .book()
+            .resolved(
+                &opened.id,
+                "ana",
+                "refunded one back",
+                None,
+                t(80),
+                verdict.as_ref(),
+            )
+            .unwrap();
+        let out = core.commit_person_action(resolved.clone(), t(80));
+        assert!(
+            core.verdict("a").unwrap().is_settled(),
+            "resolved, nothing pending"
+        );
+        core.mark_durable(out.seq);
+        assert_eq!(core.evict_idle(t(200)), 1);
+        assert!(
+            core.book().get(&opened.id).is_none(),
+            "left with its intent"
+        );
+        assert_eq!(core.book().latest_for("a"), None);
+        assert_eq!(
+            core.book().count(EscalationStatus::Resolved),
+            1,
+            "still counted"
+        );
+
+        // The same refund read back again changes nothing; a third refund under a third key is
+        // new evidence with a critical finding.
+        let again = timeout("b", 3, 300, "k2");
+        core.rehydrate(
+            &["a".to_string()],
+            stored,
+            vec![resolved.clone()],
+            std::slice::from_ref(&again),
+            t(310),
+        );
+        assert_eq!(core.book().get(&opened.id), Some(&resolved), "back with it");
+        assert_eq!(
+            core.book().count(EscalationStatus::Resolved),
+            1,
+            "counted once"
+        );
+        assert_eq!(
+            core.verdict("a").map(|v| v.decision),
+            Some(Decision::None),
+            "what the resolution covered needs nothing"
+        );
+        let out = core.ingest(
+            vec![
+                timeout("a", 4, 320, "k3"),
+                record("re_3", Some("k3"), "succeeded", 330),
+            ],
+            t(340),
+        );
+        let next = out
+            .escalations
+            .iter()
+            .find(|e| e.intent_id == "a")
+            .expect("a new escalation for a");
+        assert_eq!(next.id, crate::escalation::escalation_id("a", 2));
     }
 
     /// A verdict is written when something material changed, not on every event: a re-sent

@@ -362,7 +362,6 @@ impl Engine {
             history_in_store,
             stored,
         } = load_unsettled(&store).await?;
-        let escalations = store.load_escalations().await?;
         let read = began.elapsed();
         let n_events = events.len();
         let for_core = contracts.clone();
@@ -376,7 +375,7 @@ impl Engine {
             // process was down (deadlines passed, a crash's unwritten tail).
             let restore = Restore {
                 events,
-                escalations,
+                escalations: Vec::new(),
                 stored,
             };
             let mut core = EngineCore::restore_from(for_core, restore, wall_now())
@@ -389,8 +388,16 @@ impl Engine {
         })
         .await
         .map_err(|e| StoreError::Task(e.to_string()))?;
+        // An intent's escalations are in memory while it is: those of what was loaded, and
+        // the store's counts for the gauges.
+        let escalations = store.escalations_of(core.intent_ids()).await?;
+        let counts = store.escalation_counts().await?;
+        let n_escalations = escalations.len();
+        let mut core = core;
+        core.restore_escalations(escalations, counts);
         tracing::info!(
             events = n_events,
+            escalations = n_escalations,
             intents = core.intents(),
             to_audit = core.unaudited(),
             settled_history_in_store = history_in_store,
@@ -418,6 +425,7 @@ impl Engine {
             max_unwritten_verdicts: options.max_unwritten_verdicts,
             notifier,
         });
+        engine.publish_gauges();
         let timer = tokio::spawn(timer_loop(Arc::downgrade(&engine), wake.clone()));
         let persister = tokio::spawn(persist_loop(
             store,
@@ -963,6 +971,21 @@ impl Engine {
         }
     }
 
+    /// The gauges of what the engine holds: escalations by status, intents in and out of memory.
+    fn publish_gauges(&self) {
+        let core = self.lock();
+        let book = core.book();
+        // Escalations other steps opened and are still writing are not shown yet.
+        let unwritten = self.durability.opened();
+        self.metrics.set_escalations(
+            (book.count(EscalationStatus::Open) as u64).saturating_sub(unwritten),
+            book.count(EscalationStatus::Claimed) as u64,
+            book.count(EscalationStatus::Resolved) as u64,
+        );
+        self.metrics.set_intents(core.intents() as u64);
+        self.metrics.set_intents_evicted(core.evicted() as u64);
+    }
+
     /// Count and log what a step concluded, once its escalations are durable.
     fn announce(&self, c: Concluded) {
         if c.nothing {
@@ -975,19 +998,7 @@ impl Engine {
                     .duplicate_effect(tool.as_deref().unwrap_or("(none)"));
             }
         }
-        {
-            let core = self.lock();
-            let book = core.book();
-            // Escalations other steps opened and are still writing are not shown yet.
-            let unwritten = self.durability.opened();
-            self.metrics.set_escalations(
-                (book.count(EscalationStatus::Open) as u64).saturating_sub(unwritten),
-                book.count(EscalationStatus::Claimed) as u64,
-                book.count(EscalationStatus::Resolved) as u64,
-            );
-            self.metrics.set_intents(core.intents() as u64);
-            self.metrics.set_intents_evicted(core.evicted() as u64);
-        }
+        self.publish_gauges();
         for e in &c.opened {
             tracing::warn!(escalation = %e.id, intent = %e.intent_id, severity = e.severity.as_str(), findings = ?e.findings.iter().map(|f| f.kind.as_str()).collect::<Vec<_>>(), "escalation opened");
         }
@@ -1079,7 +1090,9 @@ impl Engine {
         })
         .await?;
         if !ids.is_empty() {
-            self.lock().rehydrate(&ids, loaded, pending, wall_now());
+            let escalations = self.store.escalations_of(ids.clone()).await?;
+            self.lock()
+                .rehydrate(&ids, loaded, escalations, pending, wall_now());
         }
         Ok(())
     }

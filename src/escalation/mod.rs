@@ -39,7 +39,8 @@ pub struct EscalationBook {
     by_intent: HashMap<String, Vec<String>>,
     /// Findings any escalation of the intent already holds.
     seen: HashMap<String, BTreeSet<(FindingKind, String)>>,
-    /// Escalations by status (open, claimed, resolved), kept current so gauges cost nothing.
+    /// Escalations by status (open, claimed, resolved), kept current so gauges cost nothing:
+    /// those of intents out of memory too (see [`EscalationBook::forget`]).
     counts: [usize; 3],
 }
 
@@ -59,12 +60,41 @@ impl EscalationBook {
     /// Rebuild from stored escalations (any order).
     pub fn restore(escalations: impl IntoIterator<Item = Escalation>) -> Self {
         let mut book = Self::new();
-        let mut all: Vec<Escalation> = escalations.into_iter().collect();
-        all.sort_by(|a, b| (a.opened_at, &a.id).cmp(&(b.opened_at, &b.id)));
-        for e in all {
+        for e in oldest_first(escalations) {
             book.insert(e);
         }
         book
+    }
+
+    /// Count what the store holds: `stored`, escalations by status over every intent, those
+    /// whose intents are not in memory included (a start loads only the escalations of the
+    /// intents it loads).
+    pub fn count_stored(&mut self, stored: impl IntoIterator<Item = (EscalationStatus, u64)>) {
+        self.counts = [0; 3];
+        for (status, n) in stored {
+            self.counts[slot(status)] += n as usize;
+        }
+    }
+
+    /// The intent left memory (settled: its escalations are all resolved and stored): its
+    /// escalations leave with it. They stay counted; they are still in the store.
+    pub fn forget(&mut self, intent_id: &str) {
+        self.seen.remove(intent_id);
+        for id in self.by_intent.remove(intent_id).unwrap_or_default() {
+            self.by_id.remove(&id);
+        }
+    }
+
+    /// An intent came back from the store with its escalations (counted already, see
+    /// [`EscalationBook::forget`]); one the book holds stays as it is.
+    pub fn bring_back(&mut self, escalations: impl IntoIterator<Item = Escalation>) {
+        for e in oldest_first(escalations) {
+            if !self.by_id.contains_key(&e.id) {
+                let counted = &mut self.counts[slot(e.status)];
+                *counted = counted.saturating_sub(1);
+                self.insert(e);
+            }
+        }
     }
 
     fn insert(&mut self, e: Escalation) {
@@ -302,6 +332,13 @@ impl EscalationBook {
 }
 
 /// Stable across restarts and instances: derived from the intent id and the escalation's ordinal.
+/// In the order a book takes escalations in: an intent's are numbered in it.
+fn oldest_first(escalations: impl IntoIterator<Item = Escalation>) -> Vec<Escalation> {
+    let mut all: Vec<Escalation> = escalations.into_iter().collect();
+    all.sort_by(|a, b| (a.opened_at, &a.id).cmp(&(b.opened_at, &b.id)));
+    all
+}
+
 pub fn escalation_id(intent_id: &str, n: usize) -> String {
     let digest = Sha256::digest(intent_id.as_bytes());
     format!("esc_{}_{n}", hex::encode(&digest[..8]))

@@ -98,6 +98,12 @@ impl Store for AnyStore {
     async fn load_escalations(&self) -> Result<Vec<Escalation>, StoreError> {
         dispatch!(self, s => s.load_escalations())
     }
+    async fn escalations_of(&self, intent_ids: Vec<String>) -> Result<Vec<Escalation>, StoreError> {
+        dispatch!(self, s => s.escalations_of(intent_ids))
+    }
+    async fn escalation_counts(&self) -> Result<Vec<(EscalationStatus, u64)>, StoreError> {
+        dispatch!(self, s => s.escalation_counts())
+    }
     async fn get_escalation(&self, id: &str) -> Result<Option<Escalation>, StoreError> {
         dispatch!(self, s => s.get_escalation(id))
     }

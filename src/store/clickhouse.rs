@@ -410,6 +410,25 @@ impl ClickHouseStore {
             .map(escalation)
             .collect()
     }
+
+    /// Escalations opened at or after `from` (unix nanoseconds), by status.
+    async fn escalations_by_status(
+        &self,
+        op: &str,
+        from: u64,
+    ) -> Result<Vec<(EscalationStatus, u64)>, StoreError> {
+        let rows: Vec<(i8, u64)> = self
+            .fetch(op, self.client.query(ESCALATION_COUNTS).bind(from))
+            .await?;
+        rows.into_iter()
+            .map(|(status, n)| {
+                Ok((
+                    from_code(&EscalationStatus::ALL, status, ESCALATIONS, "status")?,
+                    n,
+                ))
+            })
+            .collect()
+    }
 }
 
 impl Store for ClickHouseStore {
@@ -926,6 +945,27 @@ impl Store for ClickHouseStore {
         self.escalations("load escalations", q).await
     }
 
+    async fn escalations_of(&self, intent_ids: Vec<String>) -> Result<Vec<Escalation>, StoreError> {
+        // A filter, not the sorting key (`id`): the table holds escalations, few next to events.
+        const CHUNK: usize = 500;
+        let mut out = Vec::new();
+        for chunk in intent_ids.chunks(CHUNK) {
+            let marks = vec!["?"; chunk.len()].join(", ");
+            let mut q = self.client.query(&format!(
+                "SELECT ?fields FROM reckon_escalations FINAL WHERE intent_id IN ({marks})"
+            ));
+            for id in chunk {
+                q = q.bind(id.as_str());
+            }
+            out.extend(self.escalations("escalations of intents", q).await?);
+        }
+        Ok(out)
+    }
+
+    async fn escalation_counts(&self) -> Result<Vec<(EscalationStatus, u64)>, StoreError> {
+        self.escalations_by_status("escalation counts", 0).await
+    }
+
     async fn get_escalation(&self, id: &str) -> Result<Option<Escalation>, StoreError> {
         let q = self
             .client
@@ -1002,14 +1042,10 @@ impl Store for ClickHouseStore {
             }
         }
 
-        let rows: Vec<(i8, u64)> = self
-            .fetch(
-                "report: escalations",
-                self.client.query(ESCALATION_COUNTS).bind(from),
-            )
-            .await?;
-        for (status, n) in rows {
-            let status = from_code(&EscalationStatus::ALL, status, ESCALATIONS, "status")?;
+        for (status, n) in self
+            .escalations_by_status("report: escalations", from)
+            .await?
+        {
             *rep.escalations.entry(status.as_str().into()).or_default() += n;
         }
         Ok(rep)

@@ -616,8 +616,23 @@ pub trait Store: Send + Sync {
         limit: usize,
     ) -> impl Future<Output = Result<OutboxPage, StoreError>> + Send;
 
-    /// Every escalation, for rebuilding the escalation book at start-up.
+    /// Every escalation (for tools and tests: the engine reads those of the intents it holds,
+    /// [`Store::escalations_of`]).
     fn load_escalations(&self) -> impl Future<Output = Result<Vec<Escalation>, StoreError>> + Send;
+
+    /// Every escalation of these intents, resolved ones included, in no particular order: an
+    /// intent's escalations are in memory exactly while it is, so start-up reads those of what
+    /// it loaded, and an intent that comes back brings its own.
+    fn escalations_of(
+        &self,
+        intent_ids: Vec<String>,
+    ) -> impl Future<Output = Result<Vec<Escalation>, StoreError>> + Send;
+
+    /// How many escalations the store holds in each status, whatever their intents: the
+    /// gauges count those out of memory too.
+    fn escalation_counts(
+        &self,
+    ) -> impl Future<Output = Result<Vec<(EscalationStatus, u64)>, StoreError>> + Send;
 
     fn get_escalation(
         &self,

@@ -320,6 +320,24 @@ impl Store for SqliteStore {
         self.read(escalations::load_escalations).await
     }
 
+    async fn escalations_of(&self, intent_ids: Vec<String>) -> Result<Vec<Escalation>, StoreError> {
+        if intent_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let parts = read_parts(intent_ids.len());
+        let size = intent_ids.len().div_ceil(parts);
+        let parts: Vec<Vec<String>> = intent_ids.chunks(size).map(<[String]>::to_vec).collect();
+        let found = self
+            .read_split(parts, |conn, ids| escalations::escalations_of(conn, &ids))
+            .await?;
+        Ok(found.into_iter().flatten().collect())
+    }
+
+    async fn escalation_counts(&self) -> Result<Vec<(EscalationStatus, u64)>, StoreError> {
+        self.read(|conn| report::escalation_counts(conn, i64::MIN))
+            .await
+    }
+
     async fn get_escalation(&self, id: &str) -> Result<Option<Escalation>, StoreError> {
         let id = id.to_string();
         self.read(move |conn| escalations::get_escalation(conn, &id))

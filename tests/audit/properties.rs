@@ -464,6 +464,9 @@ proptest! {
             EngineCore::new(contracts.clone()).with_eviction(Some(Dur(0)));
         let mut stored: Vec<Event> = Vec::new();
         let mut written: std::collections::HashMap<String, Verdict> = Default::default();
+        // The store's escalations, by id (the latest version of each).
+        let mut escalations: std::collections::HashMap<String, reckon::model::Escalation> =
+            Default::default();
         // The store's routes table: route -> the settled intents it reaches.
         let mut routes: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
             Default::default();
@@ -506,13 +509,21 @@ proptest! {
                     asked_keys.extend(keys);
                     asked_objects.extend(objects);
                 }
-                evicting.rehydrate(&hits, loaded.clone(), std::slice::from_ref(e), now);
+                let back = escalations
+                    .values()
+                    .filter(|x| hits.contains(&x.intent_id))
+                    .cloned()
+                    .collect();
+                evicting.rehydrate(&hits, loaded.clone(), back, std::slice::from_ref(e), now);
                 probe = loaded;
                 probe.push(e.clone());
             }
             let out = evicting.ingest(vec![e.clone()], now);
             for v in out.verdicts {
                 written.insert(v.intent_id.clone(), (*v).clone());
+            }
+            for x in out.escalations {
+                escalations.insert(x.id.clone(), x);
             }
             for r in out.routes {
                 routes.entry(r.route).or_default().insert(r.intent_id);

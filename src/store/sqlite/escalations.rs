@@ -31,6 +31,28 @@ pub(super) fn load_escalations(conn: &Connection) -> Result<Vec<Escalation>, Sto
     )
 }
 
+/// Every escalation of these intents (the `reckon_escalations_intent` index), a statement per
+/// chunk of ids.
+pub(super) fn escalations_of(
+    conn: &Connection,
+    intent_ids: &[String],
+) -> Result<Vec<Escalation>, StoreError> {
+    const CHUNK: usize = 500;
+    let mut out = Vec::new();
+    for chunk in intent_ids.chunks(CHUNK) {
+        let marks = vec!["?"; chunk.len()].join(", ");
+        let sql = format!(
+            "SELECT {ESCALATION_COLS} FROM reckon_escalations WHERE intent_id IN ({marks})"
+        );
+        out.extend(query_escalations(
+            conn,
+            &sql,
+            rusqlite::params_from_iter(chunk.iter()),
+        )?);
+    }
+    Ok(out)
+}
+
 pub(super) fn get_escalation(
     conn: &Connection,
     id: &str,

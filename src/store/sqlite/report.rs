@@ -94,10 +94,23 @@ pub(super) fn report(
     drop(rows);
     drop(stmt);
 
-    let mut stmt = conn.prepare(
+    for (status, n) in escalation_counts(conn, from)? {
+        *rep.escalations.entry(status.as_str().into()).or_default() += n;
+    }
+    tx.finish()?;
+    Ok(rep)
+}
+
+/// Escalations opened at or after `from` (unix nanoseconds), by status.
+pub(super) fn escalation_counts(
+    conn: &Connection,
+    from: i64,
+) -> Result<Vec<(EscalationStatus, u64)>, StoreError> {
+    let mut stmt = conn.prepare_cached(
         "SELECT status, count(*) FROM reckon_escalations WHERE opened_at >= ?1 GROUP BY status",
     )?;
     let mut rows = stmt.query([from])?;
+    let mut out = Vec::new();
     while let Some(row) = rows.next()? {
         let d = Dec {
             row,
@@ -106,11 +119,7 @@ pub(super) fn report(
         let status = d.str(0, "status")?;
         let status = EscalationStatus::parse(status)
             .ok_or_else(|| d.corrupt("status", format!("unknown {status:?}")))?;
-        *rep.escalations.entry(status.as_str().into()).or_default() +=
-            count(d.i64(1, "id")?, "reckon_escalations", "id")?;
+        out.push((status, count(d.i64(1, "id")?, "reckon_escalations", "id")?));
     }
-    drop(rows);
-    drop(stmt);
-    tx.finish()?;
-    Ok(rep)
+    Ok(out)
 }

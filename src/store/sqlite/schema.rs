@@ -212,6 +212,12 @@ DROP INDEX reckon_verdicts_unsettled;
 CREATE INDEX reckon_verdicts_unsettled ON reckon_verdicts (intent_id, fingerprint) WHERE settled = 0;
 ";
 
+/// v9: escalations by intent: an intent's escalations are read back with it when it returns
+/// to memory, and start-up reads only those of the intents it loads.
+pub const V9_SQL: &str = "
+CREATE INDEX reckon_escalations_intent ON reckon_escalations (intent_id);
+";
+
 /// The attempt-class count columns of `reckon_verdicts`, in [`AttemptClass::ALL`] order.
 pub const CLASS_COLUMNS: [&str; 6] = [
     "attempts_rejected",
@@ -269,6 +275,12 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 8,
         name: "verdict fingerprints",
         sql: V8_SQL,
+        backfill: None,
+    },
+    Migration {
+        version: 9,
+        name: "escalations by intent",
+        sql: V9_SQL,
         backfill: None,
     },
 ];

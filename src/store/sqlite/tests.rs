@@ -640,7 +640,7 @@ async fn migrates_a_v1_file_keeping_data() {
             .collect::<Result<_, _>>()
             .unwrap()
     };
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9]);
     // Opening again is a no-op.
     drop(store);
     SqliteStore::open(dir.path()).unwrap();
