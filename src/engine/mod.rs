@@ -388,13 +388,19 @@ impl Engine {
         })
         .await
         .map_err(|e| StoreError::Task(e.to_string()))?;
+        let built = began.elapsed();
         // An intent's escalations are in memory while it is: those of what was loaded, and
         // the store's counts for the gauges.
-        let escalations = store.escalations_of(core.intent_ids()).await?;
         let counts = store.escalation_counts().await?;
+        let escalations = store.escalations_of(core.intent_ids()).await?;
         let n_escalations = escalations.len();
         let mut core = core;
         core.restore_escalations(escalations, counts);
+        tracing::debug!(
+            ledger_ms = (built - read).as_millis() as u64,
+            escalations_ms = (began.elapsed() - built).as_millis() as u64,
+            "start-up after the read: the ledger and schedule built, the escalations read"
+        );
         tracing::info!(
             events = n_events,
             escalations = n_escalations,
@@ -1165,6 +1171,7 @@ async fn load_unsettled(store: &AnyStore) -> Result<Loaded, StoreError> {
         "start-up read, by stage: the unsettled ids and the checkpoint's tail, their evidence, the settled intents their routes reach"
     );
     let mut events = crate::store::EventSet::from(events);
+    events.reserve(tail.len() + reached.len());
     for e in tail.into_iter().chain(reached) {
         events.insert(e);
     }

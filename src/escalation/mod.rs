@@ -10,8 +10,6 @@
 //! its time as an input, and ids are derived from the intent, so a rebuilt book reaches the same
 //! state.
 
-use std::collections::BTreeSet;
-
 use foldhash::HashMap;
 
 use sha2::{Digest, Sha256};
@@ -33,15 +31,44 @@ pub enum EscalationError {
 #[derive(Debug, Default)]
 pub struct EscalationBook {
     /// Hashed, not ordered: a restart with a million open escalations looks each up several
-    /// times, and ordered string keys made that a third of the start-up.
-    by_id: HashMap<String, Escalation>,
-    /// Every escalation of an intent, oldest first.
-    by_intent: HashMap<String, Vec<String>>,
-    /// Findings any escalation of the intent already holds.
-    seen: HashMap<String, BTreeSet<(FindingKind, String)>>,
+    /// times, and ordered string keys made that a third of the start-up. Boxed: a table's
+    /// slack costs a pointer per empty slot, not an escalation.
+    by_id: HashMap<String, Box<Escalation>>,
+    /// What the book keeps per intent with escalations in memory.
+    intents: HashMap<String, IntentEscalations>,
     /// Escalations by status (open, claimed, resolved), kept current so gauges cost nothing:
     /// those of intents out of memory too (see [`EscalationBook::forget`]).
     counts: [usize; 3],
+}
+
+/// An intent's escalations, as small as they go: most intents with one have exactly one, with
+/// one or two findings, and a restart may hold a million of them.
+#[derive(Debug, Default)]
+struct IntentEscalations {
+    /// Its escalations' ids, oldest first.
+    ids: Vec<String>,
+    /// `(kind, subject)` of the findings any of them holds, sorted.
+    seen: Vec<(FindingKind, String)>,
+}
+
+impl IntentEscalations {
+    fn has_seen(&self, f: &Finding) -> bool {
+        self.seen
+            .binary_search_by(|(kind, subject)| {
+                (*kind, subject.as_str()).cmp(&(f.kind, f.subject.as_str()))
+            })
+            .is_ok()
+    }
+
+    fn see(&mut self, f: &Finding) {
+        let at = self.seen.binary_search_by(|(kind, subject)| {
+            (*kind, subject.as_str()).cmp(&(f.kind, f.subject.as_str()))
+        });
+        if let Err(at) = at {
+            self.seen.reserve_exact(1);
+            self.seen.insert(at, (f.kind, f.subject.clone()));
+        }
+    }
 }
 
 fn slot(status: EscalationStatus) -> usize {
@@ -79,8 +106,7 @@ impl EscalationBook {
     /// The intent left memory (settled: its escalations are all resolved and stored): its
     /// escalations leave with it. They stay counted; they are still in the store.
     pub fn forget(&mut self, intent_id: &str) {
-        self.seen.remove(intent_id);
-        for id in self.by_intent.remove(intent_id).unwrap_or_default() {
+        for id in self.intents.remove(intent_id).unwrap_or_default().ids {
             self.by_id.remove(&id);
         }
     }
@@ -98,25 +124,30 @@ impl EscalationBook {
     }
 
     fn insert(&mut self, e: Escalation) {
-        let seen = self.seen.entry(e.intent_id.clone()).or_default();
-        seen.extend(e.findings.iter().map(|f| (f.kind, f.subject.clone())));
-        let ids = self.by_intent.entry(e.intent_id.clone()).or_default();
-        if !ids.contains(&e.id) {
-            ids.push(e.id.clone());
+        let intent = match self.intents.get_mut(&e.intent_id) {
+            Some(intent) => intent,
+            None => self.intents.entry(e.intent_id.clone()).or_default(),
+        };
+        for f in &e.findings {
+            intent.see(f);
+        }
+        if !intent.ids.contains(&e.id) {
+            intent.ids.reserve_exact(1);
+            intent.ids.push(e.id.clone());
         }
         self.counts[slot(e.status)] += 1;
-        if let Some(old) = self.by_id.insert(e.id.clone(), e) {
+        if let Some(old) = self.by_id.insert(e.id.clone(), Box::new(e)) {
             self.counts[slot(old.status)] -= 1;
         }
     }
 
     pub fn get(&self, id: &str) -> Option<&Escalation> {
-        self.by_id.get(id)
+        self.by_id.get(id).map(|e| &**e)
     }
 
     /// Every escalation in the book, in no particular order.
     pub fn all(&self) -> impl Iterator<Item = &Escalation> {
-        self.by_id.values()
+        self.by_id.values().map(|e| &**e)
     }
 
     pub fn count(&self, status: EscalationStatus) -> usize {
@@ -125,18 +156,20 @@ impl EscalationBook {
 
     /// The open or claimed escalation of an intent.
     pub fn open_for(&self, intent_id: &str) -> Option<&Escalation> {
-        self.by_intent
+        self.intents
             .get(intent_id)?
+            .ids
             .iter()
-            .filter_map(|id| self.by_id.get(id))
+            .filter_map(|id| self.get(id))
             .find(|e| e.status != EscalationStatus::Resolved)
     }
 
     pub fn latest_for(&self, intent_id: &str) -> Option<&Escalation> {
-        self.by_intent
+        self.intents
             .get(intent_id)?
+            .ids
             .last()
-            .and_then(|id| self.by_id.get(id))
+            .and_then(|id| self.get(id))
     }
 
     /// Take in a fresh verdict: open or join with its high and critical findings. Returns the
@@ -150,11 +183,11 @@ impl EscalationBook {
         if escalating.is_empty() {
             return None;
         }
-        let seen = self.seen.get(&verdict.intent_id);
+        let seen = self.intents.get(&verdict.intent_id);
         let fresh: Vec<&Finding> = escalating
             .iter()
             .copied()
-            .filter(|f| !seen.is_some_and(|s| s.contains(&(f.kind, f.subject.clone()))))
+            .filter(|f| !seen.is_some_and(|s| s.has_seen(f)))
             .collect();
         let e = match self.open_for(&verdict.intent_id).map(|e| e.id.clone()) {
             Some(id) => {
@@ -165,7 +198,7 @@ impl EscalationBook {
                 e.findings.extend(fresh.iter().map(|f| (*f).clone()));
                 e.severity = e.severity.max(max_severity(&fresh));
                 e.version += 1;
-                e.clone()
+                Escalation::clone(e)
             }
             None => {
                 // A resolution covers what it saw; new evidence that comes with a high finding
@@ -177,9 +210,9 @@ impl EscalationBook {
                     return None;
                 }
                 let n = self
-                    .by_intent
+                    .intents
                     .get(&verdict.intent_id)
-                    .map_or(0, |v| v.len())
+                    .map_or(0, |v| v.ids.len())
                     + 1;
                 Escalation {
                     id: escalation_id(&verdict.intent_id, n),
@@ -270,7 +303,6 @@ impl EscalationBook {
             return Err(EscalationError::Missing("by"));
         }
         let e = self
-            .by_id
             .get(id)
             .ok_or_else(|| EscalationError::NotFound(id.into()))?;
         match e.status {
@@ -313,7 +345,6 @@ impl EscalationBook {
             return Err(EscalationError::Missing("resolution"));
         }
         let e = self
-            .by_id
             .get(id)
             .ok_or_else(|| EscalationError::NotFound(id.into()))?;
         if e.status == EscalationStatus::Resolved {

@@ -946,8 +946,15 @@ impl Store for ClickHouseStore {
     }
 
     async fn escalations_of(&self, intent_ids: Vec<String>) -> Result<Vec<Escalation>, StoreError> {
-        // A filter, not the sorting key (`id`): the table holds escalations, few next to events.
+        // A filter, not the sorting key (`id`): each chunk reads the whole table, so past a
+        // few chunks one read of it, kept to the intents asked for, is cheaper.
         const CHUNK: usize = 500;
+        if intent_ids.len() > 4 * CHUNK {
+            let wanted: HashSet<String> = intent_ids.into_iter().collect();
+            let mut all = self.load_escalations().await?;
+            all.retain(|e| wanted.contains(&e.intent_id));
+            return Ok(all);
+        }
         let mut out = Vec::new();
         for chunk in intent_ids.chunks(CHUNK) {
             let marks = vec!["?"; chunk.len()].join(", ");

@@ -762,16 +762,45 @@ impl EventSet {
     }
 }
 
+impl EventSet {
+    /// Room for `more` events without moving the ones in.
+    pub fn reserve(&mut self, more: usize) {
+        self.events.reserve(more);
+    }
+}
+
 impl From<Vec<Event>> for EventSet {
-    fn from(events: Vec<Event>) -> Self {
-        let mut set = EventSet {
-            events: Vec::with_capacity(events.len()),
-            ..EventSet::default()
-        };
-        for e in events {
-            set.insert(e);
+    /// In place: the events stay in their vector (a start-up's are hundreds of megabytes), the
+    /// repeated ones dropped.
+    fn from(mut events: Vec<Event>) -> Self {
+        let mut by_hash: foldhash::HashMap<u64, usize> =
+            foldhash::HashMap::with_capacity_and_hasher(events.len(), Default::default());
+        let mut collided = Vec::new();
+        let mut kept = 0;
+        for i in 0..events.len() {
+            let h = Self::hash(&events[i]);
+            let earlier = by_hash.get(&h).copied();
+            let repeated = earlier.is_some_and(|at| {
+                events[at] == events[i] || collided.iter().any(|&c: &usize| events[c] == events[i])
+            });
+            if repeated {
+                continue;
+            }
+            events.swap(kept, i);
+            match earlier {
+                None => {
+                    by_hash.insert(h, kept);
+                }
+                Some(_) => collided.push(kept),
+            }
+            kept += 1;
         }
-        set
+        events.truncate(kept);
+        EventSet {
+            events,
+            by_hash,
+            collided,
+        }
     }
 }
 
@@ -928,6 +957,19 @@ mod tests {
         assert!(!set.insert(b.clone()));
         let c = Event::Record(record(Some("i1"), "re_1", "failed", 3.0));
         assert!(set.insert(c.clone()));
-        assert_eq!(set.into_vec(), [a, b, c]);
+        assert_eq!(set.into_vec(), [a.clone(), b.clone(), c.clone()]);
+        let set = EventSet::from(vec![
+            a.clone(),
+            a.clone(),
+            b.clone(),
+            a.clone(),
+            c.clone(),
+            b.clone(),
+        ]);
+        assert_eq!(
+            set.into_vec(),
+            [a, b, c],
+            "repeats anywhere, the first kept"
+        );
     }
 }

@@ -75,6 +75,20 @@ fn read_parts(ids: usize) -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().clamp(1, 4))
 }
 
+/// What an index probe costs, in rows of a table scan: past it, reading a whole table and
+/// keeping what was asked for is cheaper than asking by id.
+const PROBE_COST_IN_ROWS: usize = 4;
+
+/// The parts of a split answer as one, allocated once: a start-up's are hundreds of megabytes,
+/// and each doubling of a growing vector is fresh memory the kernel zeroes.
+fn concat<T>(parts: Vec<Vec<T>>) -> Vec<T> {
+    let mut all = Vec::with_capacity(parts.iter().map(Vec::len).sum());
+    for p in parts {
+        all.extend(p);
+    }
+    all
+}
+
 impl SqliteStore {
     pub fn path(&self) -> &Path {
         &self.path
@@ -179,9 +193,7 @@ impl Store for SqliteStore {
         let found = self
             .read_split(parts, |conn, q| events::events_touching(conn, &q))
             .await?;
-        Ok(events::in_ingest_order(
-            found.into_iter().flatten().collect(),
-        ))
+        Ok(events::in_ingest_order(concat(found)))
     }
 
     async fn known_observations(
@@ -324,13 +336,20 @@ impl Store for SqliteStore {
         if intent_ids.is_empty() {
             return Ok(Vec::new());
         }
+        let total = self.read(escalations::escalation_total).await?;
+        if total <= PROBE_COST_IN_ROWS * intent_ids.len() {
+            let wanted: foldhash::HashSet<String> = intent_ids.into_iter().collect();
+            return self
+                .read(move |conn| escalations::escalations_among(conn, &wanted))
+                .await;
+        }
         let parts = read_parts(intent_ids.len());
         let size = intent_ids.len().div_ceil(parts);
         let parts: Vec<Vec<String>> = intent_ids.chunks(size).map(<[String]>::to_vec).collect();
         let found = self
             .read_split(parts, |conn, ids| escalations::escalations_of(conn, &ids))
             .await?;
-        Ok(found.into_iter().flatten().collect())
+        Ok(concat(found))
     }
 
     async fn escalation_counts(&self) -> Result<Vec<(EscalationStatus, u64)>, StoreError> {

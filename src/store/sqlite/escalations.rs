@@ -31,6 +31,33 @@ pub(super) fn load_escalations(conn: &Connection) -> Result<Vec<Escalation>, Sto
     )
 }
 
+/// How many escalations the file holds.
+pub(super) fn escalation_total(conn: &Connection) -> Result<usize, StoreError> {
+    let n: i64 = conn.query_row("SELECT count(*) FROM reckon_escalations", [], |r| r.get(0))?;
+    Ok(n.max(0) as usize)
+}
+
+/// Every escalation of these intents, read in one pass over the table, only those of the
+/// intents asked for decoded: cheaper than a probe per id when the ids are many next to the
+/// table (a start-up that loads a million open intents, each escalated).
+pub(super) fn escalations_among(
+    conn: &Connection,
+    intent_ids: &foldhash::HashSet<String>,
+) -> Result<Vec<Escalation>, StoreError> {
+    let mut stmt =
+        conn.prepare_cached(&format!("SELECT {ESCALATION_COLS} FROM reckon_escalations"))?;
+    let mut rows = stmt.query([])?;
+    let mut out = Vec::with_capacity(intent_ids.len());
+    while let Some(row) = rows.next()? {
+        // Column 1 of ESCALATION_COLS.
+        let intent = row.get_ref(1)?.as_str().unwrap_or_default();
+        if intent_ids.contains(intent) {
+            out.push(decode_escalation(row)?);
+        }
+    }
+    Ok(out)
+}
+
 /// Every escalation of these intents (the `reckon_escalations_intent` index), a statement per
 /// chunk of ids.
 pub(super) fn escalations_of(

@@ -107,7 +107,9 @@ pub(super) fn events_touching(
 ) -> Result<Vec<(i64, Event)>, StoreError> {
     const CHUNK: usize = 500;
     let tx = conn.unchecked_transaction()?;
-    let mut out: Vec<(i64, Event)> = Vec::new();
+    // Most intents have one attempt: sized for that, a start-up's millions are not copied
+    // from one doubling to the next.
+    let mut out: Vec<(i64, Event)> = Vec::with_capacity(q.intents.len());
     let mut by = |table: &str,
                   cols: &str,
                   column: &str,
