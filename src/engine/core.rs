@@ -409,6 +409,29 @@ impl EngineCore {
         core
     }
 
+    /// More of a restore, read while the ledger was being built (the settled intents the
+    /// restored routes reach): their events join the ledger and every intent new to memory is
+    /// booked due at `now`, unaudited, exactly as if [`EngineCore::restore_from`] had had them.
+    pub fn restore_more(&mut self, events: Vec<Event>, now: Timestamp) {
+        let mut change = audit::LedgerChange::default();
+        for e in events {
+            change.merge(self.ledger.add(e));
+        }
+        for id in &change.removed {
+            self.forget(id);
+        }
+        for id in change.affected {
+            if self.verdicts.contains_key(&id) {
+                continue;
+            }
+            let mut remembered = Remembered::restored(None, now);
+            remembered.booked = Some(now);
+            self.verdicts.insert(id.clone(), remembered);
+            self.schedule.insert((now, id));
+            self.unaudited += 1;
+        }
+    }
+
     /// The escalations of the intents restored (`escalations`: an intent's are in memory while
     /// it is) and the store's count of all of them by status (`stored`, for the gauges).
     pub fn restore_escalations(
@@ -1008,6 +1031,51 @@ mod tests {
         };
         assert_eq!(sorted(&told), sorted(&plain));
         assert_eq!(told.next_deadline(), plain.next_deadline());
+    }
+
+    /// Start-up reads the settled intents the loaded routes reach while the ledger is built:
+    /// handing them over afterwards must leave the core a one-piece restore would (here the
+    /// late attempt claims an orphan's record, so the orphan leaves memory).
+    #[test]
+    fn a_restore_in_two_parts_is_the_restore_in_one() {
+        let first = vec![
+            record("re_1", Some("k1"), "succeeded", 20),
+            timeout("i2", 2, 10, "k2"),
+        ];
+        let late = vec![timeout("i1", 1, 0, "k1")];
+        let whole = Restore {
+            events: first.iter().chain(&late).cloned().collect(),
+            escalations: Vec::new(),
+            stored: HashMap::new(),
+        };
+        let mut one = EngineCore::restore_from(contracts(), whole, t(2000));
+        let part = Restore {
+            events: first,
+            escalations: Vec::new(),
+            stored: HashMap::new(),
+        };
+        let mut two = EngineCore::restore_from(contracts(), part, t(2000));
+        assert!(two.holds("orphan:re_1"));
+        two.restore_more(late, t(2000));
+        assert!(!two.holds("orphan:re_1"), "the record found its intent");
+        assert_eq!(two.unaudited(), one.unaudited());
+        assert_eq!(two.next_deadline(), Some(t(2000)), "everything is due");
+        let audit_all = |c: &mut EngineCore| {
+            let mut written = Vec::new();
+            while c.next_deadline().is_some_and(|at| at <= t(2000)) {
+                written.extend(c.tick_with(t(2000), 2, in_order).verdicts);
+            }
+            written.sort_by(|x, y| x.intent_id.cmp(&y.intent_id));
+            written
+        };
+        let written = audit_all(&mut two);
+        assert_eq!(written, audit_all(&mut one));
+        assert_eq!(
+            written.iter().map(|v| v.intent_id.as_str()).collect::<Vec<_>>(),
+            ["i1", "i2"]
+        );
+        assert_eq!(two.unaudited(), 0);
+        assert_eq!(two.next_deadline(), one.next_deadline());
     }
 
     #[test]

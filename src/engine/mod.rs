@@ -359,6 +359,8 @@ impl Engine {
         let began = Instant::now();
         let Loaded {
             events,
+            routes,
+            asked,
             history_in_store,
             stored,
         } = load_unsettled(&store).await?;
@@ -369,7 +371,11 @@ impl Engine {
             .evict_after
             .map(|d| Dur(d.as_nanos().min(i64::MAX as u128) as i64));
         let filter_bytes = options.route_filter_bytes;
-        let core = tokio::task::spawn_blocking(move || {
+        // The intents the ledger will hold, less those only reached by routes and orphans:
+        // their escalations are read while the ledger is built.
+        let mut likely: foldhash::HashSet<String> = asked;
+        likely.extend(events.iter().filter_map(Event::intent_id).map(str::to_string));
+        let build = tokio::task::spawn_blocking(move || {
             // Nothing is audited here: everything loaded is due now, and the timer audits it a
             // page at a time behind the serving engine, writing only what changed while the
             // process was down (deadlines passed, a crash's unwritten tail).
@@ -385,21 +391,41 @@ impl Engine {
                 core.routes_in_store();
             }
             core
+        });
+        // Three independent parts on however many cores there are: the ledger, the settled
+        // intents the loaded routes reach, and the loaded intents' escalations.
+        let here = |id: &str| likely.contains(id);
+        let (core, reached, escalations, counts) = tokio::join!(
+            build,
+            crate::store::reached(&*store, routes, here),
+            store.escalations_of(likely.iter().cloned().collect()),
+            store.escalation_counts(),
+        );
+        let mut core = core.map_err(|e| StoreError::Task(e.to_string()))?;
+        let (_, reached) = reached?;
+        let mut escalations = escalations?;
+        let counts = counts?;
+        let built = began.elapsed();
+        let mut core = tokio::task::spawn_blocking(move || {
+            core.restore_more(reached, wall_now());
+            core
         })
         .await
         .map_err(|e| StoreError::Task(e.to_string()))?;
-        let built = began.elapsed();
-        // An intent's escalations are in memory while it is: those of what was loaded, and
-        // the store's counts for the gauges.
-        let counts = store.escalation_counts().await?;
-        let escalations = store.escalations_of(core.intent_ids()).await?;
+        // An intent's escalations are in memory while it is, and only while it is.
+        let rest: Vec<String> = core
+            .intent_ids()
+            .into_iter()
+            .filter(|id| !likely.contains(id))
+            .collect();
+        escalations.extend(store.escalations_of(rest).await?);
+        escalations.retain(|e| core.holds(&e.intent_id));
         let n_escalations = escalations.len();
-        let mut core = core;
         core.restore_escalations(escalations, counts);
         tracing::debug!(
-            ledger_ms = (built - read).as_millis() as u64,
-            escalations_ms = (began.elapsed() - built).as_millis() as u64,
-            "start-up after the read: the ledger and schedule built, the escalations read"
+            parallel_ms = (built - read).as_millis() as u64,
+            rest_ms = (began.elapsed() - built).as_millis() as u64,
+            "start-up after the read: the ledger, reached routes and escalations at once, then the rest"
         );
         tracing::info!(
             events = n_events,
@@ -1114,6 +1140,8 @@ async fn load_unsettled(store: &AnyStore) -> Result<Loaded, StoreError> {
     let Some(checkpoint) = store.checkpoint().await? else {
         return Ok(Loaded {
             events: store.load_events().await?,
+            routes: Vec::new(),
+            asked: Default::default(),
             history_in_store: false,
             stored: Default::default(),
         });
@@ -1161,22 +1189,21 @@ async fn load_unsettled(store: &AnyStore) -> Result<Loaded, StoreError> {
         .flat_map(Event::routes)
         .filter(|r| r.strip_prefix("i:").is_none_or(|id| !intents.contains(id)))
         .collect();
-    let asked = routes.len();
-    let (_, reached) = crate::store::reached(store, routes, |id| intents.contains(id)).await?;
     tracing::debug!(
         ids_ms = ids_at.as_millis() as u64,
         evidence_ms = (evidence_at - ids_at).as_millis() as u64,
-        routes = asked,
-        routes_ms = (started.elapsed() - evidence_at).as_millis() as u64,
-        "start-up read, by stage: the unsettled ids and the checkpoint's tail, their evidence, the settled intents their routes reach"
+        routes = routes.len(),
+        "start-up read, by stage: the unsettled ids and the checkpoint's tail, their evidence"
     );
     let mut events = crate::store::EventSet::from(events);
-    events.reserve(tail.len() + reached.len());
-    for e in tail.into_iter().chain(reached) {
+    events.reserve(tail.len());
+    for e in tail {
         events.insert(e);
     }
     Ok(Loaded {
         events: events.into_vec(),
+        routes,
+        asked: intents.into_iter().collect(),
         history_in_store: true,
         stored,
     })
@@ -1185,6 +1212,10 @@ async fn load_unsettled(store: &AnyStore) -> Result<Loaded, StoreError> {
 /// What start-up reads from the store ([`load_unsettled`]).
 struct Loaded {
     events: Vec<Event>,
+    /// The routes of those events that may reach settled intents in the store, to be asked.
+    routes: Vec<String>,
+    /// The intents asked for by id (unsettled, or named since the checkpoint).
+    asked: foldhash::HashSet<String>,
     /// Settled intents were left in the store (their routes fill the filter behind serving).
     history_in_store: bool,
     /// The stored verdicts' fingerprints of the unsettled intents loaded.
