@@ -1071,7 +1071,10 @@ mod tests {
         let written = audit_all(&mut two);
         assert_eq!(written, audit_all(&mut one));
         assert_eq!(
-            written.iter().map(|v| v.intent_id.as_str()).collect::<Vec<_>>(),
+            written
+                .iter()
+                .map(|v| v.intent_id.as_str())
+                .collect::<Vec<_>>(),
             ["i1", "i2"]
         );
         assert_eq!(two.unaudited(), 0);

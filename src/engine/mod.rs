@@ -374,7 +374,12 @@ impl Engine {
         // The intents the ledger will hold, less those only reached by routes and orphans:
         // their escalations are read while the ledger is built.
         let mut likely: foldhash::HashSet<String> = asked;
-        likely.extend(events.iter().filter_map(Event::intent_id).map(str::to_string));
+        likely.extend(
+            events
+                .iter()
+                .filter_map(Event::intent_id)
+                .map(str::to_string),
+        );
         let build = tokio::task::spawn_blocking(move || {
             // Nothing is audited here: everything loaded is due now, and the timer audits it a
             // page at a time behind the serving engine, writing only what changed while the
@@ -1031,8 +1036,19 @@ impl Engine {
             }
         }
         self.publish_gauges();
-        for e in &c.opened {
+        // One line each, up to a few per step: a restart after a long stop, or a wave of
+        // deadlines, opens thousands in one page of audits, and a line each would bury the log.
+        let (one_by_one, rest) = c
+            .opened
+            .split_at(c.opened.len().min(ESCALATIONS_LOGGED_PER_STEP));
+        for e in one_by_one {
             tracing::warn!(escalation = %e.id, intent = %e.intent_id, severity = e.severity.as_str(), findings = ?e.findings.iter().map(|f| f.kind.as_str()).collect::<Vec<_>>(), "escalation opened");
+        }
+        if !rest.is_empty() {
+            tracing::warn!(
+                more = rest.len(),
+                "more escalations opened in the same step (not logged one by one: see /api/v1/escalations)"
+            );
         }
     }
 
@@ -1281,6 +1297,9 @@ async fn fill_route_filter(engine: std::sync::Weak<Engine>) {
         }
     }
 }
+
+/// Escalations opened in one step that are logged one line each; the rest get one line.
+const ESCALATIONS_LOGGED_PER_STEP: usize = 16;
 
 /// Intents expired per store call: one SQLite transaction, or one mutation per table.
 const EXPIRE_PAGE: usize = 1000;
