@@ -450,15 +450,6 @@ impl Event {
         }
     }
 
-    /// The intent the event names, if it names one (a record may not).
-    pub fn intent_id(&self) -> Option<&str> {
-        match self {
-            Event::Attempt(a) => Some(&a.intent_id),
-            Event::Readback(r) => Some(&r.intent_id),
-            Event::Record(r) => r.intent_id.as_deref(),
-        }
-    }
-
     /// The routes this event travels by (DESIGN.md "Memory and history"): the intent it names
     /// (`i:`), the key it carries (`k:`), the objects it returns, lists or observes (`o:`).
     /// `Ledger::routes` gives the routes that reach an intent.

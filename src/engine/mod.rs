@@ -371,15 +371,8 @@ impl Engine {
             .evict_after
             .map(|d| Dur(d.as_nanos().min(i64::MAX as u128) as i64));
         let filter_bytes = options.route_filter_bytes;
-        // The intents the ledger will hold, less those only reached by routes and orphans:
-        // their escalations are read while the ledger is built.
-        let mut likely: foldhash::HashSet<String> = asked;
-        likely.extend(
-            events
-                .iter()
-                .filter_map(Event::intent_id)
-                .map(str::to_string),
-        );
+        // The intents asked for are most of what the ledger will hold: their escalations are
+        // read while it is built, the few others' (reached, named by a record) after.
         let build = tokio::task::spawn_blocking(move || {
             // Nothing is audited here: everything loaded is due now, and the timer audits it a
             // page at a time behind the serving engine, writing only what changed while the
@@ -399,11 +392,11 @@ impl Engine {
         });
         // Three independent parts on however many cores there are: the ledger, the settled
         // intents the loaded routes reach, and the loaded intents' escalations.
-        let here = |id: &str| likely.contains(id);
+        let here = |id: &str| asked.contains(id);
         let (core, reached, escalations, counts) = tokio::join!(
             build,
             crate::store::reached(&*store, routes, here),
-            store.escalations_of(likely.iter().cloned().collect()),
+            store.escalations_of(asked.iter().cloned().collect()),
             store.escalation_counts(),
         );
         let mut core = core.map_err(|e| StoreError::Task(e.to_string()))?;
@@ -421,7 +414,7 @@ impl Engine {
         let rest: Vec<String> = core
             .intent_ids()
             .into_iter()
-            .filter(|id| !likely.contains(id))
+            .filter(|id| !asked.contains(id))
             .collect();
         escalations.extend(store.escalations_of(rest).await?);
         escalations.retain(|e| core.holds(&e.intent_id));
