@@ -298,6 +298,13 @@ macro_rules! conformance {
                 run(|h| async move { super::restart_loads_only_what_is_open(&*h).await }).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn open_intents_left_in_the_store_come_back_when_reached() {
+                run(|h| async move {
+                    super::open_intents_left_in_the_store_come_back_when_reached(&*h).await
+                })
+                .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn escalations_leave_memory_with_their_intent() {
                 run(|h| async move { super::escalations_leave_memory_with_their_intent(&*h).await })
                     .await
@@ -2400,6 +2407,8 @@ async fn restart_loads_only_what_is_open<H: Harness>(h: &H) {
     assert!(open_before.is_some(), "the open intent's verdict is stored");
 
     let (engine, tasks, _) = engine_on(h.open_any().await).await;
+    // Read back behind serving (its routes are in the store): wait for it.
+    audited_again(&engine).await;
     assert_eq!(engine.intents(), 1, "only the open intent is loaded");
     assert!(engine.verdict("done").await.is_none(), "not in memory");
     let stored = h.open().await.get_verdict("done").await.unwrap();
@@ -2428,6 +2437,92 @@ async fn restart_loads_only_what_is_open<H: Harness>(h: &H) {
         open_after, open_before,
         "a restart does not rewrite a verdict it recomputes unchanged"
     );
+}
+
+/// A start with every open intent's routes in the store serves before reading them back. Here
+/// the read-back behind serving is off, so only what reaches an open intent brings it back: a
+/// record that names neither intent nor attempt, only the key (so the store's routes must
+/// know the open intent's key), and a person's claim of the other's escalation. Each comes
+/// back with its escalation, judged as a process that never stopped judges it; a later start
+/// with the read-back on has both in memory again.
+async fn open_intents_left_in_the_store_come_back_when_reached<H: Harness>(h: &H) {
+    let timeouts = vec![
+        ev(refund(1, "open-1", 0).key("k-1").timeout()),
+        ev(refund(2, "open-2", 0).key("k-2").timeout()),
+    ];
+    let (engine, tasks, _) = engine_on(h.open_any().await).await;
+    ingest(&engine, timeouts.clone()).await;
+    for id in ["open-1", "open-2"] {
+        let v = engine.verdict(id).await.expect(id);
+        assert_eq!(
+            v.decision,
+            Decision::Escalate,
+            "{id}: long past its deadline"
+        );
+    }
+    // Past the margin start-up reads back before the checkpoint.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    stop(engine, tasks).await;
+    assert!(
+        h.open().await.routes_of_open_intents().await.unwrap(),
+        "a new store says every open intent's routes are in it"
+    );
+
+    let only_when_reached = EngineOptions {
+        read_back_open: false,
+        ..EngineOptions::default()
+    };
+    let (engine, tasks, _) = engine_with(h.open_any().await, only_when_reached).await;
+    assert_eq!(engine.intents(), 0, "nothing read before serving");
+    assert_eq!(engine.unaudited(), 2, "both left in the store");
+    assert!(engine.verdict("open-1").await.is_none());
+    let late = record("re_1", None, Some("k-1"), "succeeded", 30);
+    ingest(&engine, vec![late.clone()]).await;
+    assert_eq!(
+        engine.intents(),
+        1,
+        "the key brought open-1 back, and only it"
+    );
+    let back = engine.verdict("open-1").await.expect("back in memory");
+    let mut never_stopped = EngineCore::new(contracts());
+    never_stopped.ingest(timeouts, back.audited_at);
+    never_stopped.ingest(vec![late], back.audited_at);
+    let reference = never_stopped.verdict("open-1").expect("open-1");
+    assert_eq!(back.state, reference.state, "{back:?}");
+    assert_eq!(back.decision, reference.decision);
+    assert_eq!(kinds(&back), kinds(&reference));
+    assert_eq!(back.objects, reference.objects, "the record is open-1's");
+    let first = reckon::escalation::escalation_id("open-1", 1);
+    assert_eq!(
+        back.escalation_id.as_deref(),
+        Some(first.as_str()),
+        "its escalation came back with it: {back:?}"
+    );
+
+    // A person claims open-2's escalation while open-2 is still in the store.
+    let other = reckon::escalation::escalation_id("open-2", 1);
+    let claimed = engine.claim(&other, "ana").await.expect("claim");
+    assert_eq!(claimed.status, EscalationStatus::Claimed);
+    assert_eq!(engine.intents(), 2, "the claim brought open-2 back");
+    let v = engine.verdict("open-2").await.expect("open-2");
+    assert_eq!(v.escalation_id.as_deref(), Some(other.as_str()), "{v:?}");
+    assert_eq!(engine.unaudited(), 0, "nothing left in the store");
+    stop(engine, tasks).await;
+    let escalations = h.open().await.load_escalations().await.unwrap();
+    assert_eq!(
+        escalations.len(),
+        2,
+        "no escalation numbered twice: {escalations:?}"
+    );
+
+    let (engine, tasks, _) = engine_on(h.open_any().await).await;
+    audited_again(&engine).await;
+    assert_eq!(
+        engine.intents(),
+        2,
+        "both open, both read back behind serving"
+    );
+    stop(engine, tasks).await;
 }
 
 /// A resolved escalation leaves memory with its settled intent and is not loaded by a start,
@@ -2815,6 +2910,8 @@ async fn contracts_reload_through_the_engine<H: Harness>(h: &H) {
     let (engine, tasks) = Engine::start(load(), store.clone(), Arc::new(Metrics::new()))
         .await
         .unwrap();
+    // The open one is read back behind serving.
+    audited_again(&engine).await;
     let names =
         |v: &Verdict| -> Vec<String> { kinds(v).iter().map(|k| k.as_str().to_string()).collect() };
     assert!(

@@ -26,8 +26,9 @@ pub struct Outcome {
     pub escalations: Vec<Escalation>,
     /// Findings that were not in the intent's previous verdict, with the intent's tool.
     pub new_findings: Vec<(Option<String>, Finding)>,
-    /// The routes of every intent this step found settled: written with its verdict, so the
-    /// store can find it once it has left memory.
+    /// The routes of every intent this step found settled or that its events reached: written
+    /// with its verdict, so the store can find it once it has left memory, or while a start
+    /// has not read it back yet.
     pub routes: Vec<Route>,
     /// This step's number: once the store has everything up to it
     /// ([`EngineCore::mark_durable`]), what it settled may leave memory.
@@ -65,13 +66,20 @@ pub struct EngineCore {
     evictions: u64,
     /// Intents restored and not audited since ([`Since::Restore`]).
     unaudited: usize,
+    /// Open intents a start left in the store to be read back behind the serving engine, with
+    /// their stored verdicts' fingerprints: each comes back as a restore would have loaded it
+    /// (due now, its first findings not new), by [`EngineCore::rehydrate`], when an event
+    /// reaches it or its page is read ([`EngineCore::pending_page`]).
+    pending: HashMap<String, u64>,
     /// The last step number handed out, and the last the store has made durable.
     seq: u64,
     durable: u64,
 }
 
 /// What a restore starts from: the store's events and escalations, and the fingerprints of the
-/// verdicts it holds (those recomputed unchanged are not handed out for writing again).
+/// verdicts it holds (those recomputed unchanged are not handed out for writing again). An
+/// intent in `stored` whose events are not in `events` (nor an orphan record's pseudo-intent)
+/// is left in the store, pending ([`EngineCore::pending_page`]).
 #[derive(Debug, Default)]
 pub struct Restore {
     pub events: Vec<Event>,
@@ -182,6 +190,7 @@ impl EngineCore {
             evicted_count: 0,
             evictions: 0,
             unaudited: 0,
+            pending: HashMap::new(),
             seq: 0,
             durable: 0,
         }
@@ -320,7 +329,8 @@ impl EngineCore {
     /// Bring intents back from the store: their events (and the records of their objects) go
     /// back into the ledger, their escalations into the book, and their verdicts are
     /// recomputed quietly, as a restart would, so the events that follow are judged against
-    /// the same history as if they had never left.
+    /// the same history as if they had never left. An intent still pending from the start
+    /// comes back unaudited and due at `now`, as the start would have loaded it.
     ///
     /// `pending` are the events about to be ingested: the store already holds them (durable
     /// first), but they must arrive through [`EngineCore::ingest`], which judges what they
@@ -341,7 +351,16 @@ impl EngineCore {
             }
         }
         for id in ids {
+            let left_at_start = self.pending.remove(id);
             if self.verdicts.contains_key(id) {
+                continue;
+            }
+            if let Some(stored) = left_at_start {
+                // Open when the process stopped: its deadline may have passed since, and what
+                // it found then was announced then. It comes back as a restore loads it.
+                if self.ledger.history(id).is_some() {
+                    self.remember_restored(id.clone(), Some(stored), now);
+                }
                 continue;
             }
             self.evicted_count = self.evicted_count.saturating_sub(1);
@@ -404,6 +423,13 @@ impl EngineCore {
             core.verdicts.insert(id.clone(), remembered);
         }
         core.unaudited = ids.len();
+        core.pending = restore.stored;
+        for id in &ids {
+            core.pending.remove(id);
+        }
+        // An orphan record's pseudo-intent that is not in the ledger belongs to an intent now.
+        core.pending
+            .retain(|id, _| !id.starts_with(audit::ORPHAN_PREFIX));
         // Sorted, so the set is built in one pass rather than by a million inserts.
         core.schedule = ids.into_iter().map(|id| (now, id)).collect();
         core
@@ -424,12 +450,44 @@ impl EngineCore {
             if self.verdicts.contains_key(&id) {
                 continue;
             }
-            let mut remembered = Remembered::restored(None, now);
-            remembered.booked = Some(now);
-            self.verdicts.insert(id.clone(), remembered);
-            self.schedule.insert((now, id));
-            self.unaudited += 1;
+            let stored = self.pending.remove(&id);
+            self.remember_restored(id, stored, now);
         }
+    }
+
+    /// An intent loaded by a restore, not audited yet: remembered with its stored verdict's
+    /// fingerprint, if any, and due at `now`.
+    fn remember_restored(&mut self, id: String, stored: Option<u64>, now: Timestamp) {
+        let mut remembered = Remembered::restored(stored, now);
+        remembered.booked = Some(now);
+        self.verdicts.insert(id.clone(), remembered);
+        self.schedule.insert((now, id));
+        self.unaudited += 1;
+    }
+
+    /// Up to `n` of the open intents left in the store at the start ([`Restore`]), to be read
+    /// back ([`EngineCore::rehydrate`] takes them out of the pending set).
+    pub fn pending_page(&self, n: usize) -> Vec<String> {
+        self.pending.keys().take(n).cloned().collect()
+    }
+
+    /// Open intents left in the store at the start and not read back yet.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The routes of the intents in memory among `ids` (to write them for the open intents of
+    /// a store from before routes were written for those).
+    pub fn routes_of(&self, ids: &[String]) -> Vec<Route> {
+        ids.iter()
+            .filter(|id| self.verdicts.contains_key(*id))
+            .flat_map(|id| {
+                self.ledger.routes(id).into_iter().map(|route| Route {
+                    route,
+                    intent_id: id.clone(),
+                })
+            })
+            .collect()
     }
 
     /// The escalations of the intents restored (`escalations`: an intent's are in memory while
@@ -468,6 +526,16 @@ impl EngineCore {
         }
         for id in &change.affected {
             self.audit_into(id, now, &mut out);
+            // Events are what give an intent keys and objects: its routes go to the store with
+            // this step (a settled one's are handed out already), so a start that leaves it
+            // there while open, and an event that reaches it by key or object, find it.
+            if self.verdicts.get(id).is_some_and(|r| !r.settled) {
+                out.routes
+                    .extend(self.ledger.routes(id).into_iter().map(|route| Route {
+                        route,
+                        intent_id: id.to_string(),
+                    }));
+            }
         }
         out
     }
@@ -1031,6 +1099,95 @@ mod tests {
         };
         assert_eq!(sorted(&told), sorted(&plain));
         assert_eq!(told.next_deadline(), plain.next_deadline());
+    }
+
+    /// A start that leaves an open intent in the store (its routes are there) and serves: a
+    /// record that reaches it by key alone brings it back as the start would have loaded it
+    /// (due now, the findings it had before the stop not new), so the record is judged against
+    /// the same history, and the verdicts, the findings handed out and the schedule are those
+    /// of a start that had read it first.
+    #[test]
+    fn an_open_intent_left_in_the_store_comes_back_as_the_start_would_have_loaded_it() {
+        let history = vec![
+            timeout("i1", 1, 0, "k1"),
+            timeout("i1", 2, 40, "k2"),
+            timeout("i2", 3, 10, "k3"),
+        ];
+        // What the process that stopped had written: i1's verdict with its findings.
+        let (before, written) =
+            EngineCore::restore(contracts(), history.clone(), Vec::new(), t(60));
+        assert!(before.verdict("i1").is_some_and(|v| !v.findings.is_empty()));
+        let stored: HashMap<String, u64> = written
+            .verdicts
+            .iter()
+            .map(|v| (v.intent_id.clone(), v.fingerprint()))
+            .collect();
+        let late = record("re_1", Some("k1"), "succeeded", 70);
+        let now = t(4000);
+
+        let mut eager = EngineCore::restore_from(
+            contracts(),
+            Restore {
+                events: history.clone(),
+                escalations: Vec::new(),
+                stored: stored.clone(),
+            },
+            now,
+        );
+        let eager_out = eager.ingest(vec![late.clone()], now);
+
+        // The lazy start read only i2 (named since the checkpoint, say); i1 stays pending.
+        let i1: Vec<Event> = history.iter().take(2).cloned().collect();
+        let mut lazy = EngineCore::restore_from(
+            contracts(),
+            Restore {
+                events: history[2..].to_vec(),
+                escalations: Vec::new(),
+                stored,
+            },
+            now,
+        );
+        assert_eq!(lazy.pending(), 1);
+        assert_eq!(lazy.pending_page(10), ["i1"]);
+        assert!(!lazy.holds("i1"));
+        assert_eq!(lazy.absent(vec!["i1".into()]), ["i1"]);
+        lazy.rehydrate(
+            &["i1".into()],
+            i1,
+            Vec::new(),
+            std::slice::from_ref(&late),
+            now,
+        );
+        assert_eq!(lazy.pending(), 0);
+        assert_eq!(lazy.unaudited(), 2, "back unaudited, as loaded by a start");
+        let lazy_out = lazy.ingest(vec![late], now);
+
+        let summary = |o: &Outcome| {
+            let mut v: Vec<(String, u64)> = o
+                .verdicts
+                .iter()
+                .map(|v| (v.intent_id.clone(), v.fingerprint()))
+                .collect();
+            v.sort();
+            let f: Vec<FindingKind> = o.new_findings.iter().map(|(_, f)| f.kind).collect();
+            (v, f)
+        };
+        assert_eq!(summary(&lazy_out), summary(&eager_out));
+        let sorted = |c: &EngineCore| {
+            let mut v: Vec<Verdict> = c.verdicts().collect();
+            v.sort_by(|x, y| x.intent_id.cmp(&y.intent_id));
+            v
+        };
+        assert_eq!(sorted(&lazy), sorted(&eager));
+        assert_eq!(lazy.next_deadline(), eager.next_deadline());
+        assert_eq!(lazy.unaudited(), eager.unaudited());
+        let mut lazy_routes: Vec<String> =
+            lazy_out.routes.iter().map(|r| r.route.clone()).collect();
+        lazy_routes.sort();
+        assert!(
+            lazy_routes.contains(&"k:k1".to_string()) && lazy_routes.contains(&"o:re_1".to_string()),
+            "an open intent's routes go to the store with the step its events reached: {lazy_routes:?}"
+        );
     }
 
     /// Start-up reads the settled intents the loaded routes reach while the ledger is built:

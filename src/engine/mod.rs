@@ -132,6 +132,10 @@ pub struct EngineOptions {
     /// writer normally keeps up; this bounds memory when it cannot (a slow disk, a wave of a
     /// million deadlines falling due together).
     pub max_unwritten_verdicts: usize,
+    /// Read the open intents a start left in the store back behind the serving engine, a page
+    /// at a time (default: yes). Without it they come back only when an event, or a person's
+    /// action, reaches them: for tests of exactly that.
+    pub read_back_open: bool,
 }
 
 impl Default for EngineOptions {
@@ -143,6 +147,7 @@ impl Default for EngineOptions {
             route_filter_bytes: 32 << 20,
             retention: None,
             max_unwritten_verdicts: 1 << 16,
+            read_back_open: true,
         }
     }
 }
@@ -362,6 +367,7 @@ impl Engine {
             routes,
             asked,
             history_in_store,
+            open_routes,
             stored,
         } = load_unsettled(&store).await?;
         let read = began.elapsed();
@@ -429,6 +435,7 @@ impl Engine {
             events = n_events,
             escalations = n_escalations,
             intents = core.intents(),
+            open_in_store = core.pending(),
             to_audit = core.unaudited(),
             settled_history_in_store = history_in_store,
             read_ms = read.as_millis() as u64,
@@ -466,6 +473,12 @@ impl Engine {
         ));
         if history_in_store {
             tokio::spawn(fill_route_filter(Arc::downgrade(&engine)));
+        }
+        if options.read_back_open && engine.lock().pending() > 0 {
+            tokio::spawn(restore_pending(Arc::downgrade(&engine)));
+        }
+        if !open_routes {
+            tokio::spawn(write_open_routes(Arc::downgrade(&engine)));
         }
         if let Some(retention) = options.retention {
             tokio::spawn(expire_loop(Arc::downgrade(&engine), retention));
@@ -856,6 +869,13 @@ impl Engine {
                 let Some(stored) = engine.store.get_escalation(&id).await? else {
                     return Err(EscalationError::NotFound(id.clone()).into());
                 };
+                // An intent a start has not read back yet (or one that left memory) comes back
+                // first: the person acts on its verdict, and its book must hold the change.
+                if !engine.lock().holds(&stored.intent_id) {
+                    engine
+                        .read_back(vec![stored.intent_id.clone()], Vec::new(), &[])
+                        .await?;
+                }
                 engine.adopt(stored.clone()).await;
                 // The verdict the person saw: a resolution covers its evidence.
                 let verdict = engine.lock().shared_verdict(&stored.intent_id);
@@ -1070,9 +1090,11 @@ impl Engine {
     }
 
     /// Intents loaded at start-up that the timer has not audited again yet (see
-    /// [`EngineCore::restore_from`]); their verdicts are as of the start until it has.
+    /// [`EngineCore::restore_from`]), and open intents the start left in the store that are
+    /// not read back yet; their verdicts are as of the stop until then.
     pub fn unaudited(&self) -> usize {
-        self.lock().unaudited()
+        let core = self.lock();
+        core.unaudited() + core.pending()
     }
 
     /// Verdicts concluded and not yet written.
@@ -1095,9 +1117,9 @@ impl Engine {
         let mut restore_done = false;
         self.step(|core| {
             core.mark_durable(durable);
-            let before = core.unaudited();
+            let before = core.unaudited() + core.pending();
             let out = core.tick_with(wall_now(), page, audit_on_every_core);
-            restore_done = before > 0 && core.unaudited() == 0;
+            restore_done = before > 0 && core.unaudited() + core.pending() == 0;
             out
         })
         .await;
@@ -1126,12 +1148,25 @@ impl Engine {
     /// every record of the keys and objects their events name. `pending` (already in the
     /// store) is left for the step that ingests it.
     async fn bring_back(&self, routes: Vec<String>, pending: &[Event]) -> Result<(), StoreError> {
-        let (ids, loaded) = crate::store::reached(&*self.store, routes, |id| {
-            self.lock().absent(vec![id.to_string()]).is_empty()
-        })
-        .await?;
+        self.read_back(Vec::new(), routes, pending).await
+    }
+
+    /// [`Engine::bring_back`], starting from `intents` as well: every one of them is out of the
+    /// pending set afterwards, whether it came back now or was here already.
+    async fn read_back(
+        &self,
+        intents: Vec<String>,
+        routes: Vec<String>,
+        pending: &[Event],
+    ) -> Result<(), StoreError> {
+        let (mut ids, loaded) =
+            crate::store::reached_from(&*self.store, intents.clone(), routes, |id| {
+                self.lock().holds(id)
+            })
+            .await?;
+        let escalations = self.store.escalations_of(ids.clone()).await?;
+        ids.extend(intents);
         if !ids.is_empty() {
-            let escalations = self.store.escalations_of(ids.clone()).await?;
             self.lock()
                 .rehydrate(&ids, loaded, escalations, pending, wall_now());
         }
@@ -1152,9 +1187,14 @@ async fn load_unsettled(store: &AnyStore) -> Result<Loaded, StoreError> {
             routes: Vec::new(),
             asked: Default::default(),
             history_in_store: false,
+            open_routes: store.routes_of_open_intents().await?,
             stored: Default::default(),
         });
     };
+    // With every open intent's routes in the store, an event that reaches one finds it there:
+    // the start reads only what the checkpoint's tail names and serves, and the open intents
+    // are read back behind it (`restore_pending`).
+    let open_routes = store.routes_of_open_intents().await?;
     // Each stage timed for the log: which one a slow start spends its time in.
     let started = Instant::now();
     let tail = store
@@ -1166,7 +1206,10 @@ async fn load_unsettled(store: &AnyStore) -> Result<Loaded, StoreError> {
     let mut stored =
         foldhash::HashMap::with_capacity_and_hasher(unsettled.len(), Default::default());
     for u in unsettled {
-        intents.insert(u.intent_id.clone());
+        // An orphan record's pseudo-intent has no routes of its own: always read now.
+        if !open_routes || u.intent_id.starts_with(audit::ORPHAN_PREFIX) {
+            intents.insert(u.intent_id.clone());
+        }
         stored.insert(u.intent_id, u.fingerprint);
     }
     let mut objects: BTreeSet<String> = intents
@@ -1214,6 +1257,7 @@ async fn load_unsettled(store: &AnyStore) -> Result<Loaded, StoreError> {
         routes,
         asked: intents.into_iter().collect(),
         history_in_store: true,
+        open_routes,
         stored,
     })
 }
@@ -1227,8 +1271,101 @@ struct Loaded {
     asked: foldhash::HashSet<String>,
     /// Settled intents were left in the store (their routes fill the filter behind serving).
     history_in_store: bool,
-    /// The stored verdicts' fingerprints of the unsettled intents loaded.
+    /// Every open intent's routes are in the store ([`Store::routes_of_open_intents`]): those
+    /// not named since the checkpoint were left there, to be read back behind serving.
+    open_routes: bool,
+    /// The stored verdicts' fingerprints of the unsettled intents (loaded, or left pending).
     stored: foldhash::HashMap<String, u64>,
+}
+
+/// Open intents read back per page behind the serving engine.
+const PENDING_PAGE: usize = 10_000;
+
+/// After a start that left open intents in the store: read them back a page at a time, as
+/// events would bring them back ([`Engine::read_back`]), each due at once so the timer audits
+/// it. An event that reaches one first brings it back itself.
+async fn restore_pending(engine: std::sync::Weak<Engine>) {
+    let began = Instant::now();
+    let mut failures = 0u32;
+    loop {
+        let Some(e) = engine.upgrade() else { return };
+        let page = e.lock().pending_page(PENDING_PAGE);
+        if page.is_empty() {
+            tracing::info!(
+                intents = e.intents(),
+                elapsed_ms = began.elapsed().as_millis() as u64,
+                "every open intent left in the store at start-up is in memory"
+            );
+            return;
+        }
+        match e.read_back(page, Vec::new(), &[]).await {
+            Ok(()) => {
+                failures = 0;
+                e.wake.notify_one();
+            }
+            Err(err) => {
+                failures += 1;
+                tracing::warn!(error = %err, failures, "reading open intents back failed; retrying");
+                drop(e);
+                tokio::time::sleep(Duration::from_millis(100u64 << failures.min(6))).await;
+            }
+        }
+    }
+}
+
+/// Routes written per store call when a store from before routes were written for open intents
+/// gets them.
+const OPEN_ROUTES_PAGE: usize = 20_000;
+
+/// Once, on a store from before open intents had their routes written: write the routes of
+/// every intent in memory (this start read them all), then say so, so later starts may serve
+/// before reading the open intents back. Intents that events reach meanwhile get theirs from
+/// their steps; one whose step is not written yet is after the checkpoint, read at any start.
+async fn write_open_routes(engine: std::sync::Weak<Engine>) {
+    let began = Instant::now();
+    let Some(e) = engine.upgrade() else { return };
+    let ids = e.lock().intent_ids();
+    drop(e);
+    let mut failures = 0u32;
+    let mut written = 0usize;
+    let mut pages = ids.chunks(OPEN_ROUTES_PAGE).peekable();
+    loop {
+        let Some(e) = engine.upgrade() else { return };
+        let last = pages.peek().is_none();
+        let derived = match pages.peek() {
+            Some(page) => Derived {
+                routes: e.lock().routes_of(page),
+                ..Derived::default()
+            },
+            None => Derived {
+                open_routes_complete: true,
+                ..Derived::default()
+            },
+        };
+        let routes = derived.routes.len();
+        match e.store.put_derived(derived).await {
+            Ok(()) => {
+                failures = 0;
+                written += routes;
+                if last {
+                    tracing::info!(
+                        intents = ids.len(),
+                        routes = written,
+                        elapsed_ms = began.elapsed().as_millis() as u64,
+                        "routes of the intents in memory written: later starts serve before reading open intents back"
+                    );
+                    return;
+                }
+                pages.next();
+            }
+            Err(err) => {
+                failures += 1;
+                tracing::warn!(error = %err, failures, "writing the open intents' routes failed; retrying");
+                drop(e);
+                tokio::time::sleep(Duration::from_millis(100u64 << failures.min(6))).await;
+            }
+        }
+    }
 }
 
 /// Audit a page of due intents split across the machine's cores (everything loaded at
@@ -1528,6 +1665,7 @@ impl Pending {
                         Vec::new()
                     },
                     checkpoint: if last { checkpoint } else { None },
+                    open_routes_complete: false,
                 })
                 .await?;
         }

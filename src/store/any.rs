@@ -30,6 +30,9 @@ impl Store for AnyStore {
     async fn checkpoint(&self) -> Result<Option<Timestamp>, StoreError> {
         dispatch!(self, s => s.checkpoint())
     }
+    async fn routes_of_open_intents(&self) -> Result<bool, StoreError> {
+        dispatch!(self, s => s.routes_of_open_intents())
+    }
     async fn unsettled_intents(&self) -> Result<Vec<Unsettled>, StoreError> {
         dispatch!(self, s => s.unsettled_intents())
     }

@@ -475,6 +475,16 @@ impl Store for ClickHouseStore {
             .map(|v| Timestamp(i64::try_from(*v).unwrap_or(i64::MAX))))
     }
 
+    async fn routes_of_open_intents(&self) -> Result<bool, StoreError> {
+        let q = self
+            .client
+            .query("SELECT count() FROM reckon_meta WHERE name = 'open_routes'");
+        let found: Vec<u64> = self
+            .fetch("read whether open intents have routes", q)
+            .await?;
+        Ok(found.first().is_some_and(|n| *n > 0))
+    }
+
     async fn unsettled_intents(&self) -> Result<Vec<Unsettled>, StoreError> {
         // The filter sits outside the FINAL subquery (see reckon_current_verdicts).
         let q = self.client.query(
@@ -657,6 +667,10 @@ impl Store for ClickHouseStore {
                     value: at.0.max(0) as u64,
                 })
                 .into_iter()
+                .chain(d.open_routes_complete.then(|| MetaRow {
+                    name: "open_routes".into(),
+                    value: 1,
+                }))
                 .collect(),
             ..Rows::default()
         };

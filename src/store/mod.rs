@@ -395,10 +395,16 @@ pub struct Derived {
     /// Notifications announcing the escalation changes: in the same durable write, so an
     /// escalation anyone can see always has them (see [`Store::outbox_put`]).
     pub outbox: Vec<OutboxItem>,
-    /// The routes of the settled intents among `verdicts` (see [`Route`]): written with the
-    /// verdict that settled them, so an intent is findable from the store before it may leave
-    /// memory.
+    /// The routes of the intents among `verdicts` and of every intent an event reached (see
+    /// [`Route`]): written with the verdicts of the step that found them, so an intent is
+    /// findable from the store by key or object before it may leave memory, and an open one
+    /// before a start has read it back.
     pub routes: Vec<Route>,
+    /// Every intent the store holds has its routes in it now (written once, by the first start
+    /// of a store from before routes were written for open intents, when it has written those):
+    /// later starts may serve before the open intents are read back
+    /// ([`Store::routes_of_open_intents`]).
+    pub open_routes_complete: bool,
     /// Every event received before this instant has its verdicts and escalations written (this
     /// write included): start-up reads the events received since then ([`Store::checkpoint`]).
     pub checkpoint: Option<Timestamp>,
@@ -412,6 +418,7 @@ impl Derived {
             && self.outbox.is_empty()
             && self.routes.is_empty()
             && self.checkpoint.is_none()
+            && !self.open_routes_complete
     }
 }
 
@@ -487,6 +494,12 @@ pub trait Store: Send + Sync {
     /// The last [`Derived::checkpoint`] written; `None` for a store no engine has checkpointed
     /// (new, or written by a version before checkpoints): start-up then reads everything.
     fn checkpoint(&self) -> impl Future<Output = Result<Option<Timestamp>, StoreError>> + Send;
+
+    /// Whether every open intent's routes are in the store ([`Derived::open_routes_complete`]
+    /// was written): a start may then serve before reading the open intents back, since an
+    /// event on one finds it by [`Store::route_owners`]. `false` for a store written before
+    /// routes were written for open intents (its first start reads them all, then writes them).
+    fn routes_of_open_intents(&self) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// The intents whose stored verdict is not settled ([`Verdict::is_settled`]): what start-up
     /// keeps in memory. Each with its stored verdict's fingerprint, so a start that audits
@@ -813,26 +826,43 @@ pub async fn reached<S: Store + ?Sized>(
     routes: Vec<String>,
     here: impl Fn(&str) -> bool,
 ) -> Result<(Vec<String>, Vec<Event>), StoreError> {
+    reached_from(store, Vec::new(), routes, here).await
+}
+
+/// [`reached`], starting from `intents` themselves (those `here` says are not in memory) as well
+/// as from the owners of `routes`: how a start's open intents are read back behind serving.
+pub async fn reached_from<S: Store + ?Sized>(
+    store: &S,
+    intents: Vec<String>,
+    routes: Vec<String>,
+    here: impl Fn(&str) -> bool,
+) -> Result<(Vec<String>, Vec<Event>), StoreError> {
     let mut ids: std::collections::BTreeSet<String> = Default::default();
     let mut asked: foldhash::HashSet<String> = Default::default();
     let mut events = EventSet::default();
     let mut routes = routes;
+    let mut fresh: Vec<String> = intents.into_iter().filter(|id| !here(id)).collect();
     for _ in 0..EVIDENCE_ROUNDS {
-        routes.retain(|r| asked.insert(r.clone()));
-        if routes.is_empty() {
-            break;
-        }
-        let fresh: Vec<String> = store
-            .route_owners(std::mem::take(&mut routes))
-            .await?
-            .into_iter()
-            .filter(|id| !here(id) && !ids.contains(id))
-            .collect();
         if fresh.is_empty() {
-            break;
+            // An intent's own id reaches only itself: one loaded already is not asked about.
+            routes.retain(|r| {
+                r.strip_prefix("i:").is_none_or(|id| !ids.contains(id)) && asked.insert(r.clone())
+            });
+            if routes.is_empty() {
+                break;
+            }
+            fresh = store
+                .route_owners(std::mem::take(&mut routes))
+                .await?
+                .into_iter()
+                .filter(|id| !here(id) && !ids.contains(id))
+                .collect();
+            if fresh.is_empty() {
+                break;
+            }
         }
         ids.extend(fresh.iter().cloned());
-        for e in evidence(store, fresh, Vec::new()).await? {
+        for e in evidence(store, std::mem::take(&mut fresh), Vec::new()).await? {
             let routes_of = e.routes();
             if events.insert(e) {
                 routes.extend(routes_of);

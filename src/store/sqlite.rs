@@ -213,6 +213,10 @@ impl Store for SqliteStore {
         self.read(startup::checkpoint).await
     }
 
+    async fn routes_of_open_intents(&self) -> Result<bool, StoreError> {
+        self.read(startup::routes_of_open_intents).await
+    }
+
     async fn unsettled_intents(&self) -> Result<Vec<Unsettled>, StoreError> {
         self.read(startup::unsettled_intents).await
     }
@@ -264,6 +268,7 @@ impl Store for SqliteStore {
             outbox: d.outbox,
             routes: d.routes,
             checkpoint: d.checkpoint,
+            open_routes_complete: d.open_routes_complete,
         };
         self.write(|reply| Request::PutDerived(encoded, reply))
             .await

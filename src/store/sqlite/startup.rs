@@ -20,6 +20,17 @@ pub(super) fn checkpoint(conn: &Connection) -> Result<Option<Timestamp>, StoreEr
     Ok(v.map(Timestamp))
 }
 
+pub(super) fn routes_of_open_intents(conn: &Connection) -> Result<bool, StoreError> {
+    let v: Option<i64> = conn
+        .query_row(
+            "SELECT value FROM reckon_meta WHERE name = 'open_routes'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    Ok(v.is_some_and(|v| v > 0))
+}
+
 /// Each unsettled intent with its stored verdict's fingerprint (stored as its bits: SQLite
 /// integers are signed). Read from the partial index alone.
 pub(super) fn unsettled_intents(conn: &Connection) -> Result<Vec<Unsettled>, StoreError> {

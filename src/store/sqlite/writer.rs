@@ -60,6 +60,7 @@ pub struct EncodedDerived {
     pub outbox: Vec<OutboxItem>,
     pub routes: Vec<Route>,
     pub checkpoint: Option<Timestamp>,
+    pub open_routes_complete: bool,
 }
 
 impl Request {
@@ -489,6 +490,13 @@ fn put_derived(conn: &Connection, d: &EncodedDerived) -> Result<(), StoreError> 
              ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)",
         )?
         .execute([at.0])?;
+    }
+    if d.open_routes_complete {
+        conn.prepare_cached(
+            "INSERT INTO reckon_meta (name, value) VALUES ('open_routes', 1)
+             ON CONFLICT (name) DO UPDATE SET value = 1",
+        )?
+        .execute([])?;
     }
     Ok(())
 }
