@@ -305,6 +305,14 @@ macro_rules! conformance {
                 .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_settled_intent_named_by_an_open_ones_evidence_comes_back_whole() {
+                run(|h| async move {
+                    super::a_settled_intent_named_by_an_open_ones_evidence_comes_back_whole(&*h)
+                        .await
+                })
+                .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn escalations_leave_memory_with_their_intent() {
                 run(|h| async move { super::escalations_leave_memory_with_their_intent(&*h).await })
                     .await
@@ -2462,11 +2470,9 @@ async fn open_intents_left_in_the_store_come_back_when_reached<H: Harness>(h: &H
     }
     // Past the margin start-up reads back before the checkpoint.
     tokio::time::sleep(Duration::from_millis(1200)).await;
+    // A new store says at once that every open intent's routes are in it.
+    open_routes_written(h).await;
     stop(engine, tasks).await;
-    assert!(
-        h.open().await.routes_of_open_intents().await.unwrap(),
-        "a new store says every open intent's routes are in it"
-    );
 
     let only_when_reached = EngineOptions {
         read_back_open: false,
@@ -2523,6 +2529,101 @@ async fn open_intents_left_in_the_store_come_back_when_reached<H: Harness>(h: &H
         "both open, both read back behind serving"
     );
     stop(engine, tasks).await;
+}
+
+/// A settled refund (`paid`: its attempt under `k-shared`, the record of its object naming it)
+/// and an open one that sent the same key (`stuck`): the open one's evidence holds the record,
+/// which names `paid`. A start must read `paid` back whole, its attempt too, not take it as
+/// known because an event named it; both on a store from before open intents' routes were
+/// written (everything open read before serving) and on the next start (read back behind it).
+async fn a_settled_intent_named_by_an_open_ones_evidence_comes_back_whole<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let events = vec![
+        ev(refund(1, "paid", 0)
+            .key("k-shared")
+            .http(200)
+            .object("re_paid", "succeeded")),
+        record("re_paid", Some("paid"), Some("k-shared"), "succeeded", 5),
+        ev(refund(2, "stuck", 10).key("k-shared").timeout()),
+    ];
+    store
+        .append_received(events.clone(), reckon::clock::wall_now())
+        .await
+        .unwrap();
+    let now = reckon::clock::wall_now();
+    let mut core = EngineCore::new(contracts());
+    core.ingest(events, now);
+    // The shared key escalated `paid` too; a person resolved that, so it settled.
+    let before = core.verdict("paid").expect("paid");
+    let escalation = before.escalation_id.clone().expect("escalated");
+    let resolved = core
+        .book()
+        .resolved(
+            &escalation,
+            "ana",
+            "not_a_duplicate",
+            None,
+            now,
+            Some(&before),
+        )
+        .expect("resolved");
+    let out = core.commit_person_action(resolved, now);
+    let paid = core.verdict("paid").expect("paid");
+    assert!(paid.is_settled(), "{paid:?}");
+    assert!(!core.verdict("stuck").expect("stuck").is_settled());
+    // Past the margin start-up reads back before the checkpoint. What the process wrote, as
+    // one from before open intents' routes: the settled intent's routes only.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let settled_routes: Vec<Route> = out
+        .routes
+        .iter()
+        .filter(|r| r.intent_id == "paid")
+        .cloned()
+        .collect();
+    assert!(!settled_routes.is_empty());
+    store
+        .put_derived(Derived {
+            verdicts: core.verdicts().collect(),
+            escalations: core.book().all().cloned().collect(),
+            routes: settled_routes,
+            checkpoint: Some(reckon::clock::wall_now()),
+            ..Derived::default()
+        })
+        .await
+        .unwrap();
+    assert!(!store.routes_of_open_intents().await.unwrap());
+    drop(store);
+
+    for start in [
+        "reading everything open first",
+        "reading open intents back behind",
+    ] {
+        let (engine, tasks, _) = engine_on(h.open_any().await).await;
+        audited_again(&engine).await;
+        let back = engine
+            .verdict("paid")
+            .await
+            .expect("reached through the record");
+        assert_eq!(back.attempts.len(), 1, "{start}: {back:?}");
+        assert_eq!(back.state, paid.state, "{start}");
+        assert_eq!(kinds(&back), kinds(&paid), "{start}");
+        assert!(engine.verdict("stuck").await.is_some(), "{start}");
+        open_routes_written(h).await;
+        stop(engine, tasks).await;
+    }
+}
+
+/// Wait until the store says every open intent's routes are in it (a start of a store from
+/// before writes them behind serving).
+async fn open_routes_written<H: Harness>(h: &H) {
+    let store = h.open().await;
+    for _ in 0..1000 {
+        if store.routes_of_open_intents().await.unwrap() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the open intents' routes were not written within 10 s");
 }
 
 /// A resolved escalation leaves memory with its settled intent and is not loaded by a start,
