@@ -2457,10 +2457,11 @@ async fn open_intents_left_in_the_store_come_back_when_reached<H: Harness>(h: &H
     let timeouts = vec![
         ev(refund(1, "open-1", 0).key("k-1").timeout()),
         ev(refund(2, "open-2", 0).key("k-2").timeout()),
+        ev(refund(3, "open-3", 0).key("k-3").timeout()),
     ];
     let (engine, tasks, _) = engine_on(h.open_any().await).await;
     ingest(&engine, timeouts.clone()).await;
-    for id in ["open-1", "open-2"] {
+    for id in ["open-1", "open-2", "open-3"] {
         let v = engine.verdict(id).await.expect(id);
         assert_eq!(
             v.decision,
@@ -2480,7 +2481,7 @@ async fn open_intents_left_in_the_store_come_back_when_reached<H: Harness>(h: &H
     };
     let (engine, tasks, _) = engine_with(h.open_any().await, only_when_reached).await;
     assert_eq!(engine.intents(), 0, "nothing read before serving");
-    assert_eq!(engine.unaudited(), 2, "both left in the store");
+    assert_eq!(engine.unaudited(), 3, "all three left in the store");
     assert!(engine.verdict("open-1").await.is_none());
     let late = record("re_1", None, Some("k-1"), "succeeded", 30);
     ingest(&engine, vec![late.clone()]).await;
@@ -2512,12 +2513,25 @@ async fn open_intents_left_in_the_store_come_back_when_reached<H: Harness>(h: &H
     assert_eq!(engine.intents(), 2, "the claim brought open-2 back");
     let v = engine.verdict("open-2").await.expect("open-2");
     assert_eq!(v.escalation_id.as_deref(), Some(other.as_str()), "{v:?}");
+
+    // The agent retries open-3 under its key: the attempt names it, and it is judged with the
+    // first attempt it had before the stop.
+    ingest(
+        &engine,
+        vec![ev(refund(4, "open-3", 40)
+            .key("k-3")
+            .http(200)
+            .object("re_3", "succeeded"))],
+    )
+    .await;
+    let v = engine.verdict("open-3").await.expect("open-3");
+    assert_eq!(v.attempts.len(), 2, "{v:?}");
     assert_eq!(engine.unaudited(), 0, "nothing left in the store");
     stop(engine, tasks).await;
     let escalations = h.open().await.load_escalations().await.unwrap();
     assert_eq!(
         escalations.len(),
-        2,
+        3,
         "no escalation numbered twice: {escalations:?}"
     );
 
@@ -2525,8 +2539,8 @@ async fn open_intents_left_in_the_store_come_back_when_reached<H: Harness>(h: &H
     audited_again(&engine).await;
     assert_eq!(
         engine.intents(),
-        2,
-        "both open, both read back behind serving"
+        3,
+        "all open, all read back behind serving"
     );
     stop(engine, tasks).await;
 }

@@ -376,6 +376,10 @@ impl EngineCore {
             }
             self.remember(id, Remembered::of(&v), v.next_change);
         }
+        if self.pending.is_empty() && self.pending.capacity() > 0 {
+            // A million ids' worth of table, not needed again until the next start.
+            self.pending = HashMap::new();
+        }
     }
 
     /// Rebuild from the store's contents and audit everything at once: the same events and
