@@ -227,6 +227,7 @@ pub struct Metrics {
     deadline_overdue_ns: AtomicU64,
     intents: AtomicI64,
     intents_evicted: AtomicI64,
+    intents_pending: AtomicI64,
     intents_expired: AtomicU64,
     verdicts_unwritten: AtomicU64,
     verdict_latency: Histogram,
@@ -271,6 +272,7 @@ impl Metrics {
             deadline_overdue_ns: AtomicU64::new(0),
             intents: AtomicI64::new(0),
             intents_evicted: AtomicI64::new(0),
+            intents_pending: AtomicI64::new(0),
             verdicts_unwritten: AtomicU64::new(0),
             intents_expired: AtomicU64::new(0),
             verdict_latency: Histogram::new(&LATENCY_BUCKETS),
@@ -414,6 +416,12 @@ impl Metrics {
     /// One group commit to the store.
     pub fn store_append(&self, d: Duration) {
         self.store_append.observe(d);
+    }
+
+    /// Open intents a start left in the store, not read back yet (process-local).
+    pub fn set_intents_pending(&self, n: u64) {
+        self.intents_pending
+            .store(i64::try_from(n).unwrap_or(i64::MAX), Relaxed);
     }
 
     /// Settled intents out of memory, waiting in the store (process-local).
@@ -619,6 +627,17 @@ impl Metrics {
             out,
             "reckon_intents_evicted {}",
             self.intents_evicted.load(Relaxed)
+        );
+        header(
+            &mut out,
+            "reckon_intents_pending",
+            "Open intents a start left in the store to read back behind serving, not back in memory yet.",
+            "gauge",
+        );
+        let _ = writeln!(
+            out,
+            "reckon_intents_pending {}",
+            self.intents_pending.load(Relaxed)
         );
         header(
             &mut out,

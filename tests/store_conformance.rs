@@ -2479,9 +2479,10 @@ async fn open_intents_left_in_the_store_come_back_when_reached<H: Harness>(h: &H
         read_back_open: false,
         ..EngineOptions::default()
     };
-    let (engine, tasks, _) = engine_with(h.open_any().await, only_when_reached).await;
+    let (engine, tasks, metrics) = engine_with(h.open_any().await, only_when_reached).await;
     assert_eq!(engine.intents(), 0, "nothing read before serving");
     assert_eq!(engine.unaudited(), 3, "all three left in the store");
+    assert_eq!(metric(&metrics, "reckon_intents_pending"), 3);
     assert!(engine.verdict("open-1").await.is_none());
     let late = record("re_1", None, Some("k-1"), "succeeded", 30);
     ingest(&engine, vec![late.clone()]).await;
@@ -2535,13 +2536,21 @@ async fn open_intents_left_in_the_store_come_back_when_reached<H: Harness>(h: &H
         "no escalation numbered twice: {escalations:?}"
     );
 
-    let (engine, tasks, _) = engine_on(h.open_any().await).await;
+    let (engine, tasks, metrics) = engine_on(h.open_any().await).await;
     audited_again(&engine).await;
     assert_eq!(
         engine.intents(),
         3,
         "all open, all read back behind serving"
     );
+    // The gauge follows at the timer's next step.
+    for _ in 0..1000 {
+        if metric(&metrics, "reckon_intents_pending") == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(metric(&metrics, "reckon_intents_pending"), 0);
     stop(engine, tasks).await;
 }
 

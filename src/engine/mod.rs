@@ -1034,6 +1034,7 @@ impl Engine {
         );
         self.metrics.set_intents(core.intents() as u64);
         self.metrics.set_intents_evicted(core.evicted() as u64);
+        self.metrics.set_intents_pending(core.pending() as u64);
     }
 
     /// Count and log what a step concluded, once its escalations are durable.
@@ -1132,6 +1133,7 @@ impl Engine {
         // Evictions change no verdict, so the step announces nothing: count them here.
         self.metrics.set_intents(core.intents() as u64);
         self.metrics.set_intents_evicted(core.evicted() as u64);
+        self.metrics.set_intents_pending(core.pending() as u64);
         let next = match (core.next_deadline(), core.next_eviction()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
