@@ -84,8 +84,11 @@ pub struct EngineCore {
 pub struct Restore {
     pub events: Vec<Event>,
     pub escalations: Vec<Escalation>,
-    pub stored: HashMap<String, u64>,
+    pub stored: FingerprintMap,
 }
+
+/// Stored verdicts' fingerprints by intent id.
+pub type FingerprintMap = HashMap<String, u64>;
 
 /// The audit of one intent, as a page of due intents hands it to whoever runs the page.
 pub type AuditOne<'a> = &'a (dyn Fn(&str) -> Option<Verdict> + Sync);

@@ -553,3 +553,226 @@ proptest! {
         }
     }
 }
+
+/// A store as the lazy-start property sees it: events, the routes table, the escalations.
+#[derive(Default)]
+struct ModelStore {
+    events: Vec<Event>,
+    /// route -> the intents it reaches.
+    routes: std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+    /// The latest version of each escalation, by id.
+    escalations: std::collections::HashMap<String, Escalation>,
+    /// The last verdict written for each intent.
+    written: std::collections::HashMap<String, Verdict>,
+}
+
+impl ModelStore {
+    fn take(&mut self, out: reckon::engine::core::Outcome) {
+        for id in &out.removed {
+            self.written.remove(id);
+        }
+        for v in out.verdicts {
+            self.written.insert(v.intent_id.clone(), (*v).clone());
+        }
+        for x in out.escalations {
+            self.escalations.insert(x.id.clone(), x);
+        }
+        for r in out.routes {
+            self.routes.entry(r.route).or_default().insert(r.intent_id);
+        }
+    }
+
+    /// Everything the audit of `ids` (and of the orphan records of `objects`) reads, as
+    /// `store::evidence` loads it: their events, then the records of every key and object
+    /// those name, until nothing new appears.
+    fn evidence(&self, ids: &[String], objects: &[String]) -> Vec<Event> {
+        let mut loaded = touching(&self.events, ids, &[], objects);
+        let (mut asked_keys, mut asked_objects) = (Vec::new(), Vec::new());
+        loop {
+            let (keys, objects) = audit::keys_and_objects(&loaded);
+            let keys: Vec<String> = keys
+                .into_iter()
+                .filter(|k| !asked_keys.contains(k))
+                .collect();
+            let objects: Vec<String> = objects
+                .into_iter()
+                .filter(|o| !asked_objects.contains(o))
+                .collect();
+            if keys.is_empty() && objects.is_empty() {
+                return loaded;
+            }
+            for e in touching(&self.events, &[], &keys, &objects) {
+                if !loaded.contains(&e) {
+                    loaded.push(e);
+                }
+            }
+            asked_keys.extend(keys);
+            asked_objects.extend(objects);
+        }
+    }
+
+    /// As `store::reached_from`: `seeds` not `here`, and the owners of the routes of `probe`
+    /// (an intent's own id left out once it is loaded) not `here`, with their evidence, and
+    /// transitively what that evidence's routes reach.
+    fn reached(
+        &self,
+        seeds: &[String],
+        probe: Vec<Event>,
+        here: impl Fn(&str) -> bool,
+    ) -> (Vec<String>, Vec<Event>) {
+        let mut ids: std::collections::BTreeSet<String> = Default::default();
+        let mut loaded: Vec<Event> = Vec::new();
+        let mut fresh: Vec<String> = seeds.iter().filter(|id| !here(id)).cloned().collect();
+        let mut probe = probe;
+        for _ in 0..16 {
+            if fresh.is_empty() {
+                fresh = probe
+                    .iter()
+                    .flat_map(Event::routes)
+                    .filter(|r| r.strip_prefix("i:").is_none_or(|id| !ids.contains(id)))
+                    .flat_map(|r| self.routes.get(&r).into_iter().flatten().cloned())
+                    .filter(|id| !here(id) && !ids.contains(id))
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .collect();
+                if fresh.is_empty() {
+                    break;
+                }
+            }
+            ids.extend(fresh.iter().cloned());
+            probe = Vec::new();
+            for e in self.evidence(&std::mem::take(&mut fresh), &[]) {
+                if !loaded.contains(&e) {
+                    probe.push(e.clone());
+                    loaded.push(e);
+                }
+            }
+        }
+        (ids.into_iter().collect(), loaded)
+    }
+
+    /// As `Engine::read_back`: what [`ModelStore::reached`] finds out of memory comes back by
+    /// `rehydrate` (with `pending`, the event about to be ingested), and so do `seeds`.
+    fn read_back(
+        &self,
+        core: &mut reckon::engine::core::EngineCore,
+        seeds: Vec<String>,
+        probe: Vec<Event>,
+        pending: &[Event],
+        now: Timestamp,
+    ) {
+        let (mut all, loaded) = self.reached(&seeds, probe, |id| core.holds(id));
+        all.extend(seeds);
+        let back = self
+            .escalations
+            .values()
+            .filter(|x| all.contains(&x.intent_id))
+            .cloned()
+            .collect();
+        core.rehydrate(&all, loaded, back, pending, now);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: CASES, ..ProptestConfig::default() })]
+
+    /// DESIGN.md "Memory and history", start-up: a process stops after some of the events; the
+    /// next start serves before reading its open intents back, and reads them back a page at a
+    /// time between the later events, or when an event reaches one first. Every verdict then
+    /// is the one a process that never stopped holds.
+    #[test]
+    fn a_start_that_reads_open_intents_back_later_changes_no_verdict(
+        events in arb_shared_events().prop_flat_map(|e| Just(e).prop_shuffle()),
+        split in 0.0f64..=1.0,
+        pages in proptest::collection::vec(0usize..3, 64),
+        now in 0u32..200_000,
+    ) {
+        use reckon::engine::core::{EngineCore, Restore};
+        let now = at(now as f64);
+        let contracts = std::sync::Arc::new(contracts());
+        let mut never_stopped = EngineCore::new(contracts.clone());
+        for e in &events {
+            never_stopped.ingest(vec![e.clone()], now);
+        }
+
+        let k = ((events.len() as f64) * split) as usize;
+
+        let mut store = ModelStore::default();
+        let mut before = EngineCore::new(contracts.clone());
+        for e in &events[..k] {
+            store.events.push(e.clone());
+            let out = before.ingest(vec![e.clone()], now);
+            store.take(out);
+        }
+        // The start: the unsettled ids with their stored fingerprints; orphans' pseudo-intents
+        // (no routes of their own) read now, with what their evidence reaches.
+        let stored: reckon::engine::core::FingerprintMap = store
+            .written
+            .values()
+            .filter(|v| !v.is_settled())
+            .map(|v| (v.intent_id.clone(), v.fingerprint()))
+            .collect();
+        let orphans: Vec<String> = stored
+            .keys()
+            .filter(|id| id.starts_with(audit::ORPHAN_PREFIX))
+            .cloned()
+            .collect();
+        let objects: Vec<String> = orphans
+            .iter()
+            .filter_map(|id| id.strip_prefix(audit::ORPHAN_PREFIX))
+            .map(str::to_string)
+            .collect();
+        let first = store.evidence(&orphans, &objects);
+        let mut lazy = EngineCore::restore_from(
+            contracts.clone(),
+            Restore { events: first.clone(), escalations: Vec::new(), stored },
+            now,
+        );
+        lazy.routes_in_store();
+        // What the loaded events reach, asked about every intent but those asked for by id
+        // (one a loaded record names is in the ledger, not yet with its own evidence).
+        let (_, reached) = store.reached(&[], first, |id| orphans.iter().any(|o| o == id));
+        lazy.restore_more(reached, now);
+        let held: Vec<Escalation> = store
+            .escalations
+            .values()
+            .filter(|x| lazy.holds(&x.intent_id))
+            .cloned()
+            .collect();
+        lazy.restore_escalations(held, Vec::new());
+        let out = lazy.tick(now);
+        store.take(out);
+        for (i, e) in events[k..].iter().enumerate() {
+            let page = lazy.pending_page(pages[i % pages.len()]);
+            if !page.is_empty() {
+                store.read_back(&mut lazy, page, Vec::new(), &[], now);
+                let out = lazy.tick(now);
+                store.take(out);
+            }
+            store.events.push(e.clone());
+            store.read_back(&mut lazy, Vec::new(), vec![e.clone()], std::slice::from_ref(e), now);
+            let out = lazy.ingest(vec![e.clone()], now);
+            store.take(out);
+            let out = lazy.tick(now);
+            store.take(out);
+        }
+        while lazy.pending() > 0 {
+            let page = lazy.pending_page(2);
+            store.read_back(&mut lazy, page, Vec::new(), &[], now);
+        }
+        let out = lazy.tick(now);
+        store.take(out);
+
+        for v in never_stopped.verdicts() {
+            let seen = match lazy.verdict(&v.intent_id) {
+                Some(held) => held,
+                None => store
+                    .written
+                    .get(&v.intent_id)
+                    .cloned()
+                    .unwrap_or_else(|| panic!("no verdict for {}", v.intent_id)),
+            };
+            prop_assert_eq!(&seen, &v, "intent {} (stopped after {} of {})", v.intent_id, k, events.len());
+        }
+    }
+}
