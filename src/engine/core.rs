@@ -437,6 +437,10 @@ impl EngineCore {
         // An orphan record's pseudo-intent that is not in the ledger belongs to an intent now.
         core.pending
             .retain(|id, _| !id.starts_with(audit::ORPHAN_PREFIX));
+        if core.pending.is_empty() {
+            // Everything was loaded (a start that read it all): give the table's room back.
+            core.pending = HashMap::new();
+        }
         // Sorted, so the set is built in one pass rather than by a million inserts.
         core.schedule = ids.into_iter().map(|id| (now, id)).collect();
         core
