@@ -2483,6 +2483,12 @@ async fn open_intents_left_in_the_store_come_back_when_reached<H: Harness>(h: &H
     assert_eq!(engine.intents(), 0, "nothing read before serving");
     assert_eq!(engine.unaudited(), 3, "all three left in the store");
     assert_eq!(metric(&metrics, "reckon_intents_pending"), 3);
+    // What alert rules read keeps its labels while the intents are still in the store.
+    let unresolved = unresolved_series(&engine, h.open_any().await, &metrics).await;
+    assert!(
+        unresolved.contains("tool=\"issue_refund\"") && !unresolved.contains("(none)"),
+        "{unresolved}"
+    );
     assert!(engine.verdict("open-1").await.is_none());
     let late = record("re_1", None, Some("k-1"), "succeeded", 30);
     ingest(&engine, vec![late.clone()]).await;
@@ -2634,6 +2640,47 @@ async fn a_settled_intent_named_by_an_open_ones_evidence_comes_back_whole<H: Har
         open_routes_written(h).await;
         stop(engine, tasks).await;
     }
+}
+
+/// The `reckon_escalations_unresolved` lines of `/metrics`, through the API as `reckon serve`
+/// builds it on `engine` and `store`.
+async fn unresolved_series(
+    engine: &Arc<Engine>,
+    store: AnyStore,
+    metrics: &Arc<Metrics>,
+) -> String {
+    let store = Arc::new(store);
+    let access = Arc::new(reckon::auth::Access::open());
+    let ingest = Arc::new(reckon::ingest::service::IngestService::new(
+        engine.clone(),
+        store.clone(),
+        metrics.clone(),
+        8,
+        None,
+        Dur::secs(300),
+    ));
+    let router = reckon::api::router(reckon::api::ApiState {
+        engine: engine.clone(),
+        ingest,
+        store,
+        metrics: metrics.clone(),
+        max_bytes: 1 << 20,
+        gate: reckon::auth::Gate::new(access, metrics.clone(), "api"),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, router).await });
+    let text = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    server.abort();
+    text.lines()
+        .filter(|l| l.starts_with("reckon_escalations_unresolved{"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Wait until the store says every open intent's routes are in it (a start of a store from

@@ -383,11 +383,20 @@ async fn unresolved_by_finding(
             .await?,
     );
     for e in unresolved {
-        let tool = s
-            .engine
-            .cached_verdict(&e.intent_id)
-            .and_then(|v| v.tool.clone())
-            .unwrap_or_else(|| "(none)".to_string());
+        // An intent out of memory (open, and not read back yet by a start that served first)
+        // has the tool of its stored verdict, as Alertmanager's re-send reads it: the series
+        // keeps its labels across a restart, so alert rules on it do not flap.
+        let tool = match s.engine.cached_verdict(&e.intent_id) {
+            Some(v) => v.tool.clone(),
+            None => s
+                .store
+                .get_verdict(&e.intent_id)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|v| v.tool),
+        }
+        .unwrap_or_else(|| "(none)".to_string());
         let kinds: std::collections::BTreeSet<(&str, &str)> = e
             .findings
             .iter()
