@@ -803,6 +803,13 @@ mod tests {
     use super::*;
     use crate::contract::Contract;
 
+    /// Every verdict in memory, by intent id.
+    fn sorted_verdicts(c: &EngineCore) -> Vec<Verdict> {
+        let mut v: Vec<Verdict> = c.verdicts().collect();
+        v.sort_by(|x, y| x.intent_id.cmp(&y.intent_id));
+        v
+    }
+
     fn contracts() -> Arc<Contracts> {
         Arc::new(Contracts::new(vec![Contract::example(
             "payments.refund",
@@ -1103,12 +1110,7 @@ mod tests {
             "the verdict the store holds differently, and the one it does not hold"
         );
         assert_eq!(told.unaudited(), 0);
-        let sorted = |c: &EngineCore| {
-            let mut v: Vec<Verdict> = c.verdicts().collect();
-            v.sort_by(|x, y| x.intent_id.cmp(&y.intent_id));
-            v
-        };
-        assert_eq!(sorted(&told), sorted(&plain));
+        assert_eq!(sorted_verdicts(&told), sorted_verdicts(&plain));
         assert_eq!(told.next_deadline(), plain.next_deadline());
     }
 
@@ -1184,12 +1186,7 @@ mod tests {
             (v, f)
         };
         assert_eq!(summary(&lazy_out), summary(&eager_out));
-        let sorted = |c: &EngineCore| {
-            let mut v: Vec<Verdict> = c.verdicts().collect();
-            v.sort_by(|x, y| x.intent_id.cmp(&y.intent_id));
-            v
-        };
-        assert_eq!(sorted(&lazy), sorted(&eager));
+        assert_eq!(sorted_verdicts(&lazy), sorted_verdicts(&eager));
         assert_eq!(lazy.next_deadline(), eager.next_deadline());
         assert_eq!(lazy.unaudited(), eager.unaudited());
         let mut lazy_routes: Vec<String> =

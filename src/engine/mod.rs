@@ -584,7 +584,7 @@ impl Engine {
                 (core.routes_to_check(&batch), core.evictions())
             };
             if !routes.is_empty() {
-                self.bring_back(routes, &batch).await?;
+                self.read_back(Vec::new(), routes, &batch).await?;
             }
             let mut leftover = None;
             self.step(|core| {
@@ -1146,15 +1146,10 @@ impl Engine {
         next
     }
 
-    /// Bring back the settled intents `routes` reach (and those their evidence reaches), with
-    /// every record of the keys and objects their events name. `pending` (already in the
-    /// store) is left for the step that ingests it.
-    async fn bring_back(&self, routes: Vec<String>, pending: &[Event]) -> Result<(), StoreError> {
-        self.read_back(Vec::new(), routes, pending).await
-    }
-
-    /// [`Engine::bring_back`], starting from `intents` as well: every one of them is out of the
-    /// pending set afterwards, whether it came back now or was here already.
+    /// Bring back `intents` and the intents out of memory that `routes` reach (and those their
+    /// evidence reaches), with every record of the keys and objects their events name.
+    /// `pending` (already in the store) is left for the step that ingests it. Every one of
+    /// `intents` is out of the pending set afterwards, whether it came back now or was here.
     async fn read_back(
         &self,
         intents: Vec<String>,
@@ -1306,10 +1301,8 @@ async fn restore_pending(engine: std::sync::Weak<Engine>) {
                 e.wake.notify_one();
             }
             Err(err) => {
-                failures += 1;
-                tracing::warn!(error = %err, failures, "reading open intents back failed; retrying");
                 drop(e);
-                tokio::time::sleep(Duration::from_millis(100u64 << failures.min(6))).await;
+                back_off(&mut failures, &err, "reading open intents back").await;
             }
         }
     }
@@ -1361,10 +1354,8 @@ async fn write_open_routes(engine: std::sync::Weak<Engine>) {
                 pages.next();
             }
             Err(err) => {
-                failures += 1;
-                tracing::warn!(error = %err, failures, "writing the open intents' routes failed; retrying");
                 drop(e);
-                tokio::time::sleep(Duration::from_millis(100u64 << failures.min(6))).await;
+                back_off(&mut failures, &err, "writing the open intents' routes").await;
             }
         }
     }
@@ -1421,13 +1412,20 @@ async fn fill_route_filter(engine: std::sync::Weak<Engine>) {
                 }
             }
             Err(err) => {
-                failures += 1;
-                tracing::warn!(error = %err, failures, "reading routes for the filter failed; retrying");
                 drop(e);
-                tokio::time::sleep(Duration::from_millis(100u64 << failures.min(6))).await;
+                back_off(&mut failures, &err, "reading routes for the filter").await;
             }
         }
     }
+}
+
+/// After a background task's store call failed: say so and wait, longer for each failure in a
+/// row (100 ms doubling, at most 6.4 s). Callers drop their engine handle first, so a shutdown
+/// is not held up by the wait.
+async fn back_off(failures: &mut u32, err: &StoreError, doing: &str) {
+    *failures += 1;
+    tracing::warn!(error = %err, failures = *failures, "{doing} failed; retrying");
+    tokio::time::sleep(Duration::from_millis(100u64 << (*failures).min(6))).await;
 }
 
 /// Escalations opened in one step that are logged one line each; the rest get one line.
