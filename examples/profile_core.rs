@@ -1,8 +1,35 @@
-//! Drive the engine core with fresh timed-out intents, for profiling (`perf record`).
+//! Drive the engine core with fresh timed-out intents, for profiling (`perf record`) and for
+//! memory per open intent (BENCHMARKS.md "Memory"): prints the process's RSS and the live heap
+//! (bytes asked of the allocator and not given back; its bins round each up), each per intent.
+//! RSS also holds what the allocator keeps of freed memory, such as a hash table's old copy
+//! after it grew, so it moves with where the count falls against the tables' growth steps.
+use std::alloc::{GlobalAlloc, Layout};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+/// mimalloc, counting the bytes live as asked for.
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+        unsafe { mimalloc::MiMalloc.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        unsafe { mimalloc::MiMalloc.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(new_size, Ordering::Relaxed);
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) }
+    }
+}
+
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: Counting = Counting;
 use reckon::contract::{Contract, Contracts};
 use reckon::engine::core::EngineCore;
 use reckon::model::*;
@@ -52,12 +79,15 @@ fn main() {
         .ok()
         .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
         .map_or(0, |pages| pages * 4096);
+    let live = LIVE.load(Ordering::Relaxed);
     eprintln!(
-        "{} spans in {:.2}s: {:.0} spans/s, RSS {} MiB ({:.0} bytes per open intent)",
+        "{} spans in {:.2}s: {:.0} spans/s, RSS {} MiB ({:.0} bytes per open intent), live heap {} MiB ({:.0} bytes per open intent)",
         n,
         secs,
         n as f64 / secs,
         rss >> 20,
-        rss as f64 / n as f64
+        rss as f64 / n as f64,
+        live >> 20,
+        live as f64 / n as f64,
     );
 }

@@ -49,11 +49,12 @@ pub struct EngineCore {
     ledger: Ledger,
     book: EscalationBook,
     /// What the core remembers of each in-memory intent's last verdict (not the verdict: it
-    /// is recomputed when asked for, see [`Remembered`]).
-    verdicts: HashMap<String, Remembered>,
+    /// is recomputed when asked for, see [`Remembered`]). The key is the one copy of the id
+    /// the core holds: the schedule shares it (memory per open intent is a target).
+    verdicts: HashMap<Arc<str>, Remembered>,
     /// Re-audit instants, ordered (the one booked for each intent is its
-    /// [`Remembered::booked`]).
-    schedule: BTreeSet<(Timestamp, String)>,
+    /// [`Remembered::booked`]), each naming its intent by the key of `verdicts`.
+    schedule: BTreeSet<(Timestamp, Arc<str>)>,
     /// How long a settled intent stays in memory after it settled (`None`: for ever).
     evict_after: Option<Dur>,
     /// Intents that were settled when last audited, with the step that found them so, oldest
@@ -275,7 +276,7 @@ impl EngineCore {
             let Some((_, _, id)) = self.settled.pop_front() else {
                 break;
             };
-            let still = self.verdicts.get(&id).is_some_and(|v| v.settled)
+            let still = self.verdicts.get(id.as_str()).is_some_and(|v| v.settled)
                 && self.book.open_for(&id).is_none();
             if !still {
                 continue;
@@ -319,7 +320,7 @@ impl EngineCore {
     /// Which of `ids` are not in memory.
     pub fn absent(&self, ids: Vec<String>) -> Vec<String> {
         ids.into_iter()
-            .filter(|id| !self.verdicts.contains_key(id))
+            .filter(|id| !self.verdicts.contains_key(id.as_str()))
             .collect()
     }
 
@@ -355,7 +356,7 @@ impl EngineCore {
         }
         for id in ids {
             let left_at_start = self.pending.remove(id);
-            if self.verdicts.contains_key(id) {
+            if self.verdicts.contains_key(id.as_str()) {
                 continue;
             }
             if let Some(stored) = left_at_start {
@@ -424,15 +425,16 @@ impl EngineCore {
         let mut ids: Vec<String> = core.ledger.ids().collect();
         ids.sort_unstable();
         core.verdicts.reserve(ids.len());
+        let ids: Vec<Arc<str>> = ids.iter().map(|id| Arc::from(id.as_str())).collect();
         for id in &ids {
-            let mut remembered = Remembered::restored(restore.stored.get(id).copied(), now);
+            let mut remembered = Remembered::restored(restore.stored.get(&**id).copied(), now);
             remembered.booked = Some(now);
             core.verdicts.insert(id.clone(), remembered);
         }
         core.unaudited = ids.len();
         core.pending = restore.stored;
         for id in &ids {
-            core.pending.remove(id);
+            core.pending.remove(&**id);
         }
         // An orphan record's pseudo-intent that is not in the ledger belongs to an intent now.
         core.pending
@@ -458,7 +460,7 @@ impl EngineCore {
             self.forget(id);
         }
         for id in change.affected {
-            if self.verdicts.contains_key(&id) {
+            if self.verdicts.contains_key(id.as_str()) {
                 continue;
             }
             let stored = self.pending.remove(&id);
@@ -471,6 +473,7 @@ impl EngineCore {
     fn remember_restored(&mut self, id: String, stored: Option<u64>, now: Timestamp) {
         let mut remembered = Remembered::restored(stored, now);
         remembered.booked = Some(now);
+        let id: Arc<str> = Arc::from(id);
         self.verdicts.insert(id.clone(), remembered);
         self.schedule.insert((now, id));
         self.unaudited += 1;
@@ -491,7 +494,7 @@ impl EngineCore {
     /// a store from before routes were written for those).
     pub fn routes_of(&self, ids: &[String]) -> Vec<Route> {
         ids.iter()
-            .filter(|id| self.verdicts.contains_key(*id))
+            .filter(|id| self.verdicts.contains_key(id.as_str()))
             .flat_map(|id| {
                 self.ledger.routes(id).into_iter().map(|route| Route {
                     route,
@@ -514,7 +517,7 @@ impl EngineCore {
 
     /// The intents in memory, in no particular order.
     pub fn intent_ids(&self) -> Vec<String> {
-        self.verdicts.keys().cloned().collect()
+        self.verdicts.keys().map(|id| id.to_string()).collect()
     }
 
     /// Intents restored and not audited since (see [`EngineCore::restore_from`]).
@@ -540,7 +543,7 @@ impl EngineCore {
             // Events are what give an intent keys and objects: its routes go to the store with
             // this step (a settled one's are handed out already), so a start that leaves it
             // there while open, and an event that reaches it by key or object, find it.
-            if self.verdicts.get(id).is_some_and(|r| !r.settled) {
+            if self.verdicts.get(id.as_str()).is_some_and(|r| !r.settled) {
                 out.routes
                     .extend(self.ledger.routes(id).into_iter().map(|route| Route {
                         route,
@@ -568,7 +571,7 @@ impl EngineCore {
             seq: self.next_seq(),
             ..Outcome::default()
         };
-        let old: Vec<String> = self.verdicts.keys().cloned().collect();
+        let old: Vec<String> = self.verdicts.keys().map(|id| id.to_string()).collect();
         let now_ids: HashSet<String> = self.ledger.ids().collect();
         for id in old {
             if !now_ids.contains(&id) {
@@ -615,7 +618,7 @@ impl EngineCore {
             if let Some(r) = self.verdicts.get_mut(&id) {
                 r.booked = None;
             }
-            due.push(id);
+            due.push(id.to_string());
         }
         if due.is_empty() {
             return out;
@@ -763,37 +766,40 @@ impl EngineCore {
     /// (the one booked before, if any, unbooked).
     fn remember(&mut self, id: &str, mut remembered: Remembered, next: Option<Timestamp>) {
         remembered.booked = next;
-        if let Some(at) = next {
-            self.schedule.insert((at, id.to_string()));
-        }
-        let old = match self.verdicts.get_mut(id) {
-            Some(slot) => {
-                let old = std::mem::replace(slot, remembered);
+        let key: Arc<str> = match self.verdicts.get_key_value(id) {
+            Some((key, _)) => key.clone(),
+            None => Arc::from(id),
+        };
+        let old = match self.verdicts.insert(key.clone(), remembered) {
+            Some(old) => {
                 if old.since != Since::Audit {
                     self.unaudited -= 1;
                 }
                 old.booked
             }
-            None => {
-                self.verdicts.insert(id.to_string(), remembered);
-                None
-            }
+            None => None,
         };
-        if let Some(at) = old.filter(|at| Some(*at) != next) {
-            self.schedule.remove(&(at, id.to_string()));
+        if old == next {
+            return;
+        }
+        if let Some(at) = old {
+            self.schedule.remove(&(at, key.clone()));
+        }
+        if let Some(at) = next {
+            self.schedule.insert((at, key));
         }
     }
 
     /// An intent no longer held: what is remembered of it goes, and its booked re-audit.
     fn forget(&mut self, id: &str) {
-        let Some(old) = self.verdicts.remove(id) else {
+        let Some((key, old)) = self.verdicts.remove_entry(id) else {
             return;
         };
         if old.since != Since::Audit {
             self.unaudited -= 1;
         }
         if let Some(at) = old.booked {
-            self.schedule.remove(&(at, id.to_string()));
+            self.schedule.remove(&(at, key));
         }
     }
 }
