@@ -272,6 +272,32 @@ impl Ledger {
         }
     }
 
+    /// The same evidence under other contracts. Contracts reach the links only through the
+    /// record kinds of tools ([`Ledger::tool_kind`], kept in each use of a key or object):
+    /// when no tool's kind changed the links stand and only the contracts are swapped, so a
+    /// reload that changes a window or a limit costs nothing here; otherwise every event is
+    /// linked again.
+    pub fn under(mut self, contracts: Arc<Contracts>) -> Ledger {
+        let kind =
+            |set: &Contracts, tool: &str| set.for_tool(tool).and_then(|c| c.record_kind.clone());
+        let same_kinds = self
+            .contracts
+            .contracts
+            .iter()
+            .chain(&contracts.contracts)
+            .flat_map(|c| &c.tools)
+            .all(|tool| kind(&self.contracts, tool) == kind(&contracts, tool));
+        if same_kinds {
+            self.contracts = contracts;
+            return self;
+        }
+        let mut relinked = Ledger::with_contracts(contracts);
+        for e in self.events() {
+            relinked.add(e);
+        }
+        relinked
+    }
+
     /// Intents and pseudo-intents, in no particular order.
     pub fn ids(&self) -> impl Iterator<Item = String> + '_ {
         let orphans = self.orphans.iter().map(|o| format!("{ORPHAN_PREFIX}{o}"));
@@ -832,6 +858,59 @@ mod tests {
             .map(Event::Attempt)
             .collect();
         assert_eq!(events, expected);
+    }
+
+    /// A ledger moved under other contracts links exactly as one built under them, whether
+    /// the change leaves every record kind as it was (the links are kept) or changes one (the
+    /// events are linked again).
+    #[test]
+    fn under_other_contracts_links_as_a_ledger_built_under_them() {
+        use crate::contract::Contract;
+        use crate::test_builders::{record, with_key};
+        let of_kind = |mut r: RecordObservation, kind: &str| {
+            r.kind = Some(kind.into());
+            r
+        };
+        let with_kind = |kind: Option<&str>, grace_minutes: i64| {
+            let mut c = Contract::example("payments.refund", "issue_refund");
+            c.record_kind = kind.map(str::to_string);
+            c.orphan_grace = crate::model::Dur::minutes(grace_minutes);
+            Arc::new(Contracts::new(vec![c]))
+        };
+        let events = vec![
+            Event::Attempt(
+                attempt("a", "issue_refund", 1.0, 1.0)
+                    .key("k1")
+                    .object("re_1", "pending"),
+            ),
+            Event::Attempt(attempt("b", "issue_refund", 3.0, 1.0).key("k1")),
+            Event::Record(with_key(
+                of_kind(record(None, "re_1", "succeeded", 5.0), "refund"),
+                "k1",
+            )),
+            Event::Record(of_kind(record(None, "re_9", "succeeded", 6.0), "other")),
+        ];
+        let built = |contracts: &Arc<Contracts>| {
+            let mut l = Ledger::with_contracts(contracts.clone());
+            for e in &events {
+                l.add(e.clone());
+            }
+            l
+        };
+        let histories = |l: &Ledger| {
+            let mut ids: Vec<String> = l.ids().collect();
+            ids.sort();
+            ids.into_iter().map(|id| l.history(&id)).collect::<Vec<_>>()
+        };
+        let before = with_kind(Some("refund"), 10);
+        for after in [
+            with_kind(Some("refund"), 30),
+            with_kind(Some("other"), 10),
+            with_kind(None, 10),
+        ] {
+            let moved = built(&before).under(after.clone());
+            assert_eq!(histories(&moved), histories(&built(&after)));
+        }
     }
 
     #[test]

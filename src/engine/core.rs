@@ -554,37 +554,79 @@ impl EngineCore {
         out
     }
 
-    /// Judge everything in memory under `contracts` from now on: the ledger is rebuilt from the
-    /// events it holds (an object's identity depends on the record kinds the contracts name),
-    /// and every intent in memory is re-audited. The escalation book stays: what opened an
-    /// escalation stays its evidence; a finding the new contracts bring opens or joins one.
-    /// Intents out of memory keep their verdicts until an event brings them back, when they are
-    /// judged under the new contracts too.
+    /// Judge everything in memory under `contracts` from now on, in one outcome (tests and
+    /// tools; the service takes the same two steps with its lock released between pages:
+    /// [`EngineCore::swap_contracts`], then [`EngineCore::reaudit_with`]). The escalation book
+    /// stays: what opened an escalation stays its evidence; a finding the new contracts bring
+    /// opens or joins one. Intents out of memory keep their verdicts until an event brings
+    /// them back, when they are judged under the new contracts too.
     pub fn reload(&mut self, contracts: Arc<Contracts>, now: Timestamp) -> Outcome {
-        let mut ledger = Ledger::with_contracts(contracts.clone());
-        for e in self.ledger.events() {
-            ledger.add(e);
-        }
-        self.ledger = ledger;
+        let (mut out, ids) = self.swap_contracts(contracts);
+        self.reaudit_into(&ids, now, in_order, &mut out);
+        out
+    }
+
+    /// A new set of contracts in force from now on: the ledger under it ([`Ledger::under`]:
+    /// an object's identity depends on the record kinds the contracts name), and the
+    /// pseudo-intents that no longer exist under it forgotten (the outcome's `removed`).
+    /// Judges nothing: returns the intents in memory, sorted, for
+    /// [`EngineCore::reaudit_with`] to judge again a page at a time. Until its page comes, an
+    /// intent keeps what was remembered of its verdict under the old set, deadlines included.
+    pub fn swap_contracts(&mut self, contracts: Arc<Contracts>) -> (Outcome, Vec<String>) {
+        let ledger = std::mem::take(&mut self.ledger);
+        self.ledger = ledger.under(contracts.clone());
         self.contracts = contracts;
         let mut out = Outcome {
             seq: self.next_seq(),
             ..Outcome::default()
         };
-        let old: Vec<String> = self.verdicts.keys().map(|id| id.to_string()).collect();
         let now_ids: HashSet<String> = self.ledger.ids().collect();
-        for id in old {
-            if !now_ids.contains(&id) {
-                self.forget(&id);
-                out.removed.push(id);
-            }
+        let gone: Vec<String> = self
+            .verdicts
+            .keys()
+            .filter(|id| !now_ids.contains(&***id))
+            .map(|id| id.to_string())
+            .collect();
+        for id in gone {
+            self.forget(&id);
+            out.removed.push(id);
         }
         let mut ids: Vec<String> = now_ids.into_iter().collect();
-        ids.sort();
-        for id in ids {
-            self.audit_into(&id, now, &mut out);
-        }
+        ids.sort_unstable();
+        (out, ids)
+    }
+
+    /// Judge these intents again at `now`, their audits run by `audit_all` (see
+    /// [`EngineCore::tick_with`]). One that left memory since it was listed (a reload's
+    /// pages are apart in time) is not brought back.
+    pub fn reaudit_with(
+        &mut self,
+        ids: &[String],
+        now: Timestamp,
+        audit_all: impl FnOnce(&[String], AuditOne) -> Vec<Option<Verdict>>,
+    ) -> Outcome {
+        let mut out = Outcome {
+            seq: self.next_seq(),
+            ..Outcome::default()
+        };
+        self.reaudit_into(ids, now, audit_all, &mut out);
         out
+    }
+
+    fn reaudit_into(
+        &mut self,
+        ids: &[String],
+        now: Timestamp,
+        audit_all: impl FnOnce(&[String], AuditOne) -> Vec<Option<Verdict>>,
+        out: &mut Outcome,
+    ) {
+        let verdicts = {
+            let core = &*self;
+            audit_all(ids, &|id| core.audit_one(id, now))
+        };
+        for (id, v) in ids.iter().zip(verdicts) {
+            self.take_verdict(id, v, now, out);
+        }
     }
 
     /// Re-audit every intent whose deadline has come.
@@ -906,6 +948,60 @@ mod tests {
             core.verdict("i2").map(|v| v.state),
             Some(IntentState::Completed)
         );
+    }
+
+    /// A reload taken a page at a time, with events arriving between its pages (the service
+    /// releases its lock between them), ends where one taken at once would.
+    #[test]
+    fn a_reload_in_pages_ends_where_one_at_once_would() {
+        let first = vec![
+            timeout("i1", 1, 0, "k1"),
+            timeout("i1", 2, 40, "k1"),
+            record("re_1", Some("k1"), "succeeded", 60),
+            timeout("i2", 3, 0, "k2"),
+            timeout("i3", 4, 0, "k3"),
+        ];
+        let later = vec![
+            timeout("i3", 5, 50, "k3"),
+            record("re_2", Some("k2"), "succeeded", 70),
+        ];
+        let mut strict = Contract::example("payments.refund", "issue_refund");
+        strict.max_attempts = Some(1);
+        let strict = Arc::new(Contracts::new(vec![strict]));
+
+        let mut at_once = EngineCore::new(contracts());
+        at_once.ingest(first.clone(), t(100));
+        at_once.reload(strict.clone(), t(101));
+        at_once.ingest(later.clone(), t(102));
+
+        let mut paged = EngineCore::new(contracts());
+        paged.ingest(first, t(100));
+        let (out, ids) = paged.swap_contracts(strict);
+        assert!(out.verdicts.is_empty(), "the swap judges nothing");
+        assert_eq!(ids, ["i1", "i2", "i3"]);
+        paged.reaudit_with(&ids[..1], t(101), in_order);
+        paged.ingest(later, t(102));
+        paged.reaudit_with(&ids[1..], t(103), in_order);
+
+        // Fingerprints: everything but `audited_at`, which differs by construction.
+        let judged = |c: &EngineCore| {
+            sorted_verdicts(c)
+                .iter()
+                .map(|v| (v.intent_id.clone(), v.fingerprint()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(judged(&paged), judged(&at_once));
+        let kinds = |id: &str| -> Vec<FindingKind> {
+            paged
+                .verdict(id)
+                .unwrap()
+                .findings
+                .iter()
+                .map(|f| f.kind)
+                .collect()
+        };
+        assert_eq!(kinds("i1"), [FindingKind::RetryBudgetExceeded]);
+        assert_eq!(kinds("i3"), [FindingKind::RetryBudgetExceeded]);
     }
 
     /// A verdict names the version of the contract it was computed under. A reload that

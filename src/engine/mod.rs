@@ -240,6 +240,9 @@ impl Drop for Received {
 /// exports go on being served between them.
 const TICK_PAGE: usize = 4096;
 
+/// How long a reload's next page waits while the persister is behind.
+const BEHIND_PAUSE: Duration = Duration::from_millis(10);
+
 /// Verdicts per write of the persister: one write is one transaction, and appends of new
 /// exports queue behind it on the store's writer.
 const WRITE_PAGE: usize = 8192;
@@ -767,34 +770,57 @@ impl Engine {
             tracing::warn!(dir = %dir.display(), "no contracts in the directory: only spans carrying reckon.intent.id will be audited");
         }
         let engine = self.clone();
-        // The re-audit is CPU work over every intent in memory: off the async workers.
-        let (concluded, reloaded) = tokio::task::spawn_blocking(move || {
+        // Off the async workers: the swap may link every event again (a record kind changed).
+        let swapped = tokio::task::spawn_blocking(move || {
             let mut core = engine.lock();
             let old = engine.contracts();
-            let changed = changed_contracts(&old, &new);
             // Also a reorder (which file comes first picks the contract of an orphan record's
             // kind) re-audits, though no version changed.
             if versions(&old) == versions(&new) {
-                return (None, Reloaded::default());
+                return None;
             }
+            let changed = changed_contracts(&old, &new);
             *engine.contracts.write().unwrap_or_else(|p| p.into_inner()) = new.clone();
-            let out = core.reload(new, wall_now());
-            let reloaded = Reloaded {
-                changed,
-                reaudited: core.intents(),
-                verdicts: out.verdicts.len(),
-            };
-            (Some(engine.conclude(&core, out, true)), reloaded)
+            let (out, ids) = core.swap_contracts(new);
+            Some((engine.conclude(&core, out, true), ids, changed))
         })
         .await
         .map_err(|e| ReloadError::Task(e.to_string()))?;
-        if let Some(concluded) = concluded {
+        let Some((concluded, ids, changed)) = swapped else {
+            return Ok(Reloaded::default());
+        };
+        self.finish(concluded).await;
+        self.metrics.set_contracts(versions(&self.contracts()));
+        // Every intent in memory judged again, a page at a time with the lock released in
+        // between: a million open intents take seconds to re-audit, and exports, the timer
+        // and person actions go on meanwhile. Paced by what waits to be written, with room
+        // left for exports' verdicts, so a reload's are never all held at once and do not
+        // crowd out live traffic.
+        let mut verdicts = 0;
+        for page in ids.chunks(TICK_PAGE) {
+            while !self.room_for_background() {
+                tokio::time::sleep(BEHIND_PAUSE).await;
+            }
+            let engine = self.clone();
+            let page = page.to_vec();
+            let (concluded, changed_here) = tokio::task::spawn_blocking(move || {
+                let mut core = engine.lock();
+                let out = core.reaudit_with(&page, wall_now(), audit_on_every_core);
+                let n = out.verdicts.len();
+                (engine.conclude(&core, out, true), n)
+            })
+            .await
+            .map_err(|e| ReloadError::Task(e.to_string()))?;
+            verdicts += changed_here;
             self.finish(concluded).await;
-            // Deadlines and evictions were booked again under the new windows.
-            self.wake.notify_one();
-            self.metrics.set_contracts(versions(&self.contracts()));
         }
-        Ok(reloaded)
+        // Deadlines and evictions were booked again under the new windows.
+        self.wake.notify_one();
+        Ok(Reloaded {
+            changed,
+            reaudited: ids.len(),
+            verdicts,
+        })
     }
 
     pub fn intents(&self) -> usize {
@@ -1107,6 +1133,13 @@ impl Engine {
     /// (retryably) and the deadline timer waits, so what waits to be written stays bounded.
     pub fn behind(&self) -> bool {
         self.unwritten_verdicts() > self.max_unwritten_verdicts
+    }
+
+    /// Work nobody waits on (a reload's pages) leaves the persister this much of its bound
+    /// for exports: it goes on only while less than a quarter is taken, so live traffic is
+    /// not refused as `overloaded` for a reload's sake.
+    fn room_for_background(&self) -> bool {
+        self.unwritten_verdicts() <= self.max_unwritten_verdicts / 4
     }
 
     /// Evict what may leave and re-audit a page of what is due (none while the persister is
