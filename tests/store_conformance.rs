@@ -2489,6 +2489,12 @@ async fn open_intents_left_in_the_store_come_back_when_reached<H: Harness>(h: &H
         unresolved.contains("tool=\"issue_refund\"") && !unresolved.contains("(none)"),
         "{unresolved}"
     );
+    // So does the queue a person works: each row names its tool (the stored verdict's).
+    let queue = api_get(&engine, h.open_any().await, &metrics, "/").await;
+    assert!(
+        queue.contains("<td>issue_refund</td>") && !queue.contains("<td>—</td>"),
+        "{queue}"
+    );
     assert!(engine.verdict("open-1").await.is_none());
     let late = record("re_1", None, Some("k-1"), "succeeded", 30);
     ingest(&engine, vec![late.clone()]).await;
@@ -2649,6 +2655,22 @@ async fn unresolved_series(
     store: AnyStore,
     metrics: &Arc<Metrics>,
 ) -> String {
+    api_get(engine, store, metrics, "/metrics")
+        .await
+        .lines()
+        .filter(|l| l.starts_with("reckon_escalations_unresolved{"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The body of `GET path` from the API and pages as `reckon serve` builds them on `engine`
+/// and `store`.
+async fn api_get(
+    engine: &Arc<Engine>,
+    store: AnyStore,
+    metrics: &Arc<Metrics>,
+    path: &str,
+) -> String {
     let store = Arc::new(store);
     let access = Arc::new(reckon::auth::Access::open());
     let ingest = Arc::new(reckon::ingest::service::IngestService::new(
@@ -2670,17 +2692,14 @@ async fn unresolved_series(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move { axum::serve(listener, router).await });
-    let text = reqwest::get(format!("http://{addr}/metrics"))
+    let text = reqwest::get(format!("http://{addr}{path}"))
         .await
         .unwrap()
         .text()
         .await
         .unwrap();
     server.abort();
-    text.lines()
-        .filter(|l| l.starts_with("reckon_escalations_unresolved{"))
-        .collect::<Vec<_>>()
-        .join("\n")
+    text
 }
 
 /// Wait until the store says every open intent's routes are in it (a start of a store from

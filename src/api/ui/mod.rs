@@ -12,7 +12,6 @@ mod timeline;
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::sync::Arc;
 
 use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{Extension, Form, Path, Query, State};
@@ -147,14 +146,17 @@ impl StatusFilter {
     }
 }
 
+/// An escalation and what the queue shows of its intent's verdict: its tool, state and
+/// decision, when a verdict is at hand.
 struct Row {
     e: Escalation,
-    verdict: Option<Arc<Verdict>>,
+    tool: Option<String>,
+    judged: Option<(String, String)>,
 }
 
 impl Row {
     fn tool(&self) -> Option<&str> {
-        self.verdict.as_ref().and_then(|v| v.tool.as_deref())
+        self.tool.as_deref()
     }
 }
 
@@ -202,8 +204,28 @@ async fn queue(
     };
     let mut rows: Vec<Row> = Vec::with_capacity(escalations.len());
     for e in escalations {
-        let verdict = s.engine.verdict(&e.intent_id).await;
-        rows.push(Row { e, verdict });
+        let (tool, judged) = match s.engine.verdict(&e.intent_id).await {
+            Some(v) => (
+                v.tool.clone(),
+                Some((
+                    v.state.as_str().to_string(),
+                    v.decision.as_str().to_string(),
+                )),
+            ),
+            // An unresolved escalation keeps its intent in memory, except for the seconds a
+            // start that served first takes to read it back: meanwhile the row shows the
+            // stored verdict (its tool, state and decision as of the stop), as the
+            // unresolved gauge's label does. Resolved ones of intents that left memory stay
+            // without: reading each back would make the page cost a store read per row.
+            None if e.status != EscalationStatus::Resolved => {
+                match s.store.get_verdict(&e.intent_id).await.ok().flatten() {
+                    Some(doc) => (doc.tool, Some((doc.state, doc.decision))),
+                    None => (None, None),
+                }
+            }
+            None => (None, None),
+        };
+        rows.push(Row { e, tool, judged });
     }
     let count = |st| rows.iter().filter(|r| r.e.status == st).count();
     let (open, claimed, resolved) = (
@@ -319,9 +341,9 @@ async fn queue(
                 );
             }
             b.push_str("</td><td>");
-            match &r.verdict {
-                Some(v) => {
-                    let _ = write!(b, "{} / {}", E(v.state.as_str()), E(v.decision.as_str()));
+            match &r.judged {
+                Some((state, decision)) => {
+                    let _ = write!(b, "{} / {}", E(state), E(decision));
                 }
                 None => b.push('—'),
             }
