@@ -245,7 +245,8 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
 /// SIGHUP reloads the contracts (`Engine::reload_contracts`: validated first, a bad edit is
 /// logged and changes nothing). Listening from before the service answers `/readyz`, so a
 /// SIGHUP sent once it is ready never meets the default action (exit). Stops listening on
-/// shutdown; a reload under way finishes first (its escalations must reach the store).
+/// shutdown; a reload under way stops at its next page (`Engine::stop_reloads`), each page's
+/// escalations in the store first.
 fn reload_on_hangup(
     engine: Arc<Engine>,
     dir: std::path::PathBuf,
@@ -388,6 +389,7 @@ impl Running {
     /// every verdict and escalation concluded so far.
     pub async fn shutdown(self) -> anyhow::Result<()> {
         let _ = self.stop.send(true);
+        self.engine.stop_reloads();
         let mut first_error = None;
         for server in self.servers {
             match tokio::time::timeout(self.grace, server).await {

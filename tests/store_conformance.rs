@@ -330,6 +330,13 @@ macro_rules! conformance {
                     .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_reload_cut_short_by_shutdown_is_finished_by_the_next_start() {
+                run(|h| async move {
+                    super::a_reload_cut_short_by_shutdown_is_finished_by_the_next_start(&*h).await
+                })
+                .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn engine_announces_every_escalation_change() {
                 run(|h| async move { super::engine_announces_every_escalation_change(&*h).await })
                     .await
@@ -2937,6 +2944,77 @@ async fn stored_verdict<S: Store>(
 
 fn kinds(v: &Verdict) -> Vec<FindingKind> {
     v.findings.iter().map(|f| f.kind).collect()
+}
+
+/// A shutdown does not wait for a reload's re-audit (a million intents take minutes when the
+/// store is busy): the reload stops between pages with the new contracts in force, and the next
+/// start, which loads every open intent and judges it under the contracts of its directory,
+/// finishes what it left. Here the stop comes before the first page, so nothing is judged again
+/// by the reload itself.
+async fn a_reload_cut_short_by_shutdown_is_finished_by_the_next_start<H: Harness>(h: &H) {
+    let dir = tempfile::tempdir().unwrap();
+    let refunds = dir.path().join("refunds.toml");
+    std::fs::write(&refunds, refunds_toml(5, "")).unwrap();
+    let load = || {
+        Arc::new(Contracts::new(
+            reckon::contract::load_dir(dir.path()).unwrap(),
+        ))
+    };
+    let first = load();
+    let version = |set: &Contracts| set.by_name("payments.refund").unwrap().version.clone();
+    let store = Arc::new(h.open_any().await);
+    let (engine, tasks) = Engine::start(first.clone(), store.clone(), Arc::new(Metrics::new()))
+        .await
+        .unwrap();
+    // Two timed-out sends under one key: open, and one too many under the edit below.
+    ingest(
+        &engine,
+        vec![
+            ev(refund(1, "intent-o", 0).key("k-o").timeout()),
+            ev(refund(2, "intent-o", 40).key("k-o").timeout()),
+        ],
+    )
+    .await;
+    stored_verdict(&*store, "intent-o", |d| {
+        d.contract_version == version(&first)
+    })
+    .await;
+
+    engine.stop_reloads();
+    std::fs::write(&refunds, refunds_toml(1, "")).unwrap();
+    let second = load();
+    let reloaded = engine.reload_contracts(dir.path()).await.expect("reloaded");
+    assert_eq!(reloaded.changed, ["payments.refund"]);
+    assert_eq!((reloaded.reaudited, reloaded.verdicts), (0, 0));
+    assert_eq!(version(&engine.contracts()), version(&second), "in force");
+    stop(engine, tasks).await;
+    assert_eq!(
+        store
+            .get_verdict("intent-o")
+            .await
+            .unwrap()
+            .map(|d| d.contract_version),
+        Some(version(&first)),
+        "not judged again by the reload"
+    );
+    drop(store);
+
+    let store = Arc::new(h.open_any().await);
+    let (engine, tasks) = Engine::start(load(), store.clone(), Arc::new(Metrics::new()))
+        .await
+        .unwrap();
+    audited_again(&engine).await;
+    let doc = stored_verdict(&*store, "intent-o", |d| {
+        d.contract_version == version(&second)
+    })
+    .await;
+    assert!(
+        doc.findings
+            .iter()
+            .any(|f| f.kind == "retry_budget_exceeded"),
+        "{doc:#?}"
+    );
+    stop(engine, tasks).await;
 }
 
 /// A reload through the real engine on each store: a bad edit is refused by file, line and

@@ -20,7 +20,7 @@ pub mod routes;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
@@ -82,6 +82,8 @@ pub struct Engine {
     contracts: RwLock<Arc<Contracts>>,
     /// Reloads, one at a time: each reads the directory after the previous one swapped.
     reloads: tokio::sync::Mutex<()>,
+    /// Set at shutdown: a reload's re-audit stops at its next page ([`Engine::stop_reloads`]).
+    reloads_stopped: AtomicBool,
     store: Arc<AnyStore>,
     metrics: Arc<Metrics>,
     /// Wakes the timer when a new, earlier deadline may have been booked. Shared with the timer
@@ -454,6 +456,7 @@ impl Engine {
             core: Mutex::new(core),
             contracts: RwLock::new(contracts.clone()),
             reloads: tokio::sync::Mutex::new(()),
+            reloads_stopped: AtomicBool::new(false),
             store: store.clone(),
             metrics,
             wake: wake.clone(),
@@ -797,12 +800,22 @@ impl Engine {
         // left for exports' verdicts, so a reload's are never all held at once and do not
         // crowd out live traffic.
         let mut verdicts = 0;
+        let mut reaudited = 0;
         for page in ids.chunks(TICK_PAGE) {
+            if self.reloads_stopped.load(Ordering::Acquire) {
+                tracing::warn!(
+                    reaudited,
+                    left = ids.len() - reaudited,
+                    "contracts reload stopped by shutdown: the new contracts are in force; the open intents not judged again yet are at the next start, settled ones when evidence brings them back"
+                );
+                break;
+            }
             while !self.room_for_background() {
                 tokio::time::sleep(BEHIND_PAUSE).await;
             }
             let engine = self.clone();
             let page = page.to_vec();
+            let n = page.len();
             let (concluded, changed_here) = tokio::task::spawn_blocking(move || {
                 let mut core = engine.lock();
                 let out = core.reaudit_with(&page, wall_now(), audit_on_every_core);
@@ -812,19 +825,28 @@ impl Engine {
             .await
             .map_err(|e| ReloadError::Task(e.to_string()))?;
             verdicts += changed_here;
+            reaudited += n;
             self.finish(concluded).await;
         }
         // Deadlines and evictions were booked again under the new windows.
         self.wake.notify_one();
         Ok(Reloaded {
             changed,
-            reaudited: ids.len(),
+            reaudited,
             verdicts,
         })
     }
 
     pub fn intents(&self) -> usize {
         self.lock().intents()
+    }
+
+    /// Shutdown: a reload under way stops at its next page, and one that begins after only
+    /// swaps the contracts in. Each page it judged is durable (its escalations before the next
+    /// page); what it leaves is judged under the new contracts by the next start, which loads
+    /// every open intent. A shutdown does not wait for a million re-audits.
+    pub fn stop_reloads(&self) {
+        self.reloads_stopped.store(true, Ordering::Release);
     }
 
     /// Everything known about one intent (its events and its objects' observations), read-only.
