@@ -552,6 +552,66 @@ proptest! {
             prop_assert_eq!(&seen, &v, "intent {}", v.intent_id);
         }
     }
+
+    /// A contract reload taken a page at a time, with events taken in between its pages (the
+    /// service releases its lock between them), ends where a reload taken at once would: the
+    /// same verdicts, escalations included, whatever the pages and wherever the events fall.
+    /// Both kinds of edit: one that leaves every record kind (the ledger keeps its links) and
+    /// one that changes the refunds' (every event is linked again).
+    #[test]
+    fn a_reload_in_pages_changes_no_verdict(
+        events in arb_shared_events().prop_flat_map(|e| Just(e).prop_shuffle()),
+        split in 0usize..14,
+        page in 1usize..4,
+        relink in any::<bool>(),
+        now in 0u32..200_000,
+    ) {
+        use reckon::engine::core::{in_order, EngineCore};
+        let now = at(now as f64);
+        let before = std::sync::Arc::new(contracts());
+        let mut edited = refunds();
+        edited.max_attempts = Some(1);
+        if relink {
+            edited.record_kind = Some("refund_v2".into());
+        }
+        let after = std::sync::Arc::new(reckon::contract::Contracts::new(vec![
+            edited,
+            drafts(),
+            email(),
+        ]));
+        let split = split.min(events.len());
+        let (first, later) = events.split_at(split);
+
+        let mut at_once = EngineCore::new(before.clone());
+        let mut paged = EngineCore::new(before);
+        for e in first {
+            at_once.ingest(vec![e.clone()], now);
+            paged.ingest(vec![e.clone()], now);
+        }
+        at_once.reload(after.clone(), now);
+        for e in later {
+            at_once.ingest(vec![e.clone()], now);
+        }
+
+        let (_, ids) = paged.swap_contracts(after);
+        let mut later = later.iter();
+        for chunk in ids.chunks(page) {
+            paged.reaudit_with(chunk, now, in_order);
+            if let Some(e) = later.next() {
+                paged.ingest(vec![e.clone()], now);
+            }
+        }
+        for e in later {
+            paged.ingest(vec![e.clone()], now);
+        }
+
+        let verdicts = |c: &EngineCore| {
+            let mut v: Vec<Verdict> = c.verdicts().collect();
+            v.sort_by(|a, b| a.intent_id.cmp(&b.intent_id));
+            v
+        };
+        prop_assert_eq!(verdicts(&paged), verdicts(&at_once));
+    }
 }
 
 /// A store as the lazy-start property sees it: events, the routes table, the escalations.
