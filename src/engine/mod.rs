@@ -827,8 +827,10 @@ impl Engine {
             verdicts += changed_here;
             reaudited += n;
             self.finish(concluded).await;
+            // The page's deadlines were booked again under the new windows, maybe earlier
+            // than the one the timer sleeps until.
+            self.wake.notify_one();
         }
-        // Deadlines and evictions were booked again under the new windows.
         self.wake.notify_one();
         Ok(Reloaded {
             changed,
