@@ -2986,6 +2986,7 @@ async fn a_reload_cut_short_by_shutdown_is_finished_by_the_next_start<H: Harness
     let reloaded = engine.reload_contracts(dir.path()).await.expect("reloaded");
     assert_eq!(reloaded.changed, ["payments.refund"]);
     assert_eq!((reloaded.reaudited, reloaded.verdicts), (0, 0));
+    assert_eq!(reloaded.left, 1, "the refund left for the next start");
     assert_eq!(version(&engine.contracts()), version(&second), "in force");
     stop(engine, tasks).await;
     assert_eq!(

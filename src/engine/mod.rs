@@ -69,6 +69,8 @@ pub struct Reloaded {
     pub reaudited: usize,
     /// Of those, the verdicts that changed (at least their `contract_version`).
     pub verdicts: usize,
+    /// Intents in memory a shutdown left for the next start to judge under the new set.
+    pub left: usize,
 }
 
 /// Compare-and-set rounds a person's action tries before answering a conflict.
@@ -734,6 +736,14 @@ impl Engine {
             Ok(r) if r.changed.is_empty() => {
                 tracing::info!(dir = %dir.display(), "contracts reloaded: nothing changed")
             }
+            Ok(r) if r.left > 0 => tracing::info!(
+                dir = %dir.display(),
+                changed = ?r.changed,
+                reaudited = r.reaudited,
+                verdicts_changed = r.verdicts,
+                left = r.left,
+                "contracts reloaded, cut short by shutdown: in force; the intents left are judged under them at the next start"
+            ),
             Ok(r) => tracing::info!(
                 dir = %dir.display(),
                 changed = ?r.changed,
@@ -803,11 +813,7 @@ impl Engine {
         let mut reaudited = 0;
         for page in ids.chunks(TICK_PAGE) {
             if self.reloads_stopped.load(Ordering::Acquire) {
-                tracing::warn!(
-                    reaudited,
-                    left = ids.len() - reaudited,
-                    "contracts reload stopped by shutdown: the new contracts are in force; the open intents not judged again yet are at the next start, settled ones when evidence brings them back"
-                );
+                // Logged by `reload_contracts` with what was left.
                 break;
             }
             while !self.room_for_background() {
@@ -836,6 +842,7 @@ impl Engine {
             changed,
             reaudited,
             verdicts,
+            left: ids.len() - reaudited,
         })
     }
 
