@@ -2925,6 +2925,31 @@ fn refunds_toml(max_attempts: u32, extra: &str) -> String {
 
 const EMAIL_TOML: &str = "[[contract]]\nname = \"notifications.email\"\ntools = [\"send_email\"]\nidempotency = \"none\"\n";
 
+/// A contracts directory the reload tests edit: `refunds.toml` ([`refunds_toml`] with five
+/// attempts) and `email.toml`.
+struct ContractsDir(tempfile::TempDir);
+
+impl ContractsDir {
+    fn new() -> Self {
+        let dir = ContractsDir(tempfile::tempdir().unwrap());
+        std::fs::write(dir.refunds(), refunds_toml(5, "")).unwrap();
+        std::fs::write(dir.path().join("email.toml"), EMAIL_TOML).unwrap();
+        dir
+    }
+    fn path(&self) -> &std::path::Path {
+        self.0.path()
+    }
+    fn refunds(&self) -> std::path::PathBuf {
+        self.path().join("refunds.toml")
+    }
+    /// The set as the directory says now.
+    fn load(&self) -> Arc<Contracts> {
+        Arc::new(Contracts::new(
+            reckon::contract::load_dir(self.path()).unwrap(),
+        ))
+    }
+}
+
 /// The stored verdict document of `id`, once the persister wrote one `done` accepts.
 async fn stored_verdict<S: Store>(
     store: &S,
@@ -2952,14 +2977,8 @@ fn kinds(v: &Verdict) -> Vec<FindingKind> {
 /// finishes what it left. Here the stop comes before the first page, so nothing is judged again
 /// by the reload itself.
 async fn a_reload_cut_short_by_shutdown_is_finished_by_the_next_start<H: Harness>(h: &H) {
-    let dir = tempfile::tempdir().unwrap();
-    let refunds = dir.path().join("refunds.toml");
-    std::fs::write(&refunds, refunds_toml(5, "")).unwrap();
-    let load = || {
-        Arc::new(Contracts::new(
-            reckon::contract::load_dir(dir.path()).unwrap(),
-        ))
-    };
+    let dir = ContractsDir::new();
+    let (refunds, load) = (dir.refunds(), || dir.load());
     let first = load();
     let version = |set: &Contracts| set.by_name("payments.refund").unwrap().version.clone();
     let store = Arc::new(h.open_any().await);
@@ -3025,15 +3044,8 @@ async fn a_reload_cut_short_by_shutdown_is_finished_by_the_next_start<H: Harness
 /// untouched contract keep theirs; what is ingested after is judged under the new set, also by
 /// a restarted engine.
 async fn contracts_reload_through_the_engine<H: Harness>(h: &H) {
-    let dir = tempfile::tempdir().unwrap();
-    let refunds = dir.path().join("refunds.toml");
-    std::fs::write(&refunds, refunds_toml(5, "")).unwrap();
-    std::fs::write(dir.path().join("email.toml"), EMAIL_TOML).unwrap();
-    let load = || {
-        Arc::new(Contracts::new(
-            reckon::contract::load_dir(dir.path()).unwrap(),
-        ))
-    };
+    let dir = ContractsDir::new();
+    let (refunds, load) = (dir.refunds(), || dir.load());
     let first = load();
     let version = |set: &Contracts, name: &str| set.by_name(name).unwrap().version.clone();
     let metrics = Arc::new(Metrics::new());
