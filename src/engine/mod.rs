@@ -244,7 +244,7 @@ impl Drop for Received {
 /// exports go on being served between them.
 const TICK_PAGE: usize = 4096;
 
-/// How long a reload's next page waits while the persister is behind.
+/// How long a reload's next page waits while the persister has no room for it.
 const BEHIND_PAUSE: Duration = Duration::from_millis(10);
 
 /// Verdicts per write of the persister: one write is one transaction, and appends of new
@@ -812,12 +812,13 @@ impl Engine {
         let mut verdicts = 0;
         let mut reaudited = 0;
         for page in ids.chunks(TICK_PAGE) {
-            if self.reloads_stopped.load(Ordering::Acquire) {
+            let stopped = || self.reloads_stopped.load(Ordering::Acquire);
+            while !self.room_for_background() && !stopped() {
+                tokio::time::sleep(BEHIND_PAUSE).await;
+            }
+            if stopped() {
                 // Logged by `reload_contracts` with what was left.
                 break;
-            }
-            while !self.room_for_background() {
-                tokio::time::sleep(BEHIND_PAUSE).await;
             }
             let engine = self.clone();
             let page = page.to_vec();
