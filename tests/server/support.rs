@@ -559,6 +559,13 @@ pub fn free_addr() -> SocketAddr {
         .unwrap()
 }
 
+/// How a spawned `reckon serve` came up.
+enum Ready {
+    Yes,
+    /// It exited because a port it was given was taken meanwhile.
+    PortTaken,
+}
+
 /// `reckon serve` as a child process on free ports.
 pub struct Reckon {
     pub child: Child,
@@ -574,7 +581,25 @@ impl Reckon {
     }
 
     /// With the contracts in `contracts` (a directory the test may edit and reload).
+    ///
+    /// A port found free can be taken before the child binds it (any test's outgoing
+    /// connection may get it as its local port): a child that exits for that is spawned
+    /// again on other ports, a few times.
     pub async fn spawn_with_contracts(data_dir: &Path, log: &Path, contracts: &Path) -> Reckon {
+        for _ in 0..4 {
+            let mut r = Self::spawn_once(data_dir, log, contracts);
+            match r.wait_ready(log).await {
+                Ready::Yes => return r,
+                Ready::PortTaken => continue,
+            }
+        }
+        panic!(
+            "reckon serve found its ports taken four times; stderr:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+    }
+
+    fn spawn_once(data_dir: &Path, log: &Path, contracts: &Path) -> Reckon {
         let (grpc, http, api) = (free_addr(), free_addr(), free_addr());
         let child = Command::new(env!("CARGO_BIN_EXE_reckon"))
             .arg("serve")
@@ -596,25 +621,24 @@ impl Reckon {
             .stderr(std::fs::File::create(log).unwrap())
             .spawn()
             .expect("spawn reckon");
-        let mut r = Reckon {
+        Reckon {
             child,
             grpc,
             http,
             api,
-        };
-        r.wait_ready(log).await;
-        r
+        }
     }
 
-    async fn wait_ready(&mut self, log: &Path) {
+    async fn wait_ready(&mut self, log: &Path) -> Ready {
         let client = reqwest::Client::new();
         let began = Instant::now();
         while began.elapsed() < Duration::from_secs(20) {
             if let Some(status) = self.child.try_wait().unwrap() {
-                panic!(
-                    "reckon serve exited ({status}) before it was ready; stderr:\n{}",
-                    std::fs::read_to_string(log).unwrap_or_default()
-                );
+                let stderr = std::fs::read_to_string(log).unwrap_or_default();
+                if stderr.contains("Address already in use") {
+                    return Ready::PortTaken;
+                }
+                panic!("reckon serve exited ({status}) before it was ready; stderr:\n{stderr}");
             }
             if let Ok(resp) = client
                 .get(format!("http://{}/readyz", self.api))
@@ -622,7 +646,7 @@ impl Reckon {
                 .await
             {
                 if resp.status() == 200 {
-                    return;
+                    return Ready::Yes;
                 }
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
