@@ -238,6 +238,11 @@ macro_rules! conformance {
                 run(|h| async move { super::first_copy_wins(&*h).await }).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_stale_unstored_hint_keeps_the_first_copy() {
+                run(|h| async move { super::a_stale_unstored_hint_keeps_the_first_copy(&*h).await })
+                    .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn restart_reconciles_orphan_verdicts() {
                 run(|h| async move { super::restart_reconciles_orphan_verdicts(&*h).await }).await
             }
@@ -1273,6 +1278,61 @@ async fn first_copy_wins<H: Harness>(h: &H) {
     let v = restored.verdict("intent-2").expect("intent-2");
     assert!(v.findings.is_empty(), "{:?}", v.findings);
     assert_eq!(restored.book().all().count(), 0, "no escalation");
+}
+
+/// `Store::append_unstored`: the engine's "nothing of this intent is stored" can be stale by
+/// the time the store writes (two exports of one new intent in flight at once; a re-send of an
+/// export whose append outlived its deadline). The first copy still wins, on every store.
+async fn a_stale_unstored_hint_keeps_the_first_copy<H: Harness>(h: &H) {
+    use Appended::{Conflict, Duplicate, New};
+    let store = h.open().await;
+    let now = reckon::clock::wall_now();
+    let timeout = ev(refund(1, "intent-1", 0)
+        .key("k-1")
+        .timeout()
+        .told("unknown"));
+    let answered = ev(refund(1, "intent-1", 0)
+        .key("k-1")
+        .http(200)
+        .object("re_1", "succeeded")
+        .told("succeeded"));
+    let read = readback(2, "intent-1", 10, &["re_1"]);
+    let vouched = |events: &[Event]| vec![true; events.len()];
+    let first = vec![timeout.clone(), read.clone()];
+    assert_eq!(
+        store
+            .append_unstored(first.clone(), now, vouched(&first))
+            .await
+            .unwrap(),
+        [New, New]
+    );
+    let again = vec![answered, timeout.clone(), read.clone()];
+    assert_eq!(
+        store
+            .append_unstored(again.clone(), now, vouched(&again))
+            .await
+            .unwrap(),
+        [Conflict, Duplicate, Duplicate]
+    );
+    // Within one call, and with fewer hints than events (the rest may be stored).
+    let other = ev(refund(3, "intent-2", 0).key("k-2").timeout());
+    let changed = ev(refund(3, "intent-2", 0).key("k-2").http(503));
+    assert_eq!(
+        store
+            .append_unstored(
+                vec![other.clone(), changed.clone(), other.clone(), changed],
+                now,
+                vec![true, true]
+            )
+            .await
+            .unwrap(),
+        [New, Conflict, Duplicate, Conflict]
+    );
+    assert_eq!(
+        sorted_events(store.load_events().await.unwrap()),
+        sorted_events(vec![timeout, read, other]),
+        "only first copies are stored"
+    );
 }
 
 /// Start the real engine on a store, as the app does.

@@ -317,6 +317,32 @@ impl EngineCore {
         out.into_iter().collect()
     }
 
+    /// Per event: whether nothing of its intent can be in the store. True only for an attempt
+    /// or read-back whose intent is not in memory while no intent by that id ever left it (the
+    /// route filter is warm and says no to its `i:` route): everything stored of an intent was
+    /// in memory until it left, and what leaves puts its routes in the filter. Records: false
+    /// (they name objects, not only intents).
+    pub fn unstored(&self, events: &[Event]) -> Vec<bool> {
+        if !self.routes.is_warm() {
+            return vec![false; events.len()];
+        }
+        let mut route = String::new();
+        events
+            .iter()
+            .map(|e| {
+                let id = match e {
+                    Event::Attempt(a) => &a.intent_id,
+                    Event::Readback(r) => &r.intent_id,
+                    Event::Record(_) => return false,
+                };
+                route.clear();
+                route.push_str("i:");
+                route.push_str(id);
+                !self.verdicts.contains_key(id.as_str()) && !self.routes.may_contain(&route)
+            })
+            .collect()
+    }
+
     /// Which of `ids` are not in memory.
     pub fn absent(&self, ids: Vec<String>) -> Vec<String> {
         ids.into_iter()
@@ -1528,6 +1554,37 @@ mod tests {
             out.verdicts.iter().any(|v| v.intent_id == "a"),
             "a's new verdict is written"
         );
+    }
+
+    /// What the engine vouches for to the store ([`EngineCore::unstored`]): only attempts and
+    /// read-backs of intents neither in memory nor ever out of it, and nothing while routes of
+    /// intents out of memory may be missing from the filter.
+    #[test]
+    fn only_intents_never_seen_are_vouched_unstored() {
+        let mut core = EngineCore::new(contracts()).with_eviction(Some(Dur::secs(60)));
+        let settled = core.ingest(
+            vec![
+                timeout("gone", 1, 0, "k1"),
+                record("re_1", Some("k1"), "succeeded", 40),
+            ],
+            t(50),
+        );
+        core.ingest(vec![timeout("here", 2, 0, "k2")], t(50));
+        core.mark_durable(settled.seq);
+        assert_eq!(core.evict_idle(t(111)), 1);
+        let probe = vec![
+            timeout("new", 3, 200, "k3"),
+            timeout("here", 4, 200, "k2"),
+            timeout("gone", 5, 200, "k1"),
+            record("re_9", Some("k9"), "succeeded", 200),
+        ];
+        assert_eq!(core.unstored(&probe), [true, false, false, false]);
+        // A start that left history in the store: nothing is vouched for until the filter
+        // holds its routes.
+        core.routes_in_store();
+        assert_eq!(core.unstored(&probe), [false; 4]);
+        core.routes_filled();
+        assert_eq!(core.unstored(&probe), [true, false, false, false]);
     }
 
     /// An intent's escalations are in memory while it is: resolved and settled, they leave

@@ -541,7 +541,12 @@ impl Engine {
         let receipt = self.progress.receive();
         // A write that outlives the deadline may still land: the client's retry then finds it
         // stored (a duplicate) and the engine takes it in then.
-        let append = self.store.append_received(events.clone(), receipt.key.0);
+        // Which events start an intent with nothing stored, so the store need not look for
+        // earlier copies of them (a query per group on ClickHouse).
+        let unstored = self.lock().unstored(&events);
+        let append = self
+            .store
+            .append_unstored(events.clone(), receipt.key.0, unstored);
         let stored = match tokio::time::timeout(self.append_deadline, append).await {
             Ok(stored) => stored?,
             Err(_) => return Err(StoreError::Timeout(self.append_deadline)),
