@@ -1328,9 +1328,26 @@ async fn a_stale_unstored_hint_keeps_the_first_copy<H: Harness>(h: &H) {
             .unwrap(),
         [New, Conflict, Duplicate, Conflict]
     );
+    // Records, by their whole identity: a new object's observation vouched for twice.
+    let seen = record("re_9", Some("intent-2"), Some("k-2"), "succeeded", 5);
+    let other_amount = with_amount(seen.clone(), Amount::Minor(1));
+    assert_eq!(
+        store
+            .append_unstored(vec![seen.clone()], now, vec![true])
+            .await
+            .unwrap(),
+        [New]
+    );
+    assert_eq!(
+        store
+            .append_unstored(vec![seen.clone(), other_amount], now, vec![true, true])
+            .await
+            .unwrap(),
+        [Duplicate, Conflict]
+    );
     assert_eq!(
         sorted_events(store.load_events().await.unwrap()),
-        sorted_events(vec![timeout, read, other]),
+        sorted_events(vec![timeout, read, other, seen]),
         "only first copies are stored"
     );
 }

@@ -334,6 +334,11 @@ impl Ledger {
         self.intents.len() + self.orphans.len()
     }
 
+    /// Whether any observation of `object` is in memory.
+    pub fn has_records_of(&self, object: &str) -> bool {
+        self.records.contains_key(object)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.intents.is_empty() && self.records.is_empty()
     }

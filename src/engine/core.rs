@@ -317,28 +317,33 @@ impl EngineCore {
         out.into_iter().collect()
     }
 
-    /// Per event: whether nothing of its intent can be in the store. True only for an attempt
-    /// or read-back whose intent is not in memory while no intent by that id ever left it (the
-    /// route filter is warm and says no to its `i:` route): everything stored of an intent was
-    /// in memory until it left, and what leaves puts its routes in the filter. Records: false
-    /// (they name objects, not only intents).
+    /// Per event: whether nothing that could be an earlier copy of it is in the store. True
+    /// for an attempt or read-back whose intent is not in memory while no intent by that id ever
+    /// left it (the route filter is warm and says no to its `i:` route), and for a record of an
+    /// object the ledger holds no record of while none that left memory could see it (no to
+    /// `o:`). Everything stored was in memory until it left (the ledger keeps every record of an
+    /// object while anyone in memory may see it), and what leaves puts its routes in the filter.
     pub fn unstored(&self, events: &[Event]) -> Vec<bool> {
         if !self.routes.is_warm() {
             return vec![false; events.len()];
         }
         let mut route = String::new();
+        let mut not_routed = |prefix: &str, id: &str| {
+            route.clear();
+            route.push_str(prefix);
+            route.push_str(id);
+            !self.routes.may_contain(&route)
+        };
         events
             .iter()
-            .map(|e| {
-                let id = match e {
-                    Event::Attempt(a) => &a.intent_id,
-                    Event::Readback(r) => &r.intent_id,
-                    Event::Record(_) => return false,
-                };
-                route.clear();
-                route.push_str("i:");
-                route.push_str(id);
-                !self.verdicts.contains_key(id.as_str()) && !self.routes.may_contain(&route)
+            .map(|e| match e {
+                Event::Attempt(Attempt { intent_id: id, .. })
+                | Event::Readback(Readback { intent_id: id, .. }) => {
+                    !self.verdicts.contains_key(id.as_str()) && not_routed("i:", id)
+                }
+                Event::Record(r) => {
+                    !self.ledger.has_records_of(&r.object_id) && not_routed("o:", &r.object_id)
+                }
             })
             .collect()
     }
@@ -1578,13 +1583,20 @@ mod tests {
             timeout("gone", 5, 200, "k1"),
             record("re_9", Some("k9"), "succeeded", 200),
         ];
-        assert_eq!(core.unstored(&probe), [true, false, false, false]);
+        assert_eq!(core.unstored(&probe), [true, false, false, true]);
+        // A record of an object in memory, and of one that left with its intent.
+        let known = vec![
+            record("re_1", Some("k1"), "failed", 300),
+            record("re_here", None, "succeeded", 300),
+        ];
+        core.ingest(vec![record("re_here", None, "pending", 250)], t(260));
+        assert_eq!(core.unstored(&known), [false, false]);
         // A start that left history in the store: nothing is vouched for until the filter
         // holds its routes.
         core.routes_in_store();
         assert_eq!(core.unstored(&probe), [false; 4]);
         core.routes_filled();
-        assert_eq!(core.unstored(&probe), [true, false, false, false]);
+        assert_eq!(core.unstored(&probe), [true, false, false, true]);
     }
 
     /// An intent's escalations are in memory while it is: resolved and settled, they leave

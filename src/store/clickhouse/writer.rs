@@ -13,9 +13,10 @@
 //! request holding the bad row fails.
 //!
 //! Before inserting, the group's event identities are looked up (the first copy wins), except
-//! those the caller vouched for as of intents with nothing stored and that this writer has not
-//! written lately ([`Recent`]): on a stream of new intents the look-up was half of what
-//! ClickHouse spent (parsing a `SELECT` of 500-tuple `IN` lists per 500 events).
+//! those the caller vouched for as having no earlier copy stored (a new intent's spans, a new
+//! object's records) and that this writer has not written lately ([`Recent`]): on a stream of
+//! new intents the look-up was half of what ClickHouse spent (parsing a `SELECT` of 500-tuple
+//! `IN` lists per 500 events).
 
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
@@ -71,8 +72,8 @@ impl Rows {
 /// What a caller queued.
 pub enum Request {
     /// Events: the writer decides which are new (the first copy of an identity wins) and
-    /// answers one status per event. `unstored[i]`: the caller knows nothing of event `i`'s
-    /// intent is stored (see [`crate::store::Store::append_unstored`]); shorter than `events`
+    /// answers one status per event. `unstored[i]`: the caller knows no earlier copy of event
+    /// `i` can be stored (see [`crate::store::Store::append_unstored`]); shorter than `events`
     /// means "may be stored" for the rest.
     Append {
         events: Vec<EventRow>,
@@ -288,6 +289,12 @@ async fn write_group(
                 .iter()
                 .map(|r| Identity::Readback(&r.trace_id, &r.span_id)),
         )
+        .chain(
+            fresh
+                .records
+                .iter()
+                .map(|r| Identity::Record(&r.source, &r.object_id, &r.status, r.observed_ns)),
+        )
     {
         recent.insert(&e);
     }
@@ -303,8 +310,8 @@ const LOOKUP_BYTES: usize = 128 * 1024;
 /// so the lookup reads only the granules of the group's intents: a re-send that changed a
 /// span's intent id is not found, and is stored a second time under the other intent
 /// (`load_events` still returns the first copy only). Records are looked up by their whole
-/// identity, which is their sorting key. Skipped: events of intents with nothing stored
-/// (the caller's hint) whose identity this writer did not insert lately.
+/// identity, which is their sorting key. Skipped: events the caller vouched for (no earlier
+/// copy can be stored) whose identity this writer did not insert lately.
 async fn lookup(
     client: &::clickhouse::Client,
     retry: &RetryPolicy,
