@@ -441,7 +441,7 @@ async fn persist<S: Store>(store: &S, out: Outcome) {
         .put_derived(Derived {
             escalations: out.escalations,
             removed: out.removed,
-            verdicts: out.verdicts.iter().map(|v| Verdict::clone(v)).collect(),
+            verdicts: out.verdicts.clone(),
             ..Derived::default()
         })
         .await
@@ -2409,7 +2409,7 @@ async fn startup_reads_what_is_open<H: Harness>(h: &H) {
     let fingerprints = [escalated.fingerprint(), open.fingerprint()];
     store
         .put_derived(Derived {
-            verdicts: vec![done, open, escalated],
+            verdicts: vec![Arc::new(done), Arc::new(open), Arc::new(escalated)],
             routes: vec![route("i:done", "done"), route("k:k1", "done")],
             checkpoint: Some(at(100)),
             ..Derived::default()
@@ -2702,7 +2702,7 @@ async fn a_settled_intent_named_by_an_open_ones_evidence_comes_back_whole<H: Har
     assert!(!settled_routes.is_empty());
     store
         .put_derived(Derived {
-            verdicts: core.verdicts().collect(),
+            verdicts: core.verdicts().map(Arc::new).collect(),
             escalations: core.book().all().cloned().collect(),
             routes: settled_routes,
             checkpoint: Some(reckon::clock::wall_now()),
@@ -2896,7 +2896,7 @@ async fn deadlines_passed_while_down_are_concluded_after_the_start<H: Harness>(h
     assert!(out.escalations.is_empty());
     store
         .put_derived(Derived {
-            verdicts: out.verdicts.iter().map(|v| Verdict::clone(v)).collect(),
+            verdicts: out.verdicts.clone(),
             checkpoint: Some(reckon::clock::wall_now()),
             ..Derived::default()
         })
@@ -2949,7 +2949,7 @@ async fn what_arrived_after_the_checkpoint_is_read_back<H: Harness>(h: &H) {
     tokio::time::sleep(Duration::from_millis(1200)).await;
     store
         .put_derived(Derived {
-            verdicts: out.verdicts.iter().map(|v| Verdict::clone(v)).collect(),
+            verdicts: out.verdicts.clone(),
             routes: out.routes,
             checkpoint: Some(reckon::clock::wall_now()),
             ..Derived::default()
@@ -3330,7 +3330,7 @@ async fn retention_expires_raw_events_of_settled_intents<H: Harness>(h: &H) {
     let out = EngineCore::new(contracts()).ingest(all, at(1100));
     store
         .put_derived(Derived {
-            verdicts: out.verdicts.iter().map(|v| Verdict::clone(v)).collect(),
+            verdicts: out.verdicts.clone(),
             routes: out.routes,
             ..Derived::default()
         })

@@ -1727,7 +1727,7 @@ impl Pending {
                     } else {
                         Vec::new()
                     },
-                    verdicts: page.iter().map(|v| Verdict::clone(v)).collect(),
+                    verdicts: page.iter().map(|v| Arc::clone(v)).collect(),
                     outbox: Vec::new(),
                     routes: if first {
                         self.routes.iter().cloned().collect()

@@ -21,6 +21,7 @@ pub mod sqlite;
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use base64::Engine as _;
 use serde::Serialize;
@@ -391,7 +392,7 @@ pub struct Derived {
     pub escalations: Vec<Escalation>,
     /// Intent ids whose stored verdict (and findings) must go.
     pub removed: Vec<String>,
-    pub verdicts: Vec<Verdict>,
+    pub verdicts: Vec<Arc<Verdict>>,
     /// Notifications announcing the escalation changes: in the same durable write, so an
     /// escalation anyone can see always has them (see [`Store::outbox_put`]).
     pub outbox: Vec<OutboxItem>,

@@ -252,7 +252,7 @@ impl Store for SqliteStore {
         if verdicts.is_empty() {
             return Ok(());
         }
-        let encoded = verdicts::encode_verdicts(verdicts)?;
+        let encoded = verdicts::encode_verdicts(verdicts.into_iter().map(Arc::new).collect())?;
         self.write(|reply| Request::PutVerdicts(encoded, reply))
             .await
     }

@@ -1,6 +1,8 @@
 //! Verdicts: encoding them for the writer, reading one, the ids under a prefix, and the
 //! filtered, cursor-paged listing.
 
+use std::sync::Arc;
+
 use rusqlite::types::Value;
 use rusqlite::Connection;
 
@@ -11,7 +13,9 @@ use crate::codec::VerdictDoc;
 use crate::model::Verdict;
 
 /// Serialization is the costly part of a verdict write: done by the caller, not the writer thread.
-pub(super) fn encode_verdicts(verdicts: Vec<Verdict>) -> Result<Vec<EncodedVerdict>, StoreError> {
+pub(super) fn encode_verdicts(
+    verdicts: Vec<Arc<Verdict>>,
+) -> Result<Vec<EncodedVerdict>, StoreError> {
     verdicts
         .into_iter()
         .map(|v| {

@@ -9,7 +9,7 @@
 //! Each request runs inside its own SAVEPOINT: a request that fails (say, a row SQLite refuses)
 //! is rolled back and answered with its error without sinking the others in the batch.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::{mpsc, oneshot};
@@ -31,7 +31,8 @@ pub type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 /// A verdict with its JSON document already encoded by the caller: serialization is the costly
 /// part and runs on the caller's core, not on the single writer thread.
 pub struct EncodedVerdict {
-    pub verdict: Verdict,
+    /// Shared with the engine's outcome: the writer only reads it.
+    pub verdict: Arc<Verdict>,
     pub doc: String,
 }
 
