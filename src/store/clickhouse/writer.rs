@@ -104,12 +104,13 @@ impl Request {
     }
 }
 
-/// Identities this writer inserted lately, as 64-bit hashes in two generations of
+/// Identities this writer inserted or tried to lately, as 64-bit hashes in two generations of
 /// [`Recent::GENERATION`] (~5 MiB in all). A caller's "nothing of this intent is stored" can be
 /// stale by the time its group is written: two exports of one new intent in flight at once both
 /// say so, and so does a re-send of an export whose append outlived its deadline before the
-/// engine took it in. The second copy must still be found, so an identity met here is looked up
-/// whatever the hint. A collision only costs a look-up.
+/// engine took it in, or whose group failed after landing in part. The earlier copy must still
+/// be found, so an identity met here (written, or attempted) is looked up whatever the hint. A
+/// collision only costs a look-up.
 pub(super) struct Recent {
     current: HashSet<u64>,
     previous: HashSet<u64>,
@@ -278,7 +279,8 @@ async fn write_group(
             parts.push(rows);
         }
     }
-    insert_all(client, retry, &parts).await?;
+    // Before the INSERT: a group that fails may still have landed in part, so a re-send of
+    // it is looked up rather than taken on the engine's word.
     for e in fresh
         .attempts
         .iter()
@@ -298,6 +300,7 @@ async fn write_group(
     {
         recent.insert(&e);
     }
+    insert_all(client, retry, &parts).await?;
     Ok(statuses)
 }
 
