@@ -1561,9 +1561,9 @@ mod tests {
         );
     }
 
-    /// What the engine vouches for to the store ([`EngineCore::unstored`]): only attempts and
-    /// read-backs of intents neither in memory nor ever out of it, and nothing while routes of
-    /// intents out of memory may be missing from the filter.
+    /// What the engine vouches for to the store ([`EngineCore::unstored`]): only spans of
+    /// intents neither in memory nor ever out of it, records of objects likewise, and nothing
+    /// while routes of intents out of memory may be missing from the filter.
     #[test]
     fn only_intents_never_seen_are_vouched_unstored() {
         let mut core = EngineCore::new(contracts()).with_eviction(Some(Dur::secs(60)));

@@ -541,8 +541,8 @@ impl Engine {
         let receipt = self.progress.receive();
         // A write that outlives the deadline may still land: the client's retry then finds it
         // stored (a duplicate) and the engine takes it in then.
-        // Which events start an intent with nothing stored, so the store need not look for
-        // earlier copies of them (a query per group on ClickHouse).
+        // Which events can have no earlier copy stored (a new intent's spans, a new object's
+        // records), so the store need not look for one (a query per group on ClickHouse).
         let unstored = self.lock().unstored(&events);
         let append = self
             .store

@@ -105,13 +105,13 @@ impl Request {
 }
 
 /// Identities this writer inserted or tried to lately, as 64-bit hashes in two generations of
-/// [`Recent::GENERATION`] (~5 MiB in all). A caller's "nothing of this intent is stored" can be
+/// [`Recent::GENERATION`] (~5 MiB in all). A caller's "no earlier copy is stored" can be
 /// stale by the time its group is written: two exports of one new intent in flight at once both
 /// say so, and so does a re-send of an export whose append outlived its deadline before the
 /// engine took it in, or whose group failed after landing in part. The earlier copy must still
 /// be found, so an identity met here (written, or attempted) is looked up whatever the hint. A
 /// collision only costs a look-up.
-pub(super) struct Recent {
+struct Recent {
     current: HashSet<u64>,
     previous: HashSet<u64>,
     hasher: foldhash::quality::FixedState,
@@ -120,9 +120,9 @@ pub(super) struct Recent {
 impl Recent {
     /// Identities per generation: far more than are written between a hint and the write it
     /// precedes (the exports queued ahead, the moments until the engine takes the intent in).
-    pub(super) const GENERATION: usize = 1 << 18;
+    const GENERATION: usize = 1 << 18;
 
-    pub(super) fn new() -> Recent {
+    fn new() -> Recent {
         Recent {
             current: HashSet::new(),
             previous: HashSet::new(),
