@@ -1180,12 +1180,9 @@ fn with_amount(e: Event, amount: Amount) -> Event {
     }
 }
 
-/// Item 4 of "Store truth": the same identity re-sent with different content keeps its first
-/// copy on every store, live and after a restart, and the engine follows the store.
-async fn first_copy_wins<H: Harness>(h: &H) {
-    use Appended::{Conflict, Duplicate, New};
-    let store = h.open().await;
-    // A timeout, then the same span re-sent as a 200 that returned an object.
+/// A refund that timed out, and the same span re-sent as a 200 that returned an object: one
+/// identity, two contents.
+fn timeout_then_answered() -> (Event, Event) {
     let timeout = ev(refund(1, "intent-1", 0)
         .key("k-1")
         .timeout()
@@ -1195,6 +1192,15 @@ async fn first_copy_wins<H: Harness>(h: &H) {
         .http(200)
         .object("re_1", "succeeded")
         .told("succeeded"));
+    (timeout, answered)
+}
+
+/// Item 4 of "Store truth": the same identity re-sent with different content keeps its first
+/// copy on every store, live and after a restart, and the engine follows the store.
+async fn first_copy_wins<H: Harness>(h: &H) {
+    use Appended::{Conflict, Duplicate, New};
+    let store = h.open().await;
+    let (timeout, answered) = timeout_then_answered();
     // A refund of 45.00 recorded as 4500 cents, then the same observation with another amount:
     // kept, it would be an effect_mismatch escalation.
     let paid = ev(refund(2, "intent-2", 0)
@@ -1287,15 +1293,7 @@ async fn a_stale_unstored_hint_keeps_the_first_copy<H: Harness>(h: &H) {
     use Appended::{Conflict, Duplicate, New};
     let store = h.open().await;
     let now = reckon::clock::wall_now();
-    let timeout = ev(refund(1, "intent-1", 0)
-        .key("k-1")
-        .timeout()
-        .told("unknown"));
-    let answered = ev(refund(1, "intent-1", 0)
-        .key("k-1")
-        .http(200)
-        .object("re_1", "succeeded")
-        .told("succeeded"));
+    let (timeout, answered) = timeout_then_answered();
     let read = readback(2, "intent-1", 10, &["re_1"]);
     let vouched = |events: &[Event]| vec![true; events.len()];
     let first = vec![timeout.clone(), read.clone()];
