@@ -763,6 +763,27 @@ async fn verdict_upsert_filters_and_pages<H: Harness>(h: &H) {
         ..Default::default()
     };
     assert!(!ids(&every_page(&store, f).await).contains(&moved.intent_id));
+    // Of two verdicts of one intent in one write, the later wins, wherever the intent sorts.
+    let mut first = all[9].clone();
+    first.state = IntentState::Pending;
+    let mut second = first.clone();
+    second.state = IntentState::Unknown;
+    second.audited_at = Timestamp(first.audited_at.0 + 1);
+    let (low, high) = (all[1].clone(), all[20].clone());
+    store
+        .put_derived(Derived {
+            verdicts: [high, first, low, second.clone()]
+                .into_iter()
+                .map(Arc::new)
+                .collect(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_verdict(&second.intent_id).await.unwrap(),
+        Some(VerdictDoc::from_verdict(&second))
+    );
     // Findings are replaced, not accumulated.
     let mut cleared = all[0].clone();
     cleared.findings.clear();

@@ -261,12 +261,15 @@ impl Store for SqliteStore {
         if d.is_empty() {
             return Ok(());
         }
+        // Key order, as for the verdicts: each index is walked once.
+        let mut routes = d.routes;
+        routes.sort_unstable_by(|a, b| (&a.route, &a.intent_id).cmp(&(&b.route, &b.intent_id)));
         let encoded = EncodedDerived {
             escalations: d.escalations,
             removed: d.removed,
             verdicts: verdicts::encode_verdicts(d.verdicts)?,
             outbox: d.outbox,
-            routes: d.routes,
+            routes,
             checkpoint: d.checkpoint,
             open_routes_complete: d.open_routes_complete,
         };
