@@ -125,6 +125,8 @@ fn line(what: &str, spans_per_s: f64, baseline: f64) {
 }
 
 fn main() {
+    // As `reckon` itself runs (src/main.rs).
+    reckon::process::disable_transparent_huge_pages().expect("turning transparent huge pages off");
     let contracts = Contracts::new(vec![Contract::example("payments.refund", "issue_refund")]);
     let budget = Duration::from_secs(2);
     println!("single core, {SPANS_PER_EXPORT} spans per export\n");

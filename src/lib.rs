@@ -19,6 +19,7 @@ pub mod logging;
 pub mod metrics;
 pub mod model;
 pub mod notify;
+pub mod process;
 pub mod reaudit;
 pub mod report;
 pub mod store;

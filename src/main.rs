@@ -13,6 +13,10 @@ use reckon::config::{LogFormat, StoreConfig};
 use reckon::store::{AnyStore, SqliteStore, Store};
 
 fn main() -> ExitCode {
+    // Before the runtime's threads and the engine's memory: see the function.
+    if let Err(e) = reckon::process::disable_transparent_huge_pages() {
+        eprintln!("reckon: transparent huge pages stay on: {e}");
+    }
     let command = match cli::parse() {
         Ok(c) => c,
         Err(CliError::Usage(e)) => e.exit(),

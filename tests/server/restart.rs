@@ -264,6 +264,22 @@ async fn resent_exports_count_once_and_counters_are_per_process() {
     s.stop().await;
 }
 
+/// `reckon serve` turns transparent huge pages off for itself before it starts (see
+/// `reckon::process`): the kernel says so for the running process.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_runs_without_transparent_huge_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = Reckon::spawn(&dir.path().join("data"), &dir.path().join("reckon.log")).await;
+    let status = std::fs::read_to_string(format!("/proc/{}/status", r.child.id())).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("THP_enabled:"))
+        .expect("THP_enabled in the status of reckon serve");
+    assert_eq!(line.split_whitespace().nth(1), Some("0"), "{line}");
+    r.kill9();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_right_after_an_acknowledged_export_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
