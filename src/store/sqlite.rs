@@ -261,9 +261,9 @@ impl Store for SqliteStore {
         if d.is_empty() {
             return Ok(());
         }
-        // Key order, as for the verdicts: each index is walked once.
+        // Key order (route, then intent), as for the verdicts: each index is walked once.
         let mut routes = d.routes;
-        routes.sort_unstable_by(|a, b| (&a.route, &a.intent_id).cmp(&(&b.route, &b.intent_id)));
+        routes.sort_unstable();
         let encoded = EncodedDerived {
             escalations: d.escalations,
             removed: d.removed,
