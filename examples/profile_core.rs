@@ -35,6 +35,9 @@ use reckon::engine::core::EngineCore;
 use reckon::model::*;
 
 fn main() {
+    // As `reckon` itself runs (src/main.rs): otherwise a third of a profile is the kernel zeroing
+    // huge pages (BENCHMARKS.md "Transparent huge pages").
+    reckon::process::disable_transparent_huge_pages().expect("turning transparent huge pages off");
     let contracts = Arc::new(Contracts::new(vec![Contract::example(
         "payments.refund",
         "issue_refund",
