@@ -196,6 +196,8 @@ pub fn audit(history: &History, contract: Option<&Contract>, now: Timestamp) -> 
         .iter()
         .zip(&classes)
         .position(|(_, &k)| k != AttemptClass::Rejected);
+    let first_send = first_executed.map(|i| h.attempts[i].start);
+    let h = set_aside_what_predates(h, first_send);
     let params = Params::of_intent(&h.attempts, &classes, c);
     let objects = Objects::fold(&h, c, params.currency.as_deref());
     let state = intent_state(&h, &classes, &objects, &params, c);
@@ -294,6 +296,50 @@ pub fn audit(history: &History, contract: Option<&Contract>, now: Timestamp) -> 
         first_seen: first_seen.unwrap_or(now),
         last_event: last_event.unwrap_or(now),
     }
+}
+
+/// DESIGN.md "Evidence attribution" 3, in time. A read-back links an object nobody owns to its
+/// reader as a candidate for the reader's own effect; an object that was there before the reader
+/// first executed a send cannot be that effect (check-then-act: "refunds for order 1042" listed
+/// before the refund, an old refund listed again after it). Linked, it made a send that timed
+/// out `completed`. It says nothing about the reader, as if another intent owned it: it moves
+/// from `provisional` to `foreign`, and its records leave the history.
+///
+/// "Before" is what the evidence shows: a read-back of the intent's that ended before the send
+/// began, or the downstream's own observation or creation time earlier than the send. The
+/// downstream's clock is not the executor's; skew can only set an object aside that was the
+/// effect, which leaves the intent `unknown` (read the downstream), never a wrong `completed`.
+/// With no executed send there is no effect to find.
+fn set_aside_what_predates(
+    h: std::borrow::Cow<'_, History>,
+    first_send: Option<Timestamp>,
+) -> std::borrow::Cow<'_, History> {
+    let predates = |object: &str| {
+        let Some(send) = first_send else {
+            return true;
+        };
+        h.readbacks
+            .iter()
+            .any(|r| r.end <= send && r.object_ids.iter().any(|o| o == object))
+            || h.records.iter().any(|r| {
+                r.object_id == object
+                    && (r.observed_at < send || r.created_at.is_some_and(|t| t < send))
+            })
+    };
+    let earlier: Vec<String> = h
+        .provisional
+        .iter()
+        .filter(|o| predates(o))
+        .cloned()
+        .collect();
+    if earlier.is_empty() {
+        return h;
+    }
+    let mut h = h.into_owned();
+    h.provisional.retain(|o| !earlier.contains(o));
+    h.records.retain(|r| !earlier.contains(&r.object_id));
+    h.foreign.extend(earlier);
+    std::borrow::Cow::Owned(h)
 }
 
 /// DESIGN.md "Intent state". Downstream records outrank the attempts' view of them.

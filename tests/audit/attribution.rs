@@ -126,6 +126,100 @@ fn an_unowned_listed_object_links_provisionally_and_moves_to_its_owner() {
 }
 
 #[test]
+fn a_refund_listed_before_the_first_send_is_not_its_effect() {
+    // Check, then act: the executor lists the order's refunds (an old one, re_OLD, from before
+    // reckon or made by hand: no intent, no key), then sends its own refund, which times out.
+    // re_OLD was there before A wrote anything: it cannot be A's refund, and A is not
+    // completed because of it. (Linking it made A `completed / none`: the refund that may
+    // never have happened was called done.) Its record came in late, from a periodic sync: the
+    // read-back is what shows it was there first.
+    let events = [
+        refund_record(None, "re_OLD", "succeeded", 90.0, 2250),
+        ev(readback("A", "list_refunds", 10.0, &["re_OLD"])),
+        ev(timed_out("A", 60.0, "kA", "22.50")),
+    ];
+    let a = check(
+        "listed before the send",
+        &events,
+        "A",
+        at(3.0 * MIN),
+        "unknown / retry_same_key / -",
+    );
+    assert!(
+        object_ids(&a).is_empty(),
+        "re_OLD predates A's send: {a:#?}"
+    );
+
+    // Listed again after the send, it is still the refund that was there before.
+    let mut again = events.to_vec();
+    again.push(ev(readback("A", "list_refunds", 120.0, &["re_OLD"])));
+    let a = check(
+        "listed before and after",
+        &again,
+        "A",
+        at(3.0 * MIN),
+        "unknown / retry_same_key / -",
+    );
+    assert!(object_ids(&a).is_empty(), "{a:#?}");
+}
+
+#[test]
+fn an_object_the_downstream_had_before_the_send_is_not_its_effect() {
+    // Only read after the send, but the downstream's own record of it is older than the send.
+    let events = [
+        ev(timed_out("A", 60.0, "kA", "22.50")),
+        refund_record(None, "re_OLD", "succeeded", 2.0, 2250),
+        ev(readback("A", "list_refunds", 120.0, &["re_OLD"])),
+    ];
+    let a = check(
+        "recorded before the send",
+        &events,
+        "A",
+        at(3.0 * MIN),
+        "unknown / retry_same_key / -",
+    );
+    assert!(object_ids(&a).is_empty(), "{a:#?}");
+
+    // A record that says when the object was created counts the same, whenever it was sent.
+    let mut created = stripe_refund(None, "re_OLD", "succeeded", 121.0, 2250, "usd");
+    created.created_at = Some(at(2.0));
+    let events = [
+        ev(timed_out("A", 60.0, "kA", "22.50")),
+        ev(created),
+        ev(readback("A", "list_refunds", 120.0, &["re_OLD"])),
+    ];
+    let a = check(
+        "created before the send",
+        &events,
+        "A",
+        at(3.0 * MIN),
+        "unknown / retry_same_key / -",
+    );
+    assert!(object_ids(&a).is_empty(), "{a:#?}");
+}
+
+#[test]
+fn an_intent_that_never_executed_owns_no_listed_object() {
+    // Every send rejected: nothing executed, so nothing a read finds is its effect.
+    let events = [
+        ev(attempt("A", R, 0.0, 0.3)
+            .key("kA")
+            .args(refund_args("22.50"))
+            .http(422)),
+        ev(readback("A", "list_refunds", 10.0, &["re_X"])),
+        refund_record(None, "re_X", "succeeded", 12.0, 2250),
+    ];
+    let a = check(
+        "rejected, then read",
+        &events,
+        "A",
+        at(3.0 * MIN),
+        "failed_before_execution / fix_input / -",
+    );
+    assert!(object_ids(&a).is_empty(), "{a:#?}");
+}
+
+#[test]
 fn a_provisional_object_never_raises_an_effect_finding() {
     // A owns re_A; the read of the order also lists re_Y, whose owner is not known yet. That is
     // not a duplicate refund (nor a mismatched one) until something attributes it to A.
