@@ -298,6 +298,12 @@ pub fn audit(history: &History, contract: Option<&Contract>, now: Timestamp) -> 
     }
 }
 
+/// How much earlier than a send the downstream's own time for an object must be to show that the
+/// object was there first. Its clock is not the executor's, and Stripe's times are whole seconds:
+/// a refund created 0.2 s after a send at 100.7 s says `created: 100`. Within the margin it stays
+/// a candidate, as before; a check-then-act's old refund is minutes or days older.
+const DOWNSTREAM_CLOCK_MARGIN: Dur = Dur::secs(5);
+
 /// DESIGN.md "Evidence attribution" 3, in time. A read-back links an object nobody owns to its
 /// reader as a candidate for the reader's own effect; an object that was there before the reader
 /// first executed a send cannot be that effect (check-then-act: "refunds for order 1042" listed
@@ -306,10 +312,8 @@ pub fn audit(history: &History, contract: Option<&Contract>, now: Timestamp) -> 
 /// from `provisional` to `foreign`, and its records leave the history.
 ///
 /// "Before" is what the evidence shows: a read-back of the intent's that ended before the send
-/// began, or the downstream's own observation or creation time earlier than the send. The
-/// downstream's clock is not the executor's; skew can only set an object aside that was the
-/// effect, which leaves the intent `unknown` (read the downstream), never a wrong `completed`.
-/// With no executed send there is no effect to find.
+/// began (one clock, the executor's), or the downstream's own observation or creation time more
+/// than [`DOWNSTREAM_CLOCK_MARGIN`] before it. With no executed send there is no effect to find.
 fn set_aside_what_predates(
     h: std::borrow::Cow<'_, History>,
     first_send: Option<Timestamp>,
@@ -318,12 +322,14 @@ fn set_aside_what_predates(
         let Some(send) = first_send else {
             return true;
         };
+        let downstream_before = send - DOWNSTREAM_CLOCK_MARGIN;
         h.readbacks
             .iter()
             .any(|r| r.end <= send && r.object_ids.iter().any(|o| o == object))
             || h.records.iter().any(|r| {
                 r.object_id == object
-                    && (r.observed_at < send || r.created_at.is_some_and(|t| t < send))
+                    && (r.observed_at < downstream_before
+                        || r.created_at.is_some_and(|t| t < downstream_before))
             })
     };
     let earlier: Vec<String> = h

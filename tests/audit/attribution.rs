@@ -196,6 +196,24 @@ fn an_object_the_downstream_had_before_the_send_is_not_its_effect() {
         "unknown / retry_same_key / -",
     );
     assert!(object_ids(&a).is_empty(), "{a:#?}");
+
+    // Stripe's clock counts whole seconds and is not the executor's: a refund created 0.2 s
+    // after a send at 60.7 s says `created: 60`. That is no proof it was there first.
+    let mut same_second = stripe_refund(None, "re_A", "succeeded", 60.0, 2250, "usd");
+    same_second.created_at = Some(at(60.0));
+    let events = [
+        ev(timed_out("A", 60.7, "kA", "22.50")),
+        ev(same_second),
+        ev(readback("A", "list_refunds", 120.0, &["re_A"])),
+    ];
+    let a = check(
+        "created in the send's second",
+        &events,
+        "A",
+        at(3.0 * MIN),
+        "completed / none / -",
+    );
+    assert_eq!(object_ids(&a), ["re_A"]);
 }
 
 #[test]
