@@ -1,11 +1,11 @@
-//! Cross-language: the README's Python OpenTelemetry SDK script against a running reckon.
+//! Cross-language: the README's Python OpenTelemetry SDK scripts against a running reckon.
 
 use std::process::Command;
 
 use super::support::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn python_sdk_timed_out_refund_is_unknown_then_completed() {
+/// Runs `examples/python/{script}` against a fresh `reckon serve`; its stdout, once it exited 0.
+async fn run_example(script: &str) -> String {
     let probe = Command::new("python3")
         .args([
             "-c",
@@ -18,7 +18,8 @@ async fn python_sdk_timed_out_refund_is_unknown_then_completed() {
     );
     let server = Server::start().await;
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples/python/timed_out_refund.py");
+        .join("examples/python")
+        .join(script);
     let otlp = server.r().http_url();
     let api = server.r().api_url();
     let out = tokio::task::spawn_blocking(move || {
@@ -30,16 +31,33 @@ async fn python_sdk_timed_out_refund_is_unknown_then_completed() {
     .await
     .unwrap()
     .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "script failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    server.stop().await;
+    stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_timed_out_refund_is_unknown_then_completed() {
+    let stdout = run_example("timed_out_refund.py").await;
     assert!(
         stdout.contains("state=unknown decision=retry_same_key"),
         "{stdout}"
     );
     assert!(stdout.contains("state=completed decision=none"), "{stdout}");
-    server.stop().await;
+}
+
+/// DESIGN.md "Evidence attribution" 3: a refund the agent's read found before it sent its own
+/// is not its effect, so the timed-out send stays unknown instead of `completed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_refund_listed_before_the_send_is_not_its_effect() {
+    let stdout = run_example("check_then_act.py").await;
+    assert!(
+        stdout.contains("state=unknown decision=retry_same_key objects=[]"),
+        "{stdout}"
+    );
 }
