@@ -16,7 +16,9 @@
 //! other step's.
 
 pub mod core;
+mod persister;
 pub mod routes;
+mod startup;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -34,8 +36,12 @@ use crate::escalation::{EscalationBook, EscalationError};
 use crate::metrics::Metrics;
 use crate::model::*;
 use crate::notify::{Notifier, OutboxItem};
-use crate::store::{event_kind, AnyStore, Appended, Derived, Route, Store, StoreError, Swap};
+use crate::store::{event_kind, AnyStore, Appended, Derived, Store, StoreError, Swap};
+use persister::persist_loop;
 use routes::RouteFilter;
+use startup::{
+    fill_route_filter, load_unsettled, reconcile, restore_pending, write_open_routes, Loaded,
+};
 
 use crate::clock::wall_now;
 
@@ -156,21 +162,6 @@ impl Default for EngineOptions {
     }
 }
 
-/// How far before the checkpoint start-up reads events back. Receive times and the checkpoint
-/// come from one clock that never goes back within a process ([`Progress::receive`]); the
-/// margin covers what the store stamps on its own (ClickHouse's `ingested_ns`).
-const CHECKPOINT_MARGIN: Dur = Dur::secs(1);
-
-/// The checkpoint is written at most this often (each is a row; on ClickHouse, an insert).
-const CHECKPOINT_EVERY: Dur = Dur::secs(1);
-
-/// With nothing to write for this long, the persister writes the checkpoint alone, so a crash
-/// after a quiet spell reads back little.
-const IDLE_CHECKPOINT: Duration = Duration::from_secs(5);
-
-/// Routes read from the store per page while the filter fills after a start.
-const ROUTE_PAGE: usize = 50_000;
-
 /// Shared between the engine and its persister: the exports received but not yet concluded
 /// (the checkpoint never passes the oldest), and the last step the store has made durable.
 #[derive(Default)]
@@ -246,10 +237,6 @@ const TICK_PAGE: usize = 4096;
 
 /// How long a reload's next page waits while the persister has no room for it.
 const BEHIND_PAUSE: Duration = Duration::from_millis(10);
-
-/// Verdicts per write of the persister: one write is one transaction, and appends of new
-/// exports queue behind it on the store's writer.
-const WRITE_PAGE: usize = 8192;
 
 /// Rounds of bringing intents back for one batch: each round may name intents the previous
 /// one's events concern. Linked evidence rarely chains beyond two.
@@ -1241,196 +1228,6 @@ impl Engine {
     }
 }
 
-/// What start-up loads (DESIGN.md "Memory and history"). With a checkpoint: the intents whose
-/// stored verdict is not settled, the events received since the checkpoint (less a margin) and
-/// the intents they name, with all their evidence, and every settled intent any of those
-/// events reaches by a route; so start-up time follows what is open, not the history behind
-/// it. Without one (a new store, or one written before checkpoints): everything. Returns the
-/// events, whether settled history was left in the store, and the stored fingerprints.
-async fn load_unsettled(store: &AnyStore) -> Result<Loaded, StoreError> {
-    let Some(checkpoint) = store.checkpoint().await? else {
-        return Ok(Loaded {
-            events: store.load_events().await?,
-            routes: Vec::new(),
-            asked: Default::default(),
-            history_in_store: false,
-            open_routes: store.routes_of_open_intents().await?,
-            stored: Default::default(),
-        });
-    };
-    // With every open intent's routes in the store, an event that reaches one finds it there:
-    // the start reads only what the checkpoint's tail names and serves, and the open intents
-    // are read back behind it (`restore_pending`).
-    let open_routes = store.routes_of_open_intents().await?;
-    // Each stage timed for the log: which one a slow start spends its time in.
-    let started = Instant::now();
-    let tail = store
-        .events_received_since(checkpoint - CHECKPOINT_MARGIN)
-        .await?;
-    let unsettled = store.unsettled_intents().await?;
-    let ids_at = started.elapsed();
-    let mut intents: BTreeSet<String> = BTreeSet::new();
-    let mut stored =
-        foldhash::HashMap::with_capacity_and_hasher(unsettled.len(), Default::default());
-    for u in unsettled {
-        // An orphan record's pseudo-intent has no routes of its own: always read now.
-        if !open_routes || u.intent_id.starts_with(audit::ORPHAN_PREFIX) {
-            intents.insert(u.intent_id.clone());
-        }
-        stored.insert(u.intent_id, u.fingerprint);
-    }
-    let mut objects: BTreeSet<String> = intents
-        .iter()
-        .filter_map(|id| id.strip_prefix(audit::ORPHAN_PREFIX))
-        .map(str::to_string)
-        .collect();
-    for e in &tail {
-        match e {
-            Event::Attempt(a) => intents.insert(a.intent_id.clone()),
-            Event::Readback(r) => intents.insert(r.intent_id.clone()),
-            Event::Record(r) => {
-                intents.extend(r.intent_id.clone());
-                objects.insert(r.object_id.clone())
-            }
-        };
-    }
-    let events = crate::store::evidence(
-        store,
-        intents.iter().cloned().collect(),
-        objects.into_iter().collect(),
-    )
-    .await?;
-    let evidence_at = started.elapsed();
-    // An intent's own id reaches only itself, and these are loaded already.
-    let routes: Vec<String> = tail
-        .iter()
-        .chain(&events)
-        .flat_map(Event::routes)
-        .filter(|r| r.strip_prefix("i:").is_none_or(|id| !intents.contains(id)))
-        .collect();
-    tracing::debug!(
-        ids_ms = ids_at.as_millis() as u64,
-        evidence_ms = (evidence_at - ids_at).as_millis() as u64,
-        routes = routes.len(),
-        "start-up read, by stage: the unsettled ids and the checkpoint's tail, their evidence"
-    );
-    let mut events = crate::store::EventSet::from(events);
-    events.reserve(tail.len());
-    for e in tail {
-        events.insert(e);
-    }
-    Ok(Loaded {
-        events: events.into_vec(),
-        routes,
-        asked: intents.into_iter().collect(),
-        history_in_store: true,
-        open_routes,
-        stored,
-    })
-}
-
-/// What start-up reads from the store ([`load_unsettled`]).
-struct Loaded {
-    events: Vec<Event>,
-    /// The routes of those events that may reach settled intents in the store, to be asked.
-    routes: Vec<String>,
-    /// The intents asked for by id (unsettled, or named since the checkpoint).
-    asked: foldhash::HashSet<String>,
-    /// Settled intents were left in the store (their routes fill the filter behind serving).
-    history_in_store: bool,
-    /// Every open intent's routes are in the store ([`Store::routes_of_open_intents`]): those
-    /// not named since the checkpoint were left there, to be read back behind serving.
-    open_routes: bool,
-    /// The stored verdicts' fingerprints of the unsettled intents (loaded, or left pending).
-    stored: foldhash::HashMap<String, u64>,
-}
-
-/// Open intents read back per page behind the serving engine.
-const PENDING_PAGE: usize = 10_000;
-
-/// After a start that left open intents in the store: read them back a page at a time, as
-/// events would bring them back ([`Engine::read_back`]), each due at once so the timer audits
-/// it. An event that reaches one first brings it back itself.
-async fn restore_pending(engine: std::sync::Weak<Engine>) {
-    let began = Instant::now();
-    let mut failures = 0u32;
-    loop {
-        let Some(e) = engine.upgrade() else { return };
-        let page = e.lock().pending_page(PENDING_PAGE);
-        if page.is_empty() {
-            tracing::info!(
-                intents = e.intents(),
-                elapsed_ms = began.elapsed().as_millis() as u64,
-                "every open intent left in the store at start-up is in memory"
-            );
-            return;
-        }
-        match e.read_back(page, Vec::new(), &[]).await {
-            Ok(()) => {
-                failures = 0;
-                e.wake.notify_one();
-            }
-            Err(err) => {
-                drop(e);
-                back_off(&mut failures, &err, "reading open intents back").await;
-            }
-        }
-    }
-}
-
-/// Routes written per store call when a store from before routes were written for open intents
-/// gets them.
-const OPEN_ROUTES_PAGE: usize = 20_000;
-
-/// Once, on a store from before open intents had their routes written: write the routes of
-/// every intent in memory (this start read them all), then say so, so later starts may serve
-/// before reading the open intents back. Intents that events reach meanwhile get theirs from
-/// their steps; one whose step is not written yet is after the checkpoint, read at any start.
-async fn write_open_routes(engine: std::sync::Weak<Engine>) {
-    let began = Instant::now();
-    let Some(e) = engine.upgrade() else { return };
-    let ids = e.lock().intent_ids();
-    drop(e);
-    let mut failures = 0u32;
-    let mut written = 0usize;
-    let mut pages = ids.chunks(OPEN_ROUTES_PAGE).peekable();
-    loop {
-        let Some(e) = engine.upgrade() else { return };
-        let last = pages.peek().is_none();
-        let derived = match pages.peek() {
-            Some(page) => Derived {
-                routes: e.lock().routes_of(page),
-                ..Derived::default()
-            },
-            None => Derived {
-                open_routes_complete: true,
-                ..Derived::default()
-            },
-        };
-        let routes = derived.routes.len();
-        match e.store.put_derived(derived).await {
-            Ok(()) => {
-                failures = 0;
-                written += routes;
-                if last {
-                    tracing::info!(
-                        intents = ids.len(),
-                        routes = written,
-                        elapsed_ms = began.elapsed().as_millis() as u64,
-                        "routes of the intents in memory written: later starts serve before reading open intents back"
-                    );
-                    return;
-                }
-                pages.next();
-            }
-            Err(err) => {
-                drop(e);
-                back_off(&mut failures, &err, "writing the open intents' routes").await;
-            }
-        }
-    }
-}
-
 /// Audit a page of due intents split across the machine's cores (everything loaded at
 /// start-up, a wave of deadlines): each audit reads only the ledger, so the split changes
 /// nothing but the time the core lock is held ([`EngineCore::tick_with`]).
@@ -1451,42 +1248,6 @@ fn audit_on_every_core(ids: &[String], audit: AuditOne) -> Vec<Option<Verdict>> 
             .flat_map(|p| p.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
             .collect()
     })
-}
-
-/// After a start that left settled history in the store: read its routes into the filter, page
-/// by page, while the engine serves (every route is checked against the store meanwhile).
-async fn fill_route_filter(engine: std::sync::Weak<Engine>) {
-    let began = Instant::now();
-    let mut after = String::new();
-    let mut routes = 0u64;
-    let mut failures = 0u32;
-    loop {
-        let Some(e) = engine.upgrade() else { return };
-        match e.store.routes_after(&after, ROUTE_PAGE).await {
-            Ok(page) => {
-                failures = 0;
-                routes += page.len() as u64;
-                let mut core = e.lock();
-                core.fill_routes(page.iter().map(String::as_str));
-                match page.last() {
-                    Some(last) if page.len() == ROUTE_PAGE => after = last.clone(),
-                    _ => {
-                        core.routes_filled();
-                        tracing::info!(
-                            routes,
-                            elapsed_ms = began.elapsed().as_millis() as u64,
-                            "route filter filled from the store"
-                        );
-                        return;
-                    }
-                }
-            }
-            Err(err) => {
-                drop(e);
-                back_off(&mut failures, &err, "reading routes for the filter").await;
-            }
-        }
-    }
 }
 
 /// After a background task's store call failed: say so and wait, longer for each failure in a
@@ -1585,30 +1346,6 @@ fn announce_all(n: &Notifier, core: &EngineCore, escalations: &[Escalation]) -> 
         .collect()
 }
 
-/// Make the derived rows in the store converge to the rebuilt engine, whatever point a crash
-/// interrupted the persister at. Every verdict the engine holds that differs from the stored one
-/// (by fingerprint) is rewritten behind (the restore's outcome); what is left is stored verdicts
-/// of intents that no longer exist. Only
-/// pseudo-intents (orphan records) ever stop existing: a real intent's verdict outlives its
-/// events (raw events may expire, verdicts are kept), so only `orphan:` rows are checked.
-/// Done before the engine serves, so no reader sees them once it is ready.
-async fn reconcile(store: &AnyStore, core: &EngineCore) -> Result<(), StoreError> {
-    let stale: Vec<String> = store
-        .verdict_ids(audit::ORPHAN_PREFIX)
-        .await?
-        .into_iter()
-        .filter(|id| !core.holds(id))
-        .collect();
-    if !stale.is_empty() {
-        tracing::info!(
-            verdicts = stale.len(),
-            "removing stored verdicts of orphan records that now belong to an intent"
-        );
-        store.delete_verdicts(stale).await?;
-    }
-    Ok(())
-}
-
 impl EngineTasks {
     /// Stop the timer and write out everything concluded so far. Call after [`Engine::close`].
     pub async fn finish(self) {
@@ -1646,213 +1383,6 @@ async fn timer_loop(engine: std::sync::Weak<Engine>, wake: Arc<Notify>) {
         tokio::select! {
             _ = tokio::time::sleep(sleep) => {}
             _ = notified => {}
-        }
-    }
-}
-
-/// What the persister still has to write: the latest verdict per intent, removals, and the
-/// newest version of each escalation.
-#[derive(Default)]
-struct Pending {
-    verdicts: HashMap<String, Arc<Verdict>>,
-    removed: std::collections::BTreeSet<String>,
-    escalations: HashMap<String, Escalation>,
-    routes: BTreeSet<Route>,
-    /// The latest step taken in.
-    seq: u64,
-    /// Verdicts taken in, counted as handed out (before an intent's newer verdict replaces its
-    /// older one here): what to take off [`Progress::unwritten`] once written.
-    taken: usize,
-}
-
-impl Pending {
-    fn is_empty(&self) -> bool {
-        self.verdicts.is_empty()
-            && self.removed.is_empty()
-            && self.escalations.is_empty()
-            && self.routes.is_empty()
-    }
-
-    fn take(&mut self, o: Outcome) {
-        self.seq = self.seq.max(o.seq);
-        self.routes.extend(o.routes);
-        for id in o.removed {
-            self.verdicts.remove(&id);
-            self.removed.insert(id);
-        }
-        self.taken += o.verdicts.len();
-        for v in o.verdicts {
-            self.removed.remove(&v.intent_id);
-            self.verdicts.insert(v.intent_id.clone(), v);
-        }
-        for e in o.escalations {
-            match self.escalations.get(&e.id) {
-                Some(old) if old.version >= e.version => {}
-                _ => {
-                    self.escalations.insert(e.id.clone(), e);
-                }
-            }
-        }
-    }
-
-    /// Written in pages of [`WRITE_PAGE`] verdicts, each one transaction, so that appends of
-    /// new exports are not held behind one huge write and only a page is copied at a time.
-    /// Escalations go with the first page, before the verdicts that name them; removals of
-    /// pseudo-intents with the last, after every verdict that may have absorbed them (a reader
-    /// in between sees an orphan a moment longer, never an intent's evidence missing); the
-    /// checkpoint with the last, as it says everything before it is written. A page that fails
-    /// fails the whole: it is all written again (writes are upserts).
-    async fn write(
-        &self,
-        store: &AnyStore,
-        checkpoint: Option<Timestamp>,
-    ) -> Result<(), StoreError> {
-        let verdicts: Vec<&Arc<Verdict>> = self.verdicts.values().collect();
-        let pages = verdicts.len().div_ceil(WRITE_PAGE).max(1);
-        for (i, page) in verdicts
-            .chunks(WRITE_PAGE)
-            .chain(verdicts.is_empty().then_some(&[][..]))
-            .enumerate()
-        {
-            let (first, last) = (i == 0, i + 1 == pages);
-            store
-                .put_derived(Derived {
-                    escalations: if first {
-                        self.escalations.values().cloned().collect()
-                    } else {
-                        Vec::new()
-                    },
-                    removed: if last {
-                        self.removed.iter().cloned().collect()
-                    } else {
-                        Vec::new()
-                    },
-                    verdicts: page.iter().map(|v| Arc::clone(v)).collect(),
-                    outbox: Vec::new(),
-                    routes: if first {
-                        self.routes.iter().cloned().collect()
-                    } else {
-                        Vec::new()
-                    },
-                    checkpoint: if last { checkpoint } else { None },
-                    open_routes_complete: false,
-                })
-                .await?;
-        }
-        Ok(())
-    }
-}
-
-/// Writes verdicts and escalations in batches: whatever queued while the last batch was being
-/// written goes in the next one. A batch the store refuses is kept and merged with what comes
-/// next, and retried with backoff: nothing concluded is dropped while the process lives.
-///
-/// Each write carries the checkpoint (at most every [`CHECKPOINT_EVERY`]): the oldest export
-/// still in flight, read *before* the queue is drained, so every export received before it has
-/// its outcome in the write. After a write, the steps it covered are durable: the intents they
-/// settled may leave memory (the timer is woken to see to it).
-async fn persist_loop(
-    store: Arc<AnyStore>,
-    mut rx: mpsc::UnboundedReceiver<Outcome>,
-    linger: Duration,
-    progress: Arc<Progress>,
-    wake: Arc<Notify>,
-) {
-    let mut pending = Pending::default();
-    let mut failures = 0u32;
-    let mut closing = false;
-    let mut last_checkpoint = Timestamp(0);
-    loop {
-        if pending.is_empty() {
-            match tokio::time::timeout(IDLE_CHECKPOINT, rx.recv()).await {
-                Ok(Some(o)) => pending.take(o),
-                // Shut down, or idle: everything received so far is written; say so, so the
-                // next start reads back only what comes after.
-                Ok(None) | Err(_) => {
-                    let done =
-                        matches!(rx.try_recv(), Err(mpsc::error::TryRecvError::Disconnected));
-                    let at = progress.settled_before();
-                    if at > last_checkpoint {
-                        let checkpoint = Derived {
-                            checkpoint: Some(at),
-                            ..Derived::default()
-                        };
-                        match store.put_derived(checkpoint).await {
-                            Ok(()) => last_checkpoint = at,
-                            Err(e) => tracing::warn!(error = %e, "writing the checkpoint failed"),
-                        }
-                    }
-                    if done {
-                        return;
-                    }
-                    continue;
-                }
-            }
-            // Linger briefly: an intent's events tend to arrive together (attempt, response,
-            // webhooks), and each write of its verdict costs a row and a JSON document. Reads of
-            // one intent come from the engine, so only lists and reports see the delay.
-            closing = gather(&mut rx, &mut pending, linger).await;
-        } else if !closing {
-            // The last write failed: wait out the backoff whatever arrives meanwhile, so a
-            // failing store is not hit once per outcome.
-            closing = gather(
-                &mut rx,
-                &mut pending,
-                Duration::from_millis(100u64 << failures.min(6)),
-            )
-            .await;
-        }
-        let settled_before = progress.settled_before();
-        while let Ok(more) = rx.try_recv() {
-            pending.take(more);
-        }
-        let checkpoint = (closing || settled_before >= last_checkpoint + CHECKPOINT_EVERY)
-            .then_some(settled_before);
-        match pending.write(&store, checkpoint).await {
-            Ok(()) => {
-                last_checkpoint = checkpoint.unwrap_or(last_checkpoint);
-                progress.durable.fetch_max(pending.seq, Ordering::AcqRel);
-                progress
-                    .unwritten
-                    .fetch_sub(pending.taken, Ordering::AcqRel);
-                wake.notify_one();
-                pending = Pending::default();
-                failures = 0;
-            }
-            Err(e) if closing && failures >= 3 => {
-                // Verdicts are derived from durable events: the next start rebuilds them.
-                tracing::error!(error = %e, "writing verdicts failed at shutdown; they will be rebuilt on restart");
-                return;
-            }
-            Err(e) => {
-                failures += 1;
-                tracing::warn!(error = %e, failures, "writing verdicts failed; keeping them to retry");
-                if closing {
-                    tokio::time::sleep(Duration::from_millis(100u64 << failures)).await;
-                }
-            }
-        }
-        if closing && pending.is_empty() {
-            return;
-        }
-    }
-}
-
-/// Take in outcomes for `wait`. Returns true when the channel closed (shutdown) meanwhile.
-async fn gather(
-    rx: &mut mpsc::UnboundedReceiver<Outcome>,
-    pending: &mut Pending,
-    wait: Duration,
-) -> bool {
-    let deadline = tokio::time::sleep(wait);
-    tokio::pin!(deadline);
-    loop {
-        tokio::select! {
-            _ = &mut deadline => return false,
-            msg = rx.recv() => match msg {
-                Some(o) => pending.take(o),
-                None => return true,
-            },
         }
     }
 }
