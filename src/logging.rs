@@ -6,6 +6,7 @@
 use crate::config::value::env_filter;
 use crate::config::LogFormat;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoggingError {
@@ -53,9 +54,68 @@ pub fn init_logging(format: LogFormat, filter: &str) -> Result<(), LoggingError>
     Ok(())
 }
 
+/// Lets a log line that can repeat once per request through at most once per period, counting
+/// what it held back. A full disk or a dead store refuses every export: a line per refusal would
+/// flood the log, often onto the very disk that is full. Metrics still count every one.
+pub struct Throttle {
+    every: Duration,
+    /// When a line last went through, and how many were held back since.
+    state: Mutex<(Option<Instant>, u64)>,
+}
+
+/// Failures that repeat per request are logged at most this often, each site on its own.
+pub const REPEATED_FAILURE_EVERY: Duration = Duration::from_secs(5);
+
+impl Throttle {
+    pub const fn new(every: Duration) -> Self {
+        Throttle {
+            every,
+            state: Mutex::new((None, 0)),
+        }
+    }
+
+    /// `Some(held_back)`: log this one, saying how many were held back before it; `None`: hold
+    /// it back.
+    pub fn admit(&self) -> Option<u64> {
+        self.admit_at(Instant::now())
+    }
+
+    fn admit_at(&self, now: Instant) -> Option<u64> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let (last, held_back) = &mut *state;
+        match last {
+            Some(at) if now.saturating_duration_since(*at) < self.every => {
+                *held_back += 1;
+                None
+            }
+            _ => {
+                *last = Some(now);
+                Some(std::mem::take(held_back))
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_throttle_lets_one_line_through_per_period_and_counts_the_rest() {
+        let t = Throttle::new(Duration::from_secs(5));
+        let t0 = Instant::now();
+        assert_eq!(t.admit_at(t0), Some(0), "the first goes through");
+        assert_eq!(t.admit_at(t0 + Duration::from_secs(1)), None);
+        assert_eq!(t.admit_at(t0 + Duration::from_millis(4_999)), None);
+        assert_eq!(
+            t.admit_at(t0 + Duration::from_secs(5)),
+            Some(2),
+            "the next says how many it held back"
+        );
+        assert_eq!(t.admit_at(t0 + Duration::from_secs(6)), None);
+        assert_eq!(t.admit_at(t0 + Duration::from_secs(11)), Some(1));
+        assert_eq!(t.admit_at(t0 + Duration::from_secs(30)), Some(0));
+    }
 
     #[test]
     fn bad_filter_is_an_error_and_second_call_is_a_no_op() {

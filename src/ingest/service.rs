@@ -14,6 +14,7 @@ use super::{records, stripe};
 use crate::clock::wall_now;
 use crate::contract::Contracts;
 use crate::engine::Engine;
+use crate::logging::{Throttle, REPEATED_FAILURE_EVERY};
 use crate::metrics::Metrics;
 use crate::model::{Dur, Event, RecordObservation};
 use crate::store::{AnyStore, RecordKey, Store};
@@ -151,7 +152,10 @@ impl IngestService {
         received: Instant,
     ) -> Result<(), IngestError> {
         self.engine.ingest(events, received, admitted).await.map_err(|e| {
-            tracing::error!(error = %e, "store refused an append; the export is not acknowledged");
+            static LOG: Throttle = Throttle::new(REPEATED_FAILURE_EVERY);
+            if let Some(held_back) = LOG.admit() {
+                tracing::error!(error = %e, held_back, "store refused an append; the export is not acknowledged");
+            }
             self.metrics.rejection("unavailable", 1);
             IngestError::Unavailable(e.to_string())
         })?;
@@ -310,7 +314,10 @@ impl IngestService {
         asked.sort();
         asked.dedup();
         let mut known = self.store.known_observations(asked).await.map_err(|e| {
-            tracing::error!(error = %e, "store could not say which records it knows; the post is not acknowledged");
+            static LOG: Throttle = Throttle::new(REPEATED_FAILURE_EVERY);
+            if let Some(held_back) = LOG.admit() {
+                tracing::error!(error = %e, held_back, "store could not say which records it knows; the post is not acknowledged");
+            }
             self.metrics.rejection("unavailable", 1);
             IngestError::Unavailable(e.to_string())
         })?;

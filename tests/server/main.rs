@@ -3,6 +3,7 @@
 mod access;
 mod api;
 mod bad_input;
+mod disk_full;
 mod eviction;
 mod limits;
 mod loadgen;

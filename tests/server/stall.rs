@@ -134,7 +134,9 @@ fn export_json(intent: &str) -> serde_json::Value {
             {"key": "reckon.downstream.status", "value": {"stringValue": "succeeded"}}]}]}]}]})
 }
 
-async fn send(s: &Server, doc: &serde_json::Value) -> (u16, Option<String>, Duration) {
+/// The status, the `Retry-After` hint, how long the answer took, and its body (for the message of
+/// an assertion that fails).
+async fn send(s: &Server, doc: &serde_json::Value) -> (u16, Option<String>, Duration, String) {
     let began = Instant::now();
     let resp = s
         .http
@@ -149,7 +151,9 @@ async fn send(s: &Server, doc: &serde_json::Value) -> (u16, Option<String>, Dura
         .headers()
         .get("retry-after")
         .map(|v| v.to_str().unwrap().to_string());
-    (resp.status().as_u16(), retry, began.elapsed())
+    let status = resp.status().as_u16();
+    let took = began.elapsed();
+    (status, retry, took, resp.text().await.unwrap_or_default())
 }
 
 /// Sends until acknowledged, as an exporter retrying on 503 does.
@@ -176,8 +180,11 @@ async fn a_stalled_or_dead_store_is_refused_quickly_and_ingest_resumes() {
     // Hung: the process is there, answers nothing.
     ch.signal("STOP");
     let stalled = export_json(&b);
-    let (status, retry, took) = send(&s, &stalled).await;
-    assert_eq!(status, 503, "a stalled store is a retryable refusal");
+    let (status, retry, took, body) = send(&s, &stalled).await;
+    assert_eq!(
+        status, 503,
+        "a stalled store is a retryable refusal: {body}"
+    );
     assert!(retry.is_some(), "with a retry hint");
     assert!(
         took < Duration::from_secs(15),

@@ -8,6 +8,7 @@
 //! because sending the same bytes again can only fail again and would hold up every export
 //! queued behind it.
 
+use crate::logging::{Throttle, REPEATED_FAILURE_EVERY};
 use std::fmt;
 use std::future::Future;
 use std::time::Duration;
@@ -201,7 +202,10 @@ impl RetryPolicy {
                         });
                     }
                     let pause = self.delay(tries);
-                    tracing::warn!(op = %op(), error = %source, try_ = tries, pause_ms = pause.as_millis() as u64, "ClickHouse failed transiently; retrying");
+                    static LOG: Throttle = Throttle::new(REPEATED_FAILURE_EVERY);
+                    if let Some(held_back) = LOG.admit() {
+                        tracing::warn!(op = %op(), error = %source, try_ = tries, pause_ms = pause.as_millis() as u64, held_back, "ClickHouse failed transiently; retrying");
+                    }
                     tokio::time::sleep(pause).await;
                 }
             }

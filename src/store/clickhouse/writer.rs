@@ -27,6 +27,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::error::{ClickHouseError, ErrorClass, RetryPolicy};
 use super::rows::*;
 use super::Clock;
+use crate::logging::{Throttle, REPEATED_FAILURE_EVERY};
 use crate::store::{Appended, StoreError};
 
 /// Upper bound on rows per group, so one INSERT (and the latency of everyone waiting on it)
@@ -196,7 +197,10 @@ async fn commit(
             }
         }
         Err(e) => {
-            tracing::error!(error = %e, requests = batch.len(), "group insert failed");
+            static LOG: Throttle = Throttle::new(REPEATED_FAILURE_EVERY);
+            if let Some(held_back) = LOG.admit() {
+                tracing::error!(error = %e, requests = batch.len(), held_back, "group insert failed");
+            }
             let msg = e.to_string();
             let mut first = Some(e);
             for r in batch {

@@ -15,6 +15,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::{mpsc, oneshot};
 
 use super::schema::CLASS_COLUMNS;
+use crate::logging::{Throttle, REPEATED_FAILURE_EVERY};
 use crate::model::{AttemptClass, Escalation, Event, Timestamp, Verdict};
 use crate::store::{Appended, OutboxItem, Route, StoreError, Swap};
 
@@ -195,7 +196,10 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Request>, seq: &mut i64) {
     }
     if let Err(e) = conn.execute_batch("COMMIT") {
         let msg = e.to_string();
-        tracing::error!(error = %msg, "group commit failed");
+        static LOG: Throttle = Throttle::new(REPEATED_FAILURE_EVERY);
+        if let Some(held_back) = LOG.admit() {
+            tracing::error!(error = %msg, held_back, "group commit failed");
+        }
         // Leave no half-open transaction for the next batch; errors here mean it is already gone.
         let _ = conn.execute_batch("ROLLBACK");
         *seq = seq_before;

@@ -1,0 +1,181 @@
+//! The disk under the SQLite store fills up, as it does on a host left running for months: a
+//! real tmpfs of 16 MiB under the data directory. Exports are refused retryably (503 with a
+//! retry hint) instead of acknowledged and lost, reckon stays up, and once there is room again
+//! the exporter's re-send is taken without a restart. A restart afterwards on the same file has
+//! every acknowledged intent. Needs root (to mount the tmpfs), as `.ci/run` has.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::support::*;
+
+/// A tmpfs mounted for the test and unmounted when it ends, whatever the outcome.
+struct SmallDisk {
+    at: PathBuf,
+}
+
+impl SmallDisk {
+    fn mount(at: &Path, size: &str) -> SmallDisk {
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(at)
+            .output()
+            .expect("run mount");
+        assert!(
+            out.status.success(),
+            "this test mounts a tmpfs and needs root (.ci/run runs as root): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        SmallDisk {
+            at: at.to_path_buf(),
+        }
+    }
+
+    /// More room on the same filesystem, its files kept: what freeing space looks like.
+    fn grow(&self, size: &str) {
+        let status = Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(&self.at)
+            .status()
+            .unwrap();
+        assert!(status.success(), "remount {} failed", self.at.display());
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.at).status();
+    }
+}
+
+/// One export of completed refunds, one new intent per span.
+fn refunds(intents: &[String]) -> Value {
+    let t0 = unix_nanos(ago(2.0 * MIN));
+    let spans: Vec<Value> = intents
+        .iter()
+        .map(|intent| {
+            json!({
+                "traceId": format!("{:032x}", rand_u128()),
+                "spanId": format!("{:016x}", rand_u128() as u64 | 1),
+                "name": "execute_tool issue_refund",
+                "startTimeUnixNano": t0.to_string(),
+                "endTimeUnixNano": (t0 + 400_000_000).to_string(),
+                "attributes": [
+                    {"key": "gen_ai.operation.name", "value": {"stringValue": "execute_tool"}},
+                    {"key": "gen_ai.tool.name", "value": {"stringValue": "issue_refund"}},
+                    {"key": "reckon.intent.id", "value": {"stringValue": intent}},
+                    {"key": "reckon.idempotency_key", "value": {"stringValue": format!("key-{intent}")}},
+                    {"key": "http.response.status_code", "value": {"intValue": "200"}},
+                    {"key": "reckon.downstream.object_id", "value": {"stringValue": format!("re-{intent}")}},
+                    {"key": "reckon.downstream.status", "value": {"stringValue": "succeeded"}}]
+            })
+        })
+        .collect();
+    json!({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]})
+}
+
+/// Status and `Retry-After` of one OTLP/HTTP JSON export.
+async fn send(s: &Server, doc: &Value) -> (u16, Option<String>) {
+    let resp = s
+        .http
+        .post(format!("{}/v1/traces", s.r().http_url()))
+        .header("content-type", "application/json")
+        .body(doc.to_string())
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .expect("an answer");
+    let retry = resp
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_string());
+    (resp.status().as_u16(), retry)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_exports_retryably_and_ingest_resumes_when_there_is_room() {
+    // Declared before the server, so dropped after it: unmounted before the directory goes.
+    let mount_point = tempfile::tempdir().unwrap();
+    let disk = SmallDisk::mount(mount_point.path(), "16m");
+    let data_dir = disk.at.join("data");
+    let s = Server::start_with(tempfile::tempdir().unwrap(), test_config(data_dir.clone())).await;
+
+    // Export until the disk is full. Every answer is an acknowledgement or a retryable refusal.
+    let mut acknowledged: Vec<String> = Vec::new();
+    let mut refused = None;
+    for _ in 0..400 {
+        let intents: Vec<String> = (0..200).map(|_| unique("int")).collect();
+        let doc = refunds(&intents);
+        match send(&s, &doc).await {
+            (200, _) => acknowledged.extend(intents),
+            (503, retry) => {
+                assert!(
+                    retry.is_some(),
+                    "a refusal for a full disk carries a retry hint"
+                );
+                refused = Some((intents, doc));
+                break;
+            }
+            (status, _) => panic!("an export to a filling disk answered {status}"),
+        }
+    }
+    let (refused_intents, refused_doc) = refused.expect("16 MiB filled up within 80,000 refunds");
+    assert!(
+        acknowledged.len() >= 1_000,
+        "the disk held {} spans before filling",
+        acknowledged.len()
+    );
+
+    // Still full: still refused, and reckon still answers.
+    assert_eq!(send(&s, &refused_doc).await.0, 503);
+    let (status, _) = s.get("/healthz").await;
+    assert_eq!(status, 200, "a full disk does not take reckon down");
+    let metrics = s
+        .http
+        .get(s.api("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"reckon_ingest_rejections_total{reason="unavailable"}"#),
+        "the refusals are counted where ReckonStoreUnavailable looks"
+    );
+
+    // Room again: the exporter's next re-send is acknowledged, with no restart.
+    disk.grow("256m");
+    let mut resumed = false;
+    for _ in 0..60 {
+        if send(&s, &refused_doc).await.0 == 200 {
+            resumed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(resumed, "ingest resumed once the disk had room");
+    assert_verdict(
+        &s.verdict(&refused_intents[0]).await,
+        "completed / none / -",
+    );
+
+    // Every acknowledged intent is in the file: a restart on it serves each one.
+    let dir = s.stop().await;
+    let s = Server::start_with(dir, test_config(data_dir)).await;
+    let mut checked = 0;
+    for intent in acknowledged
+        .iter()
+        .step_by(97)
+        .chain(acknowledged.last())
+        .chain(refused_intents.last())
+    {
+        assert_verdict(&s.verdict(intent).await, "completed / none / -");
+        checked += 1;
+    }
+    assert!(checked > 10);
+    s.stop().await;
+}
