@@ -560,11 +560,13 @@ async fn no_idempotency_contract_timeout() {
         .args(r#"{"to":"ana@example.com","subject":"Your refund"}"#.into())
         .timeout()
         .told("unknown");
-    // A tool with no contract at all, seen through reckon.intent.id, is the same case.
+    // A tool with no contract at all is the same case when the executor marks the span as its
+    // attempt (here by what it told the model; a key or `reckon.action` would do as well).
     let j = unique("int");
     let wire = ToolSpan::new("wire_transfer", ago(MIN), 30.0)
         .intent(&j)
-        .timeout();
+        .timeout()
+        .told("unknown");
     export_http(&s, &[&email, &wire]).await;
 
     let v = s.verdict(&i).await;
@@ -747,5 +749,33 @@ async fn drafts_7_timeout_beyond_key_retention() {
         &s.verdict(&d2).await,
         "completed / escalate / expired_key_retry",
     );
+    s.stop().await;
+}
+
+/// Baggage processors copy `reckon.intent.id` onto every span of the intent's trace, the
+/// agent's lookups too. A tool span of a tool no contract covers that carries the intent id and
+/// nothing else of the executor's is context: not an attempt of unknown outcome, so no
+/// `no_idempotency_contract` escalation per read. A contracted tool's span with the intent id
+/// alone is still its attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_intent_id_alone_on_an_uncontracted_tool_is_context() {
+    let s = Server::start().await;
+    let i = unique("int");
+    let lookup = ToolSpan::new("list_refunds", ago(MIN), 0.2).intent(&i);
+    let slow_lookup = ToolSpan::new("get_order", ago(MIN), 30.0)
+        .intent(&i)
+        .timeout();
+    let j = unique("int");
+    let refund = ToolSpan::new("issue_refund", ago(MIN), 30.0)
+        .intent(&j)
+        .args(refund_args("45.00"))
+        .timeout();
+    export_http(&s, &[&lookup, &slow_lookup, &refund]).await;
+
+    // The contracted refund is audited; the export was taken whole before its verdict showed.
+    assert_verdict(&s.verdict(&j).await, "unknown / reconcile / -");
+    let (status, _) = s.get(&format!("/api/v1/intents/{i}")).await;
+    assert_eq!(status, 404, "the lookups made no intent of their own");
+    assert!(s.escalation_of(&i, "open").await.is_none());
     s.stop().await;
 }

@@ -151,6 +151,21 @@ struct Scan<'a> {
 }
 
 impl<'a> Scan<'a> {
+    /// The executor's own attributes beyond the intent id: what says the span is its attempt
+    /// or read-back rather than something that happened inside the intent's trace.
+    fn marked_by_executor(&self) -> bool {
+        [
+            self.idempotency_key,
+            self.action,
+            self.outcome,
+            self.object_id,
+            self.object_status,
+        ]
+        .into_iter()
+        .flatten()
+        .any(has_text)
+    }
+
     fn of(attrs: &'a [KeyValue]) -> Self {
         let mut s = Scan::default();
         for kv in attrs {
@@ -216,7 +231,11 @@ fn tool_span_to_event(span: &Span, id: SpanRef, contracts: &Contracts) -> Outcom
     };
 
     let intent_attr = scan.intent_id.and_then(text_of);
-    if intent_attr.is_none() && contract.is_none() {
+    // A tool no contract covers is audited only when the executor marked the span as its own:
+    // `reckon.intent.id` alone is context (baggage processors copy it onto every span of the
+    // trace, the agent's lookups and searches too), and auditing those as writes of unknown
+    // outcome would open an escalation per read.
+    if contract.is_none() && (intent_attr.is_none() || !scan.marked_by_executor()) {
         return Outcome::Dropped;
     }
 

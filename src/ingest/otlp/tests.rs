@@ -551,6 +551,49 @@ fn reckon_intent_id_alone_makes_an_audited_span() {
     );
 }
 
+/// A GenAI tool span of a tool no contract covers, carrying the intent id and nothing else of
+/// the executor's (a baggage processor put it there), is context: dropped, not an attempt of
+/// unknown outcome. Any executor mark makes it an attempt; a contracted tool needs none.
+#[test]
+fn an_uncontracted_tool_span_with_the_intent_id_alone_is_context() {
+    let span = |tool: &str, extra: &str| {
+        traces_doc(
+            "agent",
+            &format!(
+                r#"{{"traceId":"{TRACE}","spanId":"{SPAN}","name":"execute_tool {tool}",
+                "startTimeUnixNano":"{START}","endTimeUnixNano":"{END}",
+                "attributes":[
+                  {{"key":"gen_ai.operation.name","value":{{"stringValue":"execute_tool"}}}},
+                  {{"key":"gen_ai.tool.name","value":{{"stringValue":"{tool}"}}}},
+                  {{"key":"reckon.intent.id","value":{{"stringValue":"int_ctx"}}}}{extra}]}}"#
+            ),
+        )
+    };
+    let d = decode(&span("list_refunds", ""));
+    assert_eq!((d.events.len(), d.rejected), (0, 0), "{d:?}");
+    let blank_key = r#",{"key":"reckon.idempotency_key","value":{"stringValue":" "}}"#;
+    let d = decode(&span("list_refunds", blank_key));
+    assert_eq!(d.events.len(), 0, "a blank key marks nothing: {d:?}");
+    for mark in [
+        r#",{"key":"reckon.idempotency_key","value":{"stringValue":"k1"}}"#,
+        r#",{"key":"reckon.action","value":{"stringValue":"write"}}"#,
+        r#",{"key":"reckon.outcome","value":{"stringValue":"unknown"}}"#,
+        r#",{"key":"reckon.downstream.object_id","value":{"stringValue":"wt_1"}}"#,
+        r#",{"key":"reckon.downstream.status","value":{"stringValue":"pending"}}"#,
+    ] {
+        let a = one_attempt(&span("wire_transfer", mark));
+        assert_eq!(
+            (a.tool.as_str(), a.intent_id.as_str()),
+            ("wire_transfer", "int_ctx")
+        );
+    }
+    let a = one_attempt(&span("issue_refund", ""));
+    assert_eq!(
+        a.tool, "issue_refund",
+        "a contracted tool's span needs no mark"
+    );
+}
+
 // ---------------------------------------------------------------- read-backs and rules
 
 fn read_span(ids_attr: &str) -> String {
