@@ -470,9 +470,12 @@ fn resend_while_pending_or_after_terminal(x: &Ctx, out: &mut Vec<Finding>) {
     }
 }
 
-/// An empty read-back proves nothing while the original could still commit.
+/// An empty read-back proves nothing while the original could still commit. A read-back that
+/// listed only objects that are not this intent's (another intent's, or there before its first
+/// send) found nothing of its own either: acting on it is the same mistake.
 fn inconclusive_readback_acted_on(x: &Ctx, out: &mut Vec<Finding>) {
-    for r in x.h.readbacks.iter().filter(|r| r.object_ids.is_empty()) {
+    let found_nothing = |r: &&Readback| r.object_ids.iter().all(|id| x.h.is_foreign(id));
+    for r in x.h.readbacks.iter().filter(found_nothing) {
         let Some(original) = x.could_commit_at(r.at) else {
             continue;
         };
@@ -503,7 +506,7 @@ fn inconclusive_readback_acted_on(x: &Ctx, out: &mut Vec<Finding>) {
                 at,
                 r.span.span_hex(),
                 format!(
-                    "empty read-back at {} while attempt {} could still commit, followed by {what}",
+                    "read-back at {} found nothing of this intent's while attempt {} could still commit, followed by {what}",
                     crate::codec::rfc3339(r.at),
                     original.span.span_hex()
                 ),

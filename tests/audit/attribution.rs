@@ -713,3 +713,42 @@ fn an_escalation_keeps_the_findings_that_opened_it() {
         f.detail
     );
 }
+
+#[test]
+fn a_read_back_that_found_only_others_refunds_proves_nothing_either() {
+    // A timed out and may still commit (refunds.toml: max_in_flight 60 s). At 20 s it lists the
+    // order's refunds and finds only B's; taking that as "mine never happened", it re-sends
+    // under a new key. The read-back found nothing of A's: acting on it is the inconclusive
+    // read-back of the seed notes, as if the list had been empty.
+    let events = [
+        ev(timed_out("A", 0.0, "kA", "22.50")),
+        ev(refund("B", 5.0, "kB", "22.50")
+            .http(200)
+            .object("re_B", "succeeded")),
+        refund_record(Some("B"), "re_B", "succeeded", 5.5, 2250),
+        ev(readback("A", "list_refunds", 20.0, &["re_B"])),
+        ev(timed_out("A", 25.0, "kA2", "22.50")),
+    ];
+    check(
+        "A acts on a read-back that listed only B's refund",
+        &events,
+        "A",
+        at(2.0 * MIN),
+        "unknown / escalate / inconclusive_readback_acted_on, new_key_retry",
+    );
+
+    // The same with a refund that was there before A's first send, and nobody's.
+    let events = [
+        refund_record(None, "re_OLD", "succeeded", -90.0, 2250),
+        ev(timed_out("A", 0.0, "kA", "22.50")),
+        ev(readback("A", "list_refunds", 20.0, &["re_OLD"])),
+        ev(timed_out("A", 25.0, "kA", "22.50")),
+    ];
+    check(
+        "A acts on a read-back that listed only an older refund",
+        &events,
+        "A",
+        at(2.0 * MIN),
+        "unknown / retry_same_key / inconclusive_readback_acted_on",
+    );
+}
