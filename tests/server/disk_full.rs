@@ -4,6 +4,7 @@
 //! the exporter's re-send is taken without a restart. A restart afterwards on the same file has
 //! every acknowledged intent. Needs root (to mount the tmpfs), as `.ci/run` has.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -77,22 +78,58 @@ fn refunds(intents: &[String]) -> Value {
     json!({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]})
 }
 
-/// Status and `Retry-After` of one OTLP/HTTP JSON export.
-async fn send(s: &Server, doc: &Value) -> (u16, Option<String>) {
-    let resp = s
-        .http
-        .post(format!("{}/v1/traces", s.r().http_url()))
+/// Status, `Retry-After` and body of one OTLP/HTTP JSON export.
+async fn send(http: &reqwest::Client, url: &str, doc: &Value) -> (u16, Option<String>, String) {
+    let resp = http
+        .post(url)
         .header("content-type", "application/json")
         .body(doc.to_string())
         .timeout(Duration::from_secs(30))
         .send()
         .await
         .expect("an answer");
+    let status = resp.status().as_u16();
     let retry = resp
         .headers()
         .get("retry-after")
         .map(|v| v.to_str().unwrap().to_string());
-    (resp.status().as_u16(), retry)
+    (status, retry, resp.text().await.unwrap_or_default())
+}
+
+/// What one exporter saw while the disk filled: the intents acknowledged, and the first export
+/// refused.
+struct Exported {
+    acknowledged: Vec<String>,
+    refused: (Vec<String>, Value),
+}
+
+/// Exports 200 new intents at a time until one is refused. Every answer must be an
+/// acknowledgement or a retryable refusal that names the full disk.
+async fn export_until_refused(http: reqwest::Client, url: String) -> Exported {
+    let mut acknowledged = Vec::new();
+    for _ in 0..400 {
+        let intents: Vec<String> = (0..200).map(|_| unique("int")).collect();
+        let doc = refunds(&intents);
+        match send(&http, &url, &doc).await {
+            (200, _, _) => acknowledged.extend(intents),
+            (503, retry, body) => {
+                assert!(
+                    retry.is_some(),
+                    "a refusal for a full disk carries a retry hint"
+                );
+                assert!(
+                    body.contains("disk is full"),
+                    "refused because the disk is full: {body}"
+                );
+                return Exported {
+                    acknowledged,
+                    refused: (intents, doc),
+                };
+            }
+            (status, _, body) => panic!("an export to a filling disk answered {status}: {body}"),
+        }
+    }
+    panic!("16 MiB never filled up");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -102,27 +139,19 @@ async fn a_full_disk_refuses_exports_retryably_and_ingest_resumes_when_there_is_
     let disk = SmallDisk::mount(mount_point.path(), "16m");
     let data_dir = disk.at.join("data");
     let s = Server::start_with(tempfile::tempdir().unwrap(), test_config(data_dir.clone())).await;
+    let url = format!("{}/v1/traces", s.r().http_url());
 
-    // Export until the disk is full. Every answer is an acknowledgement or a retryable refusal.
+    // Four exporters at once, so group commits mix exports that fit with ones that do not.
+    let exporters: Vec<_> = (0..4)
+        .map(|_| tokio::spawn(export_until_refused(s.http.clone(), url.clone())))
+        .collect();
     let mut acknowledged: Vec<String> = Vec::new();
-    let mut refused = None;
-    for _ in 0..400 {
-        let intents: Vec<String> = (0..200).map(|_| unique("int")).collect();
-        let doc = refunds(&intents);
-        match send(&s, &doc).await {
-            (200, _) => acknowledged.extend(intents),
-            (503, retry) => {
-                assert!(
-                    retry.is_some(),
-                    "a refusal for a full disk carries a retry hint"
-                );
-                refused = Some((intents, doc));
-                break;
-            }
-            (status, _) => panic!("an export to a filling disk answered {status}"),
-        }
+    let mut refused = Vec::new();
+    for e in exporters {
+        let e = e.await.unwrap();
+        acknowledged.extend(e.acknowledged);
+        refused.push(e.refused);
     }
-    let (refused_intents, refused_doc) = refused.expect("16 MiB filled up within 80,000 refunds");
     assert!(
         acknowledged.len() >= 1_000,
         "the disk held {} spans before filling",
@@ -130,7 +159,8 @@ async fn a_full_disk_refuses_exports_retryably_and_ingest_resumes_when_there_is_
     );
 
     // Still full: still refused, and reckon still answers.
-    assert_eq!(send(&s, &refused_doc).await.0, 503);
+    let (refused_intents, refused_doc) = refused.swap_remove(0);
+    assert_eq!(send(&s.http, &url, &refused_doc).await.0, 503);
     let (status, _) = s.get("/healthz").await;
     assert_eq!(status, 200, "a full disk does not take reckon down");
     let metrics = s
@@ -151,7 +181,7 @@ async fn a_full_disk_refuses_exports_retryably_and_ingest_resumes_when_there_is_
     disk.grow("256m");
     let mut resumed = false;
     for _ in 0..60 {
-        if send(&s, &refused_doc).await.0 == 200 {
+        if send(&s.http, &url, &refused_doc).await.0 == 200 {
             resumed = true;
             break;
         }
@@ -162,20 +192,30 @@ async fn a_full_disk_refuses_exports_retryably_and_ingest_resumes_when_there_is_
         &s.verdict(&refused_intents[0]).await,
         "completed / none / -",
     );
+    acknowledged.extend(refused_intents);
 
-    // Every acknowledged intent is in the file: a restart on it serves each one.
+    // Every acknowledged span is in the file, and a restart on it serves their verdicts.
     let dir = s.stop().await;
-    let s = Server::start_with(dir, test_config(data_dir)).await;
-    let mut checked = 0;
-    for intent in acknowledged
+    let stored: HashSet<String> = {
+        let db = rusqlite::Connection::open(data_dir.join("reckon.sqlite")).unwrap();
+        let mut q = db.prepare("SELECT intent_id FROM reckon_attempts").unwrap();
+        let ids = q.query_map([], |r| r.get(0)).unwrap();
+        ids.map(Result::unwrap).collect()
+    };
+    let lost: Vec<&String> = acknowledged
         .iter()
-        .step_by(97)
-        .chain(acknowledged.last())
-        .chain(refused_intents.last())
-    {
+        .filter(|i| !stored.contains(*i))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged spans are not in the file, e.g. {:?}",
+        lost.len(),
+        acknowledged.len(),
+        lost.first()
+    );
+    let s = Server::start_with(dir, test_config(data_dir)).await;
+    for intent in acknowledged.iter().step_by(97).chain(acknowledged.last()) {
         assert_verdict(&s.verdict(intent).await, "completed / none / -");
-        checked += 1;
     }
-    assert!(checked > 10);
     s.stop().await;
 }

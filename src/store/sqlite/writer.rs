@@ -190,7 +190,10 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Request>, seq: &mut i64) {
             *seq = seq_at_request;
         }
         if let Err(e) = conn.execute_batch(end) {
-            tracing::error!(error = %e, "savepoint end failed");
+            static LOG: Throttle = Throttle::new(REPEATED_FAILURE_EVERY);
+            if let Some(held_back) = LOG.admit() {
+                tracing::error!(error = %e, held_back, "savepoint end failed");
+            }
         }
         done.push(d);
     }
