@@ -492,3 +492,25 @@ def _unix(rfc3339: str) -> float:
     assert m, rfc3339
     base = calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))
     return base + (float("0." + m.group(2)) if m.group(2) else 0.0)
+
+
+def test_intent_id_in_baggage_leaves_the_agents_lookups_out(reckon):
+    """The intent id in baggage, copied onto every span of the run (a baggage span processor):
+    the lookup tool the agent calls before refunding carries it too, with nothing else of the
+    executor's. No contract covers the lookup, so it is context: the intent has the refund as its
+    one attempt and settles as `completed` with no finding, and an intent whose agent only
+    looked (and found no refund was needed) is no intent at all, where it used to be an attempt
+    of unknown outcome with a `no_idempotency_contract` escalation."""
+    f = Framework(
+        "pydantic-ai-2.68-baggage",
+        ("python", "pydantic_ai_baggage_agent.py"),
+        scenarios=("success",),
+    )
+    r = ran(reckon, f)
+    run = r.runs["success"]
+    v = verdict_of(reckon, r, "success")
+    check_attempt(f, v, run, "succeeded")
+    assert (v["state"], v["decision"]) == ("completed", "none"), explain(v)
+    assert v["findings"] == [] and v["escalation_id"] is None, explain(v)
+    status, body = reckon.get(f"/api/v1/intents/{run['intent_id']}-lookup-only")
+    assert status == 404, f"the lookup alone made an intent: {status} {body}"
