@@ -675,42 +675,97 @@ impl Ledger {
     /// Whether nothing this intent may see concerns another intent in memory: it can leave
     /// memory without changing anyone else's evidence.
     pub fn is_isolated(&self, id: &str) -> bool {
+        self.is_isolated_within(id, &BTreeSet::from([id]))
+    }
+
+    /// Whether everything this intent may see concerns only intents of `group`.
+    fn is_isolated_within(&self, id: &str, group: &BTreeSet<&str>) -> bool {
         if !self.intents.contains_key(id) {
             return false;
         }
         let (objects, keys) = self.reach(id);
-        let alone = |uses: Option<&Vec<Use>>| uses.into_iter().flatten().all(|u| &*u.intent == id);
-        keys.iter().all(|k| alone(self.key_senders.get(*k)))
+        let within = |uses: Option<&Vec<Use>>| {
+            uses.into_iter()
+                .flatten()
+                .all(|u| group.contains(&*u.intent))
+        };
+        keys.iter().all(|k| within(self.key_senders.get(*k)))
             && objects.iter().all(|o| {
                 let mut others = BTreeSet::new();
                 self.stakeholders(o, &mut others);
-                others.iter().all(|x| x == id) && !self.orphans.contains(*o)
+                others.iter().all(|x| group.contains(x.as_str())) && !self.orphans.contains(*o)
             })
+    }
+
+    /// The intents linked to `id` in memory, itself included: those that share a key or an
+    /// object with it, and theirs in turn. `None` past `limit` intents, or when an object in
+    /// reach is an orphan's (no intent may take the evidence of a pseudo-intent with it).
+    pub fn linked(&self, id: &str, limit: usize) -> Option<BTreeSet<String>> {
+        let mut group = BTreeSet::from([id.to_string()]);
+        let mut todo = vec![id.to_string()];
+        while let Some(x) = todo.pop() {
+            let (objects, keys) = self.reach(&x);
+            let mut next = BTreeSet::new();
+            for k in keys {
+                next.extend(
+                    self.key_senders
+                        .get(k)
+                        .into_iter()
+                        .flatten()
+                        .map(|u| u.intent.to_string()),
+                );
+            }
+            for o in objects {
+                if self.orphans.contains(o) {
+                    return None;
+                }
+                self.stakeholders(o, &mut next);
+            }
+            for y in next {
+                // A record may name an intent that sent nothing (yet): not in memory, not held.
+                if self.intents.contains_key(y.as_str()) && group.insert(y.clone()) {
+                    if group.len() > limit {
+                        return None;
+                    }
+                    todo.push(y);
+                }
+            }
+        }
+        Some(group)
     }
 
     /// Take an isolated intent and the evidence only it holds out of memory; its events stay in
     /// the store, and [`Ledger::add`] of them brings it back identical. Returns false (and
     /// changes nothing) when the intent is not isolated.
     pub fn evict(&mut self, id: &str) -> bool {
-        if !self.is_isolated(id) {
+        self.evict_group(&BTreeSet::from([id.to_string()]))
+    }
+
+    /// [`Ledger::evict`] for intents that leave together: each may share keys and objects with
+    /// the others (one read the refund another made, two sent one key), none with an intent
+    /// that stays. Returns false (and changes nothing) otherwise.
+    pub fn evict_group(&mut self, ids: &BTreeSet<String>) -> bool {
+        let group: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
+        if group.is_empty() || !group.iter().all(|id| self.is_isolated_within(id, &group)) {
             return false;
         }
-        let (objects, keys) = {
+        let (mut objects, mut keys) = (BTreeSet::new(), BTreeSet::new());
+        for id in &group {
             let (o, k) = self.reach(id);
-            (
-                o.into_iter().map(str::to_string).collect::<Vec<_>>(),
-                k.into_iter().map(str::to_string).collect::<Vec<_>>(),
-            )
-        };
-        if let Some(e) = self.intents.remove(id) {
-            for a in &e.attempts {
-                self.attempt_spans.remove(&a.span);
-            }
-            for r in &e.readbacks {
-                self.readback_spans.remove(&r.span);
-            }
+            objects.extend(o.into_iter().map(str::to_string));
+            keys.extend(k.into_iter().map(str::to_string));
         }
-        self.named_objects.remove(id);
+        for id in &group {
+            if let Some(e) = self.intents.remove(*id) {
+                for a in &e.attempts {
+                    self.attempt_spans.remove(&a.span);
+                }
+                for r in &e.readbacks {
+                    self.readback_spans.remove(&r.span);
+                }
+            }
+            self.named_objects.remove(*id);
+        }
         for k in &keys {
             self.key_senders.remove(k);
         }

@@ -60,6 +60,10 @@ pub struct EngineCore {
     /// Intents that were settled when last audited, with the step that found them so, oldest
     /// first (an intent may appear more than once; the eviction re-checks).
     settled: VecDeque<(Timestamp, u64, String)>,
+    /// Settled intents whose turn to leave came while they were linked to others in memory:
+    /// they leave with the last of their group ([`EngineCore::evict_idle`]). A new verdict takes
+    /// an intent out (it must wait its turn again).
+    lingering: HashSet<String>,
     /// Routes that may reach an intent out of memory (its routes are in the store, written
     /// with the verdict that settled it): a later event on one brings the intent back.
     routes: RouteFilter,
@@ -102,6 +106,10 @@ pub fn in_order(ids: &[String], audit: AuditOne) -> Vec<Option<Verdict>> {
 /// The route filter of a core built for tests and tools: small, not pre-touched. The service
 /// sizes its own ([`EngineCore::with_route_filter`]).
 const DEFAULT_FILTER_BYTES: usize = 1 << 20;
+
+/// The most intents that leave memory together: a group linked more widely than this (an
+/// order listed by hundreds of read-backs) stays until a restart, which loads none of it.
+const MAX_LEAVING_TOGETHER: usize = 256;
 
 /// What the core keeps of an intent's last verdict. Not the verdict itself: at ~1 KiB each it
 /// was most of an open intent's memory (DESIGN.md "Memory and history" asks for <= 1 KiB per
@@ -190,6 +198,7 @@ impl EngineCore {
             schedule: BTreeSet::new(),
             evict_after: None,
             settled: VecDeque::new(),
+            lingering: HashSet::default(),
             routes: RouteFilter::new(DEFAULT_FILTER_BYTES, false),
             evicted_count: 0,
             evictions: 0,
@@ -281,20 +290,46 @@ impl EngineCore {
             if !still {
                 continue;
             }
-            let routes = self.ledger.routes(&id);
-            if !self.ledger.evict(&id) {
+            // Linked to others in memory (one read the refund another made, two sent one
+            // key), it waits for them: the group leaves together once each of its intents may
+            // leave on its own terms, or they would hold each other in memory for ever.
+            let group = if self.ledger.is_isolated(&id) {
+                BTreeSet::from([id])
+            } else {
+                self.lingering.insert(id.clone());
+                match self.ledger.linked(&id, MAX_LEAVING_TOGETHER) {
+                    Some(group) if group.iter().all(|m| self.may_leave_with_others(m)) => group,
+                    _ => continue,
+                }
+            };
+            let routes: Vec<(String, Vec<String>)> = group
+                .iter()
+                .map(|m| (m.clone(), self.ledger.routes(m)))
+                .collect();
+            if !self.ledger.evict_group(&group) {
                 continue;
             }
-            for r in &routes {
-                self.routes.insert(r);
+            for (m, routes) in routes {
+                for r in &routes {
+                    self.routes.insert(r);
+                }
+                self.lingering.remove(&m);
+                self.forget(&m);
+                self.book.forget(&m);
+                self.evicted_count += 1;
+                self.evictions += 1;
+                n += 1;
             }
-            self.forget(&id);
-            self.book.forget(&id);
-            self.evicted_count += 1;
-            self.evictions += 1;
-            n += 1;
         }
         n
+    }
+
+    /// A linked intent that passed its own turn to leave (settled for `evict_after`, written,
+    /// no open escalation) and has not changed since.
+    fn may_leave_with_others(&self, id: &str) -> bool {
+        self.lingering.contains(id)
+            && self.verdicts.get(id).is_some_and(|v| v.settled)
+            && self.book.open_for(id).is_none()
     }
 
     /// The routes of these events that may reach an intent out of memory: the store says
@@ -838,6 +873,7 @@ impl EngineCore {
     /// Keep what is remembered of an intent's fresh verdict, its re-audit booked at `next`
     /// (the one booked before, if any, unbooked).
     fn remember(&mut self, id: &str, mut remembered: Remembered, next: Option<Timestamp>) {
+        self.lingering.remove(id);
         remembered.booked = next;
         let key: Arc<str> = match self.verdicts.get_key_value(id) {
             Some((key, _)) => key.clone(),
@@ -1559,6 +1595,108 @@ mod tests {
             out.verdicts.iter().any(|v| v.intent_id == "a"),
             "a's new verdict is written"
         );
+    }
+
+    /// Two settled intents linked by an object (a's read-back of the order listed b's refund
+    /// as well as its own) cannot leave one at a time: each would take evidence the other
+    /// reads. They leave together once both had their turn, and an event on the shared object
+    /// brings both back with the verdicts they left with. (Each used to wait for the other
+    /// for ever: memory grew with every order listed by two intents.)
+    #[test]
+    fn intents_linked_by_an_object_leave_memory_together() {
+        let mut core = EngineCore::new(contracts()).with_eviction(Some(Dur::secs(60)));
+        let listing = Event::Readback(Readback {
+            span: SpanRef {
+                trace_id: [9; 16],
+                span_id: [9; 8],
+            },
+            intent_id: "a".into(),
+            tool: "list_refunds".into(),
+            at: t(45),
+            end: t(46),
+            object_ids: vec!["re_a".into(), "re_b".into()],
+            reported_outcome: None,
+        });
+        let stored = vec![
+            timeout("a", 1, 0, "ka"),
+            record("re_a", Some("ka"), "succeeded", 40),
+            timeout("b", 2, 20, "kb"),
+            record("re_b", Some("kb"), "succeeded", 42),
+            listing,
+        ];
+        let a_settles = core.ingest(stored[..2].to_vec(), t(50));
+        let b_settles = core.ingest(stored[2..].to_vec(), t(80));
+        let before = sorted_verdicts(&core);
+        assert!(before.iter().all(|v| v.state == IntentState::Completed));
+        assert!(!core.ledger.is_isolated("a") && !core.ledger.is_isolated("b"));
+        core.mark_durable(a_settles.seq.max(b_settles.seq));
+
+        assert_eq!(
+            core.evict_idle(t(115)),
+            0,
+            "a's turn: b still has to wait its own"
+        );
+        assert_eq!(core.intents(), 2);
+        assert_eq!(core.evict_idle(t(145)), 2, "b's turn: both leave");
+        assert_eq!((core.evicted(), core.intents()), (2, 0));
+
+        // A late record of b's refund: its route reaches both (b made it, a read it).
+        let late = record("re_b", Some("kb"), "succeeded", 300);
+        assert!(core
+            .routes_to_check(std::slice::from_ref(&late))
+            .contains(&"o:re_b".to_string()));
+        let hits = core.absent(vec!["a".to_string(), "b".to_string()]);
+        core.rehydrate(
+            &hits,
+            stored,
+            Vec::new(),
+            std::slice::from_ref(&late),
+            t(310),
+        );
+        assert_eq!(sorted_verdicts(&core).len(), 2);
+        for (back, left) in sorted_verdicts(&core).iter().zip(&before) {
+            assert_eq!(
+                (&back.intent_id, back.state, back.decision, &back.findings),
+                (&left.intent_id, left.state, left.decision, &left.findings)
+            );
+        }
+    }
+
+    /// A group that is not all settled stays whole: b is still open, so a waits with it.
+    #[test]
+    fn a_linked_intent_waits_for_an_open_one() {
+        let mut core = EngineCore::new(contracts()).with_eviction(Some(Dur::secs(60)));
+        // a's refund is recorded; b timed out and its read-back of the order lists a's refund.
+        let out = core.ingest(
+            vec![
+                timeout("a", 1, 0, "ka"),
+                record("re_a", Some("ka"), "succeeded", 40),
+                timeout("b", 2, 45, "kb"),
+                Event::Readback(Readback {
+                    span: SpanRef {
+                        trace_id: [9; 16],
+                        span_id: [9; 8],
+                    },
+                    intent_id: "b".into(),
+                    tool: "list_refunds".into(),
+                    at: t(90),
+                    end: t(91),
+                    object_ids: vec!["re_a".into()],
+                    reported_outcome: None,
+                }),
+            ],
+            t(100),
+        );
+        core.mark_durable(out.seq);
+        assert!(core.verdict("a").unwrap().is_settled());
+        assert_eq!(
+            core.verdict("b").map(|v| v.state),
+            Some(IntentState::Unknown),
+            "a's refund is a's, not b's"
+        );
+        assert!(!core.ledger.is_isolated("a"));
+        assert_eq!(core.evict_idle(t(500)), 0);
+        assert_eq!(core.intents(), 2);
     }
 
     /// What the engine vouches for to the store ([`EngineCore::unstored`]): only spans of
