@@ -205,6 +205,11 @@ macro_rules! conformance {
                 run(|h| async move { super::escalation_highest_version_wins(&*h).await }).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn every_unresolved_escalation_can_be_read() {
+                run(|h| async move { super::every_unresolved_escalation_can_be_read(&*h).await })
+                    .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn escalations_by_intent_and_counted_by_status() {
                 run(|h| async move {
                     super::escalations_by_intent_and_counted_by_status(&*h).await
@@ -873,6 +878,37 @@ async fn escalations_by_intent_and_counted_by_status<H: Harness>(h: &H) {
             (EscalationStatus::Resolved, 2)
         ]
     );
+}
+
+/// An incident opens more escalations than one API page holds: the readers of every unresolved
+/// one (Alertmanager's re-send, the unresolved gauge, the queue page) get them all, the API's
+/// page its 1,000 newest.
+async fn every_unresolved_escalation_can_be_read<H: Harness>(h: &H) {
+    use reckon::store::{VerdictFilter, UNRESOLVED_READ_LIMIT};
+    let store = h.open().await;
+    let open: Vec<Escalation> = (0..1_100)
+        .map(|i| {
+            escalation(
+                &format!("esc-{i:04}"),
+                EscalationStatus::Open,
+                at(i as f64),
+                1,
+            )
+        })
+        .collect();
+    store.put_escalations(open).await.unwrap();
+    let all = store
+        .list_escalations(Some(EscalationStatus::Open), UNRESOLVED_READ_LIMIT)
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 1_100);
+    assert_eq!(all.last().unwrap().id, "esc-0000", "the oldest too");
+    let page = store
+        .list_escalations(Some(EscalationStatus::Open), VerdictFilter::MAX_LIMIT)
+        .await
+        .unwrap();
+    assert_eq!(page.len(), 1_000);
+    assert_eq!(page[0].id, "esc-1099", "newest first");
 }
 
 async fn escalation_highest_version_wins<H: Harness>(h: &H) {

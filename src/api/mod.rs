@@ -375,11 +375,17 @@ async fn unresolved_by_finding(
     let mut counts: std::collections::BTreeMap<[String; 3], u64> = Default::default();
     let mut unresolved = s
         .store
-        .list_escalations(Some(EscalationStatus::Open), VerdictFilter::MAX_LIMIT)
+        .list_escalations(
+            Some(EscalationStatus::Open),
+            crate::store::UNRESOLVED_READ_LIMIT,
+        )
         .await?;
     unresolved.extend(
         s.store
-            .list_escalations(Some(EscalationStatus::Claimed), VerdictFilter::MAX_LIMIT)
+            .list_escalations(
+                Some(EscalationStatus::Claimed),
+                crate::store::UNRESOLVED_READ_LIMIT,
+            )
             .await?,
     );
     for e in unresolved {

@@ -383,7 +383,12 @@ impl Deliverer {
             EscalationStatus::Claimed,
             EscalationStatus::Resolved,
         ] {
-            match self.store.list_escalations(Some(status), 1000).await {
+            // Every unresolved one, or Alertmanager resolves the alerts of those left out.
+            let limit = match status {
+                EscalationStatus::Resolved => crate::store::VerdictFilter::MAX_LIMIT,
+                _ => crate::store::UNRESOLVED_READ_LIMIT,
+            };
+            match self.store.list_escalations(Some(status), limit).await {
                 Ok(list) => escalations.extend(list.into_iter().filter(|e| {
                     e.status != EscalationStatus::Resolved
                         || e.resolved_at

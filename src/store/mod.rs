@@ -950,13 +950,21 @@ impl EventQuery {
     }
 }
 
-/// The page size rule shared by escalation listings.
+/// The page size rule shared by escalation listings. The API asks for at most
+/// [`VerdictFilter::MAX_LIMIT`]; readers of every unresolved escalation ask for
+/// [`UNRESOLVED_READ_LIMIT`].
 pub fn escalation_limit(limit: usize) -> usize {
     match limit {
         0 => VerdictFilter::DEFAULT_LIMIT,
-        n => n.min(VerdictFilter::MAX_LIMIT),
+        n => n.min(UNRESOLVED_READ_LIMIT),
     }
 }
+
+/// What the readers of every unresolved escalation (Alertmanager's re-send, the unresolved
+/// gauge, the queue page) read at most. An incident opens thousands at once: reading only the
+/// newest 1,000 let Alertmanager resolve the older ones' alerts while they were still open.
+/// Each unresolved escalation keeps its intent in memory, so this many is already ~170 MB held.
+pub const UNRESOLVED_READ_LIMIT: usize = 100_000;
 
 #[cfg(test)]
 mod tests {

@@ -160,6 +160,23 @@ impl Row {
     }
 }
 
+/// Every unresolved escalation, however old, and the newest resolved ones, newest first: the
+/// newest of any status would push an old open escalation off the page behind a day of
+/// resolved ones.
+async fn unresolved_and_latest(s: &ApiState) -> Result<Vec<Escalation>, crate::store::StoreError> {
+    use crate::store::{VerdictFilter, UNRESOLVED_READ_LIMIT};
+    let mut all = Vec::new();
+    for (status, limit) in [
+        (EscalationStatus::Open, UNRESOLVED_READ_LIMIT),
+        (EscalationStatus::Claimed, UNRESOLVED_READ_LIMIT),
+        (EscalationStatus::Resolved, VerdictFilter::MAX_LIMIT),
+    ] {
+        all.extend(s.store.list_escalations(Some(status), limit).await?);
+    }
+    all.sort_by(|a, b| b.opened_at.cmp(&a.opened_at).then_with(|| a.id.cmp(&b.id)));
+    Ok(all)
+}
+
 async fn queue(
     State(s): State<ApiState>,
     q: Result<Query<QueueQuery>, QueryRejection>,
@@ -189,11 +206,7 @@ async fn queue(
     let tool = q.tool.filter(|t| !t.is_empty());
 
     // From the store, like the JSON queue: what is listed is durable.
-    let escalations = match s
-        .store
-        .list_escalations(None, crate::store::VerdictFilter::MAX_LIMIT)
-        .await
-    {
+    let escalations = match unresolved_and_latest(&s).await {
         Ok(e) => e,
         Err(e) => {
             return error_page(
