@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::support::*;
 
@@ -52,32 +52,6 @@ impl Drop for SmallDisk {
     }
 }
 
-/// One export of completed refunds, one new intent per span.
-fn refunds(intents: &[String]) -> Value {
-    let t0 = unix_nanos(ago(2.0 * MIN));
-    let spans: Vec<Value> = intents
-        .iter()
-        .map(|intent| {
-            json!({
-                "traceId": format!("{:032x}", rand_u128()),
-                "spanId": format!("{:016x}", rand_u128() as u64 | 1),
-                "name": "execute_tool issue_refund",
-                "startTimeUnixNano": t0.to_string(),
-                "endTimeUnixNano": (t0 + 400_000_000).to_string(),
-                "attributes": [
-                    {"key": "gen_ai.operation.name", "value": {"stringValue": "execute_tool"}},
-                    {"key": "gen_ai.tool.name", "value": {"stringValue": "issue_refund"}},
-                    {"key": "reckon.intent.id", "value": {"stringValue": intent}},
-                    {"key": "reckon.idempotency_key", "value": {"stringValue": format!("key-{intent}")}},
-                    {"key": "http.response.status_code", "value": {"intValue": "200"}},
-                    {"key": "reckon.downstream.object_id", "value": {"stringValue": format!("re-{intent}")}},
-                    {"key": "reckon.downstream.status", "value": {"stringValue": "succeeded"}}]
-            })
-        })
-        .collect();
-    json!({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]})
-}
-
 /// Status, `Retry-After` and body of one OTLP/HTTP JSON export.
 async fn send(http: &reqwest::Client, url: &str, doc: &Value) -> (u16, Option<String>, String) {
     let resp = http
@@ -109,7 +83,7 @@ async fn export_until_refused(http: reqwest::Client, url: String) -> Exported {
     let mut acknowledged = Vec::new();
     for _ in 0..400 {
         let intents: Vec<String> = (0..200).map(|_| unique("int")).collect();
-        let doc = refunds(&intents);
+        let doc = completed_refunds_json(&intents);
         match send(&http, &url, &doc).await {
             (200, _, _) => acknowledged.extend(intents),
             (503, retry, body) => {
@@ -163,18 +137,13 @@ async fn a_full_disk_refuses_exports_retryably_and_ingest_resumes_when_there_is_
     assert_eq!(send(&s.http, &url, &refused_doc).await.0, 503);
     let (status, _) = s.get("/healthz").await;
     assert_eq!(status, 200, "a full disk does not take reckon down");
-    let metrics = s
-        .http
-        .get(s.api("/metrics"))
-        .send()
+    let counted = s
+        .metric(r#"reckon_ingest_rejections_total{reason="unavailable"}"#)
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+        .unwrap_or(0.0);
     assert!(
-        metrics.contains(r#"reckon_ingest_rejections_total{reason="unavailable"}"#),
-        "the refusals are counted where ReckonStoreUnavailable looks"
+        counted >= 5.0,
+        "each refusal (five at least) is counted where ReckonStoreUnavailable looks: {counted}"
     );
 
     // Room again: the exporter's next re-send is acknowledged, with no restart.

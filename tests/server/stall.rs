@@ -9,8 +9,6 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-
 use super::support::*;
 
 struct OwnClickHouse {
@@ -117,21 +115,7 @@ fn clickhouse_store(ch: &OwnClickHouse, database: &str) -> reckon::config::Store
 }
 
 fn export_json(intent: &str) -> serde_json::Value {
-    let t0 = unix_nanos(ago(2.0 * MIN));
-    json!({"resourceSpans": [{"scopeSpans": [{"spans": [{
-        "traceId": format!("{:032x}", rand_u128()),
-        "spanId": format!("{:016x}", rand_u128() as u64 | 1),
-        "name": "execute_tool issue_refund",
-        "startTimeUnixNano": t0.to_string(),
-        "endTimeUnixNano": (t0 + 400_000_000).to_string(),
-        "attributes": [
-            {"key": "gen_ai.operation.name", "value": {"stringValue": "execute_tool"}},
-            {"key": "gen_ai.tool.name", "value": {"stringValue": "issue_refund"}},
-            {"key": "reckon.intent.id", "value": {"stringValue": intent}},
-            {"key": "reckon.idempotency_key", "value": {"stringValue": format!("key-{intent}")}},
-            {"key": "http.response.status_code", "value": {"intValue": "200"}},
-            {"key": "reckon.downstream.object_id", "value": {"stringValue": format!("re-{intent}")}},
-            {"key": "reckon.downstream.status", "value": {"stringValue": "succeeded"}}]}]}]}]})
+    completed_refunds_json(&[intent.to_string()])
 }
 
 /// The status, the `Retry-After` hint, how long the answer took, and its body (for the message of

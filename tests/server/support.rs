@@ -416,6 +416,33 @@ pub fn stripe_event(
 
 // ------------------------------------------------------------------ HTTP helpers
 
+/// One OTLP/JSON export of completed refunds, a new intent per span, as a JS or Python exporter
+/// writes it: each with its key, a 200 and the `succeeded` refund object the API returned.
+pub fn completed_refunds_json(intents: &[String]) -> Value {
+    let t0 = unix_nanos(ago(2.0 * MIN));
+    let spans: Vec<Value> = intents
+        .iter()
+        .map(|intent| {
+            serde_json::json!({
+                "traceId": format!("{:032x}", rand_u128()),
+                "spanId": format!("{:016x}", rand_u128() as u64 | 1),
+                "name": "execute_tool issue_refund",
+                "startTimeUnixNano": t0.to_string(),
+                "endTimeUnixNano": (t0 + 400_000_000).to_string(),
+                "attributes": [
+                    {"key": "gen_ai.operation.name", "value": {"stringValue": "execute_tool"}},
+                    {"key": "gen_ai.tool.name", "value": {"stringValue": "issue_refund"}},
+                    {"key": "reckon.intent.id", "value": {"stringValue": intent}},
+                    {"key": "reckon.idempotency_key", "value": {"stringValue": format!("key-{intent}")}},
+                    {"key": "http.response.status_code", "value": {"intValue": "200"}},
+                    {"key": "reckon.downstream.object_id", "value": {"stringValue": format!("re-{intent}")}},
+                    {"key": "reckon.downstream.status", "value": {"stringValue": "succeeded"}}]
+            })
+        })
+        .collect();
+    serde_json::json!({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]})
+}
+
 pub fn gzip(bytes: &[u8]) -> Vec<u8> {
     use std::io::Write;
     let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());

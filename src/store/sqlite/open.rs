@@ -53,10 +53,11 @@ impl SqliteStore {
         // path's cost: a larger cache and fewer, larger checkpoints measured ~10-15% faster in
         // examples/profile_engine.rs.
         conn.pragma_update(None, "cache_size", -131_072)?; // 128 MiB
-        conn.pragma_update(None, "wal_autocheckpoint", 8_192)?; // pages: ~32 MiB of WAL
-        // A burst (a wave of deadlines written in pages, a long report holding checkpoints
-        // back) can grow the WAL far past that; without a limit the file keeps its high-water
-        // mark on disk for as long as reckon runs. With one, it is cut back when reused.
+                                                           // Checkpoints every ~32 MiB of WAL (in pages). A burst (a wave of deadlines written in
+                                                           // pages, a long report holding checkpoints back) can grow the WAL far past that;
+                                                           // without a size limit the file keeps its high-water mark on disk for as long as
+                                                           // reckon runs. With one, it is cut back when reused.
+        conn.pragma_update(None, "wal_autocheckpoint", 8_192)?;
         conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024)?;
         conn.set_prepared_statement_cache_capacity(32);
         schema::migrate(&conn, now_nanos())?;
