@@ -903,6 +903,13 @@ async fn every_unresolved_escalation_can_be_read<H: Harness>(h: &H) {
         .unwrap();
     assert_eq!(all.len(), 1_100);
     assert_eq!(all.last().unwrap().id, "esc-0000", "the oldest too");
+    assert_eq!(
+        reckon::store::unresolved_escalations(&store, true)
+            .await
+            .unwrap(),
+        all,
+        "what the re-send, the gauge and the queue page read"
+    );
     let page = store
         .list_escalations(Some(EscalationStatus::Open), VerdictFilter::MAX_LIMIT)
         .await

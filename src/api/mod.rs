@@ -373,22 +373,7 @@ async fn unresolved_by_finding(
     s: &ApiState,
 ) -> Result<Vec<([String; 3], u64)>, crate::store::StoreError> {
     let mut counts: std::collections::BTreeMap<[String; 3], u64> = Default::default();
-    let mut unresolved = s
-        .store
-        .list_escalations(
-            Some(EscalationStatus::Open),
-            crate::store::UNRESOLVED_READ_LIMIT,
-        )
-        .await?;
-    unresolved.extend(
-        s.store
-            .list_escalations(
-                Some(EscalationStatus::Claimed),
-                crate::store::UNRESOLVED_READ_LIMIT,
-            )
-            .await?,
-    );
-    for e in unresolved {
+    for e in crate::store::unresolved_escalations(&*s.store, false).await? {
         // An intent out of memory (open, and not read back yet by a start that served first)
         // has the tool of its stored verdict, as Alertmanager's re-send reads it: the series
         // keeps its labels across a restart, so alert rules on it do not flap.

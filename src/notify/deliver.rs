@@ -377,29 +377,26 @@ impl Deliverer {
         };
         let ttl = alert_ttl(every);
         let now = wall_now();
-        let mut escalations: Vec<Escalation> = Vec::new();
-        for status in [
-            EscalationStatus::Open,
-            EscalationStatus::Claimed,
-            EscalationStatus::Resolved,
-        ] {
-            // Every unresolved one, or Alertmanager resolves the alerts of those left out.
-            let limit = match status {
-                EscalationStatus::Resolved => crate::store::VerdictFilter::MAX_LIMIT,
-                _ => crate::store::UNRESOLVED_READ_LIMIT,
-            };
-            match self.store.list_escalations(Some(status), limit).await {
-                Ok(list) => escalations.extend(list.into_iter().filter(|e| {
+        // Every unresolved one, or Alertmanager resolves the alerts of those left out.
+        let escalations: Vec<Escalation> = match crate::store::unresolved_escalations(
+            &*self.store,
+            true,
+        )
+        .await
+        {
+            Ok(all) => all
+                .into_iter()
+                .filter(|e| {
                     e.status != EscalationStatus::Resolved
                         || e.resolved_at
                             .is_some_and(|at| at >= now.saturating_sub(ttl))
-                })),
-                Err(e) => {
-                    tracing::warn!(error = %e, "reading escalations to re-send to Alertmanager failed");
-                    return;
-                }
+                })
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "reading escalations to re-send to Alertmanager failed");
+                return;
             }
-        }
+        };
         let mut drafts = Vec::with_capacity(escalations.len());
         for e in &escalations {
             let tool = match (self.tool_of)(&e.intent_id) {

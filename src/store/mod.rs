@@ -966,6 +966,30 @@ pub fn escalation_limit(limit: usize) -> usize {
 /// Each unresolved escalation keeps its intent in memory, so this many is already ~170 MB held.
 pub const UNRESOLVED_READ_LIMIT: usize = 100_000;
 
+/// Every unresolved escalation (open, then claimed, each newest first), however old; with
+/// `resolved`, the newest resolved ones after them (an API page of them).
+pub async fn unresolved_escalations<S: Store + ?Sized>(
+    store: &S,
+    resolved: bool,
+) -> Result<Vec<Escalation>, StoreError> {
+    let mut all = store
+        .list_escalations(Some(EscalationStatus::Open), UNRESOLVED_READ_LIMIT)
+        .await?;
+    all.extend(
+        store
+            .list_escalations(Some(EscalationStatus::Claimed), UNRESOLVED_READ_LIMIT)
+            .await?,
+    );
+    if resolved {
+        all.extend(
+            store
+                .list_escalations(Some(EscalationStatus::Resolved), VerdictFilter::MAX_LIMIT)
+                .await?,
+        );
+    }
+    Ok(all)
+}
+
 #[cfg(test)]
 mod tests {
     use super::{prefix_end, EventQuery, EventSet};

@@ -164,15 +164,7 @@ impl Row {
 /// newest of any status would push an old open escalation off the page behind a day of
 /// resolved ones.
 async fn unresolved_and_latest(s: &ApiState) -> Result<Vec<Escalation>, crate::store::StoreError> {
-    use crate::store::{VerdictFilter, UNRESOLVED_READ_LIMIT};
-    let mut all = Vec::new();
-    for (status, limit) in [
-        (EscalationStatus::Open, UNRESOLVED_READ_LIMIT),
-        (EscalationStatus::Claimed, UNRESOLVED_READ_LIMIT),
-        (EscalationStatus::Resolved, VerdictFilter::MAX_LIMIT),
-    ] {
-        all.extend(s.store.list_escalations(Some(status), limit).await?);
-    }
+    let mut all = crate::store::unresolved_escalations(&*s.store, true).await?;
     all.sort_by(|a, b| b.opened_at.cmp(&a.opened_at).then_with(|| a.id.cmp(&b.id)));
     Ok(all)
 }
