@@ -731,18 +731,54 @@ impl Verdict {
         h.finish()
     }
 
-    /// Nothing can change this verdict without new evidence: terminal, no deadline booked, no
-    /// open escalation, and a real intent (an orphan record waits to be claimed). A settled
-    /// intent may leave memory; start-up does not load it (DESIGN.md "Memory and history").
+    /// Terminal and at rest ([`Verdict::rest`]): the intent is done. Its raw events may expire
+    /// after the retention.
     pub fn is_settled(&self) -> bool {
-        matches!(
-            self.state,
+        self.rest() == Rest::Settled
+    }
+
+    /// Whether only new evidence can change this verdict, and so where the intent may live
+    /// (DESIGN.md "Memory and history"). Time alone changes nothing once no deadline is booked,
+    /// and nobody has to act while no escalation is open: such an intent leaves memory, is not
+    /// loaded at start-up, and comes back when an event reaches it by intent id, key or object,
+    /// whether it is terminal or not. An orphan record's pseudo-intent stays: it waits to be
+    /// claimed, and has no routes of its own to be found by.
+    pub fn rest(&self) -> Rest {
+        if self.next_change.is_some()
+            || self.decision == Decision::Escalate
+            || self.intent_id.starts_with(ORPHAN_PREFIX)
+        {
+            return Rest::Open;
+        }
+        match self.state {
             IntentState::Completed
-                | IntentState::FailedAfterExecution
-                | IntentState::FailedBeforeExecution
-        ) && self.next_change.is_none()
-            && self.decision != Decision::Escalate
-            && !self.intent_id.starts_with(ORPHAN_PREFIX)
+            | IntentState::FailedAfterExecution
+            | IntentState::FailedBeforeExecution => Rest::Settled,
+            IntentState::Pending | IntentState::Unknown => Rest::Quiet,
+        }
+    }
+}
+
+/// Where a verdict leaves its intent ([`Verdict::rest`]); stored with the verdict as its
+/// `settled` column, by these numbers: start-up loads the `Open` ones, retention expires the
+/// raw events of the `Settled` ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rest {
+    /// A deadline is booked, an escalation is open, or an orphan record waits: kept in memory,
+    /// loaded at start-up.
+    Open = 0,
+    /// Terminal: out of memory until evidence touches it; raw events may expire.
+    Settled = 1,
+    /// Unknown or pending with nothing booked and nobody asked to act (its key's retention
+    /// passed, a person resolved its escalation): out of memory like a settled intent, but its
+    /// raw events are kept whatever the retention, since a late record is what it waits for.
+    Quiet = 2,
+}
+
+impl Rest {
+    /// Out of memory until evidence touches it.
+    pub fn may_leave_memory(self) -> bool {
+        self != Rest::Open
     }
 }
 

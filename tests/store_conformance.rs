@@ -2457,7 +2457,16 @@ async fn startup_reads_what_is_open<H: Harness>(h: &H) {
     let store = h.open().await;
     assert_eq!(store.checkpoint().await.unwrap(), None, "a new store");
     let done = verdict("done", Some("issue_refund"), IntentState::Completed, at(5));
-    let open = verdict("open", Some("issue_refund"), IntentState::Unknown, at(6));
+    let open = Verdict {
+        next_change: Some(at(60)),
+        decision: Decision::RetrySameKey,
+        ..verdict("open", Some("issue_refund"), IntentState::Unknown, at(6))
+    };
+    // Unknown for good, with nothing booked and nobody asked: out of memory, not loaded.
+    let quiet = Verdict {
+        decision: Decision::Reconcile,
+        ..verdict("quiet", Some("issue_refund"), IntentState::Unknown, at(8))
+    };
     let escalated = Verdict {
         decision: Decision::Escalate,
         ..verdict(
@@ -2468,10 +2477,16 @@ async fn startup_reads_what_is_open<H: Harness>(h: &H) {
         )
     };
     assert!(done.is_settled() && !open.is_settled() && !escalated.is_settled());
+    assert_eq!(quiet.rest(), reckon::model::Rest::Quiet);
     let fingerprints = [escalated.fingerprint(), open.fingerprint()];
     store
         .put_derived(Derived {
-            verdicts: vec![Arc::new(done), Arc::new(open), Arc::new(escalated)],
+            verdicts: vec![
+                Arc::new(done),
+                Arc::new(open),
+                Arc::new(escalated),
+                Arc::new(quiet),
+            ],
             routes: vec![route("i:done", "done"), route("k:k1", "done")],
             checkpoint: Some(at(100)),
             ..Derived::default()
@@ -3390,9 +3405,27 @@ async fn retention_expires_raw_events_of_settled_intents<H: Harness>(h: &H) {
         .collect();
     appended(&store, all.clone()).await;
     let out = EngineCore::new(contracts()).ingest(all, at(1100));
+    // The timeout as it ends up once its key expired and a person resolved its escalation:
+    // unknown for good, out of memory, and its raw events kept, since a late record is what
+    // it waits for.
+    let verdicts = out.verdicts.iter().map(|v| match v.intent_id.as_str() {
+        "open" => Arc::new(Verdict {
+            next_change: None,
+            decision: Decision::Reconcile,
+            ..(**v).clone()
+        }),
+        _ => v.clone(),
+    });
+    let verdicts: Vec<Arc<Verdict>> = verdicts.collect();
+    let quiet = verdicts.iter().find(|v| v.intent_id == "open").unwrap();
+    assert_eq!(quiet.rest(), reckon::model::Rest::Quiet);
+    assert!(
+        quiet.last_event < at(500),
+        "old enough to expire if it were settled"
+    );
     store
         .put_derived(Derived {
-            verdicts: out.verdicts.clone(),
+            verdicts,
             routes: out.routes,
             ..Derived::default()
         })

@@ -165,8 +165,8 @@ macro_rules! with_settings {
                 value_name: "DURATION",
                 parse: value::parse_duration,
             }
-            /// How long a settled intent stays in memory before it leaves for the store (`never`:
-            /// keep it)
+            /// How long an intent at rest (no deadline, no open escalation) stays in memory
+            /// before it leaves for the store (`never`: keep it)
             ///
             /// It comes back when an event touches it.
             evict_after: Option<Duration> = "60s" {
@@ -289,8 +289,9 @@ mod tests {
         // A doc comment's first paragraph, over several lines, is one line of help.
         assert_eq!(
             SETTINGS.evict_after.help(),
-            "How long a settled intent stays in memory before it leaves for the store \
-             (`never`: keep it) [default: 60s] [env: RECKON_EVICT_AFTER]"
+            "How long an intent at rest (no deadline, no open escalation) stays in memory \
+             before it leaves for the store (`never`: keep it) [default: 60s] \
+             [env: RECKON_EVICT_AFTER]"
         );
         // Unset unless given: no default shown.
         assert_eq!(

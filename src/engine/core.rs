@@ -26,7 +26,7 @@ pub struct Outcome {
     pub escalations: Vec<Escalation>,
     /// Findings that were not in the intent's previous verdict, with the intent's tool.
     pub new_findings: Vec<(Option<String>, Finding)>,
-    /// The routes of every intent this step found settled or that its events reached: written
+    /// The routes of every intent this step found at rest or that its events reached: written
     /// with its verdict, so the store can find it once it has left memory, or while a start
     /// has not read it back yet.
     pub routes: Vec<Route>,
@@ -55,17 +55,18 @@ pub struct EngineCore {
     /// Re-audit instants, ordered (the one booked for each intent is its
     /// [`Remembered::booked`]), each naming its intent by the key of `verdicts`.
     schedule: BTreeSet<(Timestamp, Arc<str>)>,
-    /// How long a settled intent stays in memory after it settled (`None`: for ever).
+    /// How long an intent at rest ([`crate::model::Rest`]: settled, or quiet) stays in memory
+    /// after it came to rest (`None`: for ever).
     evict_after: Option<Dur>,
-    /// Intents that were settled when last audited, with the step that found them so, oldest
+    /// Intents that were at rest when last audited, with the step that found them so, oldest
     /// first (an intent may appear more than once; the eviction re-checks).
-    settled: VecDeque<(Timestamp, u64, String)>,
-    /// Settled intents whose turn to leave came while they were linked to others in memory:
+    resting: VecDeque<(Timestamp, u64, String)>,
+    /// Intents at rest whose turn to leave came while they were linked to others in memory:
     /// they leave with the last of their group ([`EngineCore::evict_idle`]). A new verdict takes
     /// an intent out (it must wait its turn again).
     lingering: HashSet<String>,
     /// Routes that may reach an intent out of memory (its routes are in the store, written
-    /// with the verdict that settled it): a later event on one brings the intent back.
+    /// with the verdict that put it at rest): a later event on one brings the intent back.
     routes: RouteFilter,
     evicted_count: usize,
     evictions: u64,
@@ -116,13 +117,13 @@ const MAX_LEAVING_TOGETHER: usize = 256;
 /// open intent), and the audit is a pure function of the history, the contract and `now`, so
 /// [`EngineCore::verdict`] recomputes it exactly from `audited_at`. What remains is what the
 /// core decides by: whether the next verdict is a material change (`fingerprint`), whether the
-/// intent may leave memory (`settled`), and which findings are new (`findings`).
+/// intent may leave memory (`at_rest`), and which findings are new (`findings`).
 #[derive(Debug)]
 struct Remembered {
     /// [`Verdict::fingerprint`]: everything but `audited_at`.
     fingerprint: u64,
     audited_at: Timestamp,
-    settled: bool,
+    at_rest: bool,
     /// Where `fingerprint` and `findings` come from.
     since: Since,
     /// `(kind, hash of subject)` of its findings: one not among them is new.
@@ -159,7 +160,7 @@ impl Remembered {
         Remembered {
             fingerprint: v.fingerprint(),
             audited_at: v.audited_at,
-            settled: v.is_settled(),
+            at_rest: v.rest().may_leave_memory(),
             since: Since::Audit,
             findings: v.findings.iter().map(finding_identity).collect(),
             booked: None,
@@ -172,7 +173,7 @@ impl Remembered {
         Remembered {
             fingerprint: stored.unwrap_or_default(),
             audited_at: now,
-            settled: false,
+            at_rest: false,
             since: match stored {
                 Some(_) => Since::Restore,
                 None => Since::RestoreUnwritten,
@@ -197,7 +198,7 @@ impl EngineCore {
             verdicts: HashMap::new(),
             schedule: BTreeSet::new(),
             evict_after: None,
-            settled: VecDeque::new(),
+            resting: VecDeque::new(),
             lingering: HashSet::default(),
             routes: RouteFilter::new(DEFAULT_FILTER_BYTES, false),
             evicted_count: 0,
@@ -249,7 +250,8 @@ impl EngineCore {
         self.seq
     }
 
-    /// Let settled intents leave memory `after` they settled (see [`EngineCore::evict_idle`]).
+    /// Let intents at rest leave memory `after` they came to rest (see
+    /// [`EngineCore::evict_idle`]).
     pub fn with_eviction(mut self, after: Option<Dur>) -> Self {
         self.evict_after = after;
         self
@@ -260,32 +262,32 @@ impl EngineCore {
         self.evicted_count
     }
 
-    /// When the next settled intent is due to leave memory.
+    /// When the next intent at rest is due to leave memory.
     pub fn next_eviction(&self) -> Option<Timestamp> {
         let after = self.evict_after?;
-        self.settled
+        self.resting
             .front()
             .filter(|(_, seq, _)| *seq <= self.durable)
             .map(|(t, _, _)| *t + after)
     }
 
-    /// Take out of memory every intent settled for `evict_after` that still is, whose settling
-    /// step is durable (its verdict and routes are in the store), and that shares no key or
-    /// object with an intent in memory. What stays is its routes in the filter. Returns how
-    /// many left.
+    /// Take out of memory every intent at rest for `evict_after` that still is (settled, or
+    /// quiet: see [`crate::model::Rest`]), whose step that found it so is durable (its verdict
+    /// and routes are in the store), and that shares no key or object with an intent in
+    /// memory. What stays is its routes in the filter. Returns how many left.
     pub fn evict_idle(&mut self, now: Timestamp) -> usize {
         let Some(after) = self.evict_after else {
             return 0;
         };
         let mut n = 0;
-        while let Some((t, seq, _)) = self.settled.front() {
+        while let Some((t, seq, _)) = self.resting.front() {
             if *t + after > now || *seq > self.durable {
                 break;
             }
-            let Some((_, _, id)) = self.settled.pop_front() else {
+            let Some((_, _, id)) = self.resting.pop_front() else {
                 break;
             };
-            let still = self.verdicts.get(id.as_str()).is_some_and(|v| v.settled)
+            let still = self.verdicts.get(id.as_str()).is_some_and(|v| v.at_rest)
                 && self.book.open_for(&id).is_none();
             if !still {
                 continue;
@@ -324,11 +326,11 @@ impl EngineCore {
         n
     }
 
-    /// A linked intent that passed its own turn to leave (settled for `evict_after`, written,
+    /// A linked intent that passed its own turn to leave (at rest for `evict_after`, written,
     /// no open escalation) and has not changed since.
     fn may_leave_with_others(&self, id: &str) -> bool {
         self.lingering.contains(id)
-            && self.verdicts.get(id).is_some_and(|v| v.settled)
+            && self.verdicts.get(id).is_some_and(|v| v.at_rest)
             && self.book.open_for(id).is_none()
     }
 
@@ -440,9 +442,9 @@ impl EngineCore {
             let contract = Ledger::contract_for(&history, &self.contracts);
             let mut v = audit::audit(&history, contract, now);
             self.book.apply(&mut v);
-            if self.evict_after.is_some() && v.is_settled() {
-                // Its routes are in the store already (it left memory settled).
-                self.settled.push_back((now, 0, id.clone()));
+            if self.evict_after.is_some() && v.rest().may_leave_memory() {
+                // Its routes are in the store already (it left memory at rest).
+                self.resting.push_back((now, 0, id.clone()));
             }
             self.remember(id, Remembered::of(&v), v.next_change);
         }
@@ -607,9 +609,9 @@ impl EngineCore {
         for id in &change.affected {
             self.audit_into(id, now, &mut out);
             // Events are what give an intent keys and objects: its routes go to the store with
-            // this step (a settled one's are handed out already), so a start that leaves it
+            // this step (one at rest has them handed out already), so a start that leaves it
             // there while open, and an event that reaches it by key or object, find it.
-            if self.verdicts.get(id.as_str()).is_some_and(|r| !r.settled) {
+            if self.verdicts.get(id.as_str()).is_some_and(|r| !r.at_rest) {
                 out.routes
                     .extend(self.ledger.routes(id).into_iter().map(|route| Route {
                         route,
@@ -822,7 +824,7 @@ impl EngineCore {
     }
 
     /// Take an intent's fresh audit in: the escalation book observes and applies it, its
-    /// deadline is booked, its routes are handed out if it settled, and the verdict is handed
+    /// deadline is booked, its routes are handed out if it is at rest, and the verdict is handed
     /// out for writing if it differs from the last one written (or stored, before the first
     /// audit after a restore).
     fn take_verdict(&mut self, id: &str, v: Option<Verdict>, now: Timestamp, out: &mut Outcome) {
@@ -846,7 +848,7 @@ impl EngineCore {
                 }
             }
         }
-        if v.is_settled() {
+        if v.rest().may_leave_memory() {
             // Written with the verdict (again, if it was written before: a new key or object
             // may reach it now), so the store can find it once it leaves memory.
             out.routes
@@ -855,7 +857,7 @@ impl EngineCore {
                     intent_id: id.to_string(),
                 }));
             if self.evict_after.is_some() {
-                self.settled.push_back((now, out.seq, id.to_string()));
+                self.resting.push_back((now, out.seq, id.to_string()));
             }
         }
         // Written only when something material changed (a re-sent export, a deadline that
@@ -1595,6 +1597,75 @@ mod tests {
             out.verdicts.iter().any(|v| v.intent_id == "a"),
             "a's new verdict is written"
         );
+    }
+
+    /// A timeout the downstream never reported on is `unknown` for good once its key expired
+    /// and a person resolved its escalation: nothing but evidence can change it, so it leaves
+    /// memory like a settled intent (it used to stay, and be read at every start, for ever).
+    /// Its record, arriving months late by its key, brings it back and completes it, with the
+    /// verdict an engine that never let go would give.
+    #[test]
+    fn a_quiet_unknown_intent_leaves_memory_and_its_late_record_brings_it_back() {
+        let stored = vec![timeout("a", 1, 0, "k1")];
+        let late = record("re_1", Some("k1"), "succeeded", 300_000);
+        // The same history in an engine that never lets go, for the verdict to compare with.
+        let mut reference = EngineCore::new(contracts());
+        let mut core = EngineCore::new(contracts()).with_eviction(Some(Dur::secs(60)));
+        for c in [&mut reference, &mut core] {
+            c.ingest(stored.clone(), t(50));
+            // Past the key's retention: `unresolved_unknown`, a person is asked.
+            c.tick(t(82_801));
+        }
+        let v = core.verdict("a").unwrap();
+        assert_eq!(
+            (v.state, v.decision),
+            (IntentState::Unknown, Decision::Escalate)
+        );
+        assert_eq!(v.rest(), crate::model::Rest::Open);
+        assert_eq!(
+            core.evict_idle(t(90_000)),
+            0,
+            "an open escalation keeps it here"
+        );
+
+        let resolve = |c: &mut EngineCore| {
+            let before = c.verdict("a").unwrap();
+            let id = before.escalation_id.clone().unwrap();
+            let resolved = c
+                .book()
+                .resolved(&id, "ana", "reconciled", None, t(90_000), Some(&before))
+                .unwrap();
+            c.commit_person_action(resolved, t(90_000))
+        };
+        resolve(&mut reference);
+        let out = resolve(&mut core);
+        let mut routes: Vec<&str> = out.routes.iter().map(|r| r.route.as_str()).collect();
+        routes.sort();
+        assert_eq!(routes, ["i:a", "k:k1"], "written so a late record finds it");
+        core.mark_durable(out.seq);
+        let escalations = out.escalations;
+        let v = core.verdict("a").unwrap();
+        assert_eq!((v.state, v.next_change), (IntentState::Unknown, None));
+        assert_eq!(v.rest(), crate::model::Rest::Quiet);
+        assert_eq!(core.evict_idle(t(90_061)), 1);
+        assert!(core.verdict("a").is_none());
+        assert_eq!((core.evicted(), core.intents()), (1, 0));
+
+        // Months later the downstream's record of the refund arrives, by the key.
+        assert_eq!(core.routes_to_check(std::slice::from_ref(&late)), ["k:k1"]);
+        core.rehydrate(
+            &["a".to_string()],
+            stored,
+            escalations,
+            std::slice::from_ref(&late),
+            t(300_010),
+        );
+        let out = core.ingest(vec![late.clone()], t(300_010));
+        reference.ingest(vec![late], t(300_010));
+        let (back, never_left) = (core.verdict("a").unwrap(), reference.verdict("a").unwrap());
+        assert_eq!(back.state, IntentState::Completed);
+        assert_eq!(back, never_left);
+        assert!(out.verdicts.iter().any(|v| v.intent_id == "a"));
     }
 
     /// Two settled intents linked by an object (a's read-back of the order listed b's refund

@@ -123,8 +123,8 @@ pub struct EngineOptions {
     /// How long the persister gathers verdicts before writing them (default 50 ms): an intent's
     /// events tend to arrive together, and each write of its verdict costs a row and a document.
     pub persist_linger: Duration,
-    /// How long a settled intent (terminal, no deadline, no open escalation) stays in memory
-    /// before it leaves, to come back from the store when an event touches it (default 60 s:
+    /// How long an intent at rest ([`crate::model::Rest`]: no deadline, no open escalation)
+    /// stays in memory before it leaves, to come back from the store when an event touches it (default 60 s:
     /// late webhooks and read-backs usually arrive sooner). `None`: never.
     pub evict_after: Option<Duration>,
     /// How long an export waits for the store to make it durable before it is refused as

@@ -376,7 +376,8 @@ impl Appended {
     }
 }
 
-/// An intent whose stored verdict is not settled, and what that verdict said
+/// An intent whose stored verdict is not at rest ([`crate::model::Rest::Open`]), and what that
+/// verdict said
 /// ([`Verdict::fingerprint`]; 0 for a row written before fingerprints were stored).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Unsettled {
@@ -519,7 +520,7 @@ pub trait Store: Send + Sync {
     /// routes were written for open intents (its first start reads them all, then writes them).
     fn routes_of_open_intents(&self) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// The intents whose stored verdict is not settled ([`Verdict::is_settled`]): what start-up
+    /// The intents whose stored verdict is not at rest ([`Verdict::rest`]): what start-up
     /// keeps in memory. Each with its stored verdict's fingerprint, so a start that audits
     /// them again writes only the verdicts that changed.
     fn unsettled_intents(&self) -> impl Future<Output = Result<Vec<Unsettled>, StoreError>> + Send;
@@ -538,7 +539,7 @@ pub trait Store: Send + Sync {
     ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
 
     /// Retention (DESIGN.md "Memory and history"): the raw events of at most `limit` settled
-    /// intents whose latest event is before `before`, oldest first from where the last call
+    /// intents ([`crate::model::Rest::Settled`]; a quiet one keeps its events) whose latest event is before `before`, oldest first from where the last call
     /// stopped, are deleted: their attempts and read-backs, the records that name them or
     /// observe an object only they reach, and their routes (so a late event starts afresh
     /// rather than bringing back half a history). Verdicts, findings and escalations stay.

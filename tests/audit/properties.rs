@@ -822,12 +822,12 @@ proptest! {
             let out = before.ingest(vec![e.clone()], now);
             store.take(out);
         }
-        // The start: the unsettled ids with their stored fingerprints; orphans' pseudo-intents
-        // (no routes of their own) read now, with what their evidence reaches.
+        // The start: the ids not at rest with their stored fingerprints; orphans'
+        // pseudo-intents (no routes of their own) read now, with what their evidence reaches.
         let stored: reckon::engine::core::FingerprintMap = store
             .written
             .values()
-            .filter(|v| !v.is_settled())
+            .filter(|v| !v.rest().may_leave_memory())
             .map(|v| (v.intent_id.clone(), v.fingerprint()))
             .collect();
         let orphans: Vec<String> = stored

@@ -87,15 +87,21 @@ async fn at_capacity_exports_get_retryable_refusals_and_the_retry_lands() {
             .send()
     };
     let mut refused = None;
+    // What came back instead, so a failure says why (seen once under load in the ClickHouse
+    // suite, not reproduced alone).
+    let mut seen = Vec::new();
     for _ in 0..100 {
         let resp = post().await.unwrap();
         if resp.status() == 429 {
             refused = Some(resp);
             break;
         }
+        seen.push(resp.status().as_u16());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let resp = refused.expect("a second export at capacity is refused");
+    let resp = refused.unwrap_or_else(|| {
+        panic!("a second export at capacity is refused; the answers were {seen:?}")
+    });
     let retry_after: u64 = resp.headers()["retry-after"]
         .to_str()
         .unwrap()

@@ -513,7 +513,7 @@ pub fn verdict_rows(
         doc,
         deleted: 0,
         version,
-        settled: u8::from(v.is_settled()),
+        settled: v.rest() as u8,
         contract_version: v.contract_version.clone(),
         fingerprint: v.fingerprint(),
     };

@@ -453,7 +453,7 @@ fn put_verdicts(conn: &Connection, verdicts: &[EncodedVerdict]) -> Result<(), St
             finding_kinds,
             doc,
             v.attempts.len() as i64,
-            v.is_settled(),
+            v.rest() as u8,
             counts[0],
             counts[1],
             counts[2],
