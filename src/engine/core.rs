@@ -865,7 +865,11 @@ impl EngineCore {
         // once per step (ids come from sets), so no dedup here.
         let remembered = Remembered::of(&v);
         let before = self.verdicts.get(id).and_then(Remembered::written);
-        let material = before != Some(remembered.fingerprint);
+        // A restore's stored row was not at rest (start-up loads only those): one that is now
+        // must say so, or every start would load it again. (Rows written before quiet intents
+        // could rest, with the same fingerprint.)
+        let comes_to_rest = first_since_restore && remembered.at_rest;
+        let material = before != Some(remembered.fingerprint) || comes_to_rest;
         self.remember(id, remembered, v.next_change);
         if material {
             out.verdicts.push(Arc::new(v));
@@ -1235,10 +1239,11 @@ mod tests {
             timeout("i1", 1, 0, "k1"),
             timeout("i2", 2, 10, "k2"),
             timeout("i3", 3, 20, "k3"),
+            timeout("i4", 4, 30, "k4"),
             record("re_1", Some("k1"), "succeeded", 20),
         ];
         let (plain, all) = EngineCore::restore(contracts(), events.clone(), Vec::new(), t(2000));
-        assert_eq!(all.verdicts.len(), 3);
+        assert_eq!(all.verdicts.len(), 4);
         assert!(
             all.new_findings.is_empty(),
             "findings rebuilt from history are not new"
@@ -1262,7 +1267,7 @@ mod tests {
             stored,
         };
         let mut told = EngineCore::restore_from(contracts(), restore, t(2000));
-        assert_eq!(told.unaudited(), 3);
+        assert_eq!(told.unaudited(), 4);
         assert_eq!(told.next_deadline(), Some(t(2000)), "everything is due");
         let backwards = |ids: &[String], audit: AuditOne| {
             let mut out: Vec<Option<Verdict>> = ids.iter().rev().map(|id| audit(id)).collect();
@@ -1277,12 +1282,60 @@ mod tests {
         }
         assert_eq!(
             written,
-            ["i2", "i3"],
-            "the verdict the store holds differently, and the one it does not hold"
+            ["i1", "i2", "i3"],
+            "the one that came to rest (start-up loads only rows not at rest: this one's must \
+             say it is now), the one the store holds differently, and the one it does not hold; \
+             not i4, still open and unchanged"
         );
         assert_eq!(told.unaudited(), 0);
         assert_eq!(sorted_verdicts(&told), sorted_verdicts(&plain));
         assert_eq!(told.next_deadline(), plain.next_deadline());
+    }
+
+    /// A store written before quiet intents could rest holds them as not at rest, so start-up
+    /// loads them. Their first audit is then written even though the verdict is the stored
+    /// one: the row must say the intent is at rest, or every start would load it again. Its
+    /// routes go with it, so it can leave memory and be found.
+    #[test]
+    fn a_restored_intent_now_at_rest_is_written_once_so_the_next_start_leaves_it() {
+        let events = vec![timeout("i1", 1, 0, "k1")];
+        // Unknown for good past its key's retention, and its escalation resolved: quiet.
+        let (mut plain, _) =
+            EngineCore::restore(contracts(), events.clone(), Vec::new(), t(90_000));
+        let before = plain.verdict("i1").unwrap();
+        let resolved = plain
+            .book()
+            .resolved(
+                before.escalation_id.as_deref().unwrap(),
+                "ana",
+                "reconciled",
+                None,
+                t(90_000),
+                Some(&before),
+            )
+            .unwrap();
+        let escalations = plain.commit_person_action(resolved, t(90_000)).escalations;
+        let v = plain.verdict("i1").unwrap();
+        assert_eq!(v.rest(), crate::model::Rest::Quiet, "{v:?}");
+        let restore = Restore {
+            events,
+            escalations,
+            stored: [("i1".to_string(), v.fingerprint())].into_iter().collect(),
+        };
+        let mut told = EngineCore::restore_from(contracts(), restore, t(90_000));
+        let out = told.tick(t(90_000));
+        assert_eq!(
+            out.verdicts.len(),
+            1,
+            "written though its fingerprint is the stored one"
+        );
+        let mut routes: Vec<&str> = out.routes.iter().map(|r| r.route.as_str()).collect();
+        routes.sort();
+        assert_eq!(routes, ["i:i1", "k:k1"]);
+        assert_eq!(sorted_verdicts(&told), sorted_verdicts(&plain));
+        // Audited again with nothing new: not written again.
+        told.reload(contracts(), t(90_001));
+        assert!(told.reload(contracts(), t(90_002)).verdicts.is_empty());
     }
 
     /// A start that leaves an open intent in the store (its routes are there) and serves: a
