@@ -99,6 +99,64 @@ async fn a_settled_intent_leaves_memory_and_later_evidence_brings_it_back() {
     s.stop().await;
 }
 
+/// A refund that timed out two days ago and that the downstream never reported on: `unknown`
+/// for good, escalated. Once a person resolves the escalation nothing but evidence can change
+/// it, so it leaves memory (it used to stay for ever, and be read at every start). Across a
+/// restart its record, arriving by the key alone, still finds it and completes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_unknown_intent_leaves_memory_and_its_late_record_completes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(dir.path().join("data"));
+    config.evict_after = Some(Duration::from_millis(200));
+    let s = Server::start_with(dir, config.clone()).await;
+    let (a, key, re) = (unique("int"), unique("k"), unique("re"));
+    export_http(
+        &s,
+        &[&ToolSpan::new("issue_refund", ago(2.0 * 86_400.0), 30.0)
+            .intent(&a)
+            .key(&key)
+            .args(refund_args("45.00"))
+            .timeout()],
+    )
+    .await;
+    assert_verdict(
+        &s.verdict(&a).await,
+        "unknown / escalate / unresolved_unknown",
+    );
+    let escalation = s.escalation_of(&a, "open").await.expect("escalated");
+    let id = escalation["id"].as_str().unwrap();
+    let (code, body) = s
+        .post_json(
+            &format!("/api/v1/escalations/{id}/resolve"),
+            &json!({"by": "ana", "resolution": "reconciled", "note": "no refund in Stripe yet"}),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
+    until_evicted(&s, 1).await;
+    assert_eq!(
+        s.metric("reckon_intents").await,
+        Some(0.0),
+        "nothing else is held"
+    );
+    let (code, v) = s.get(&format!("/api/v1/intents/{a}")).await;
+    assert_eq!(code, 200, "{v}");
+    assert_verdict(&v, "unknown / none / unresolved_unknown");
+
+    let dir = s.stop().await;
+    let s = Server::start_with(dir, config).await;
+    s.records(
+        &json!({"kind": "refund", "object_id": re, "status": "succeeded",
+                      "idempotency_key": key, "amount": "45.00", "currency": "usd",
+                      "target": "1042", "observed_at": rfc3339(std::time::SystemTime::now())}),
+    )
+    .await;
+    let v = s.verdict(&a).await;
+    assert_verdict(&v, "completed / none / -");
+    assert_eq!(v["attempts"].as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(v["objects"][0]["object_id"], re.as_str(), "{v}");
+    s.stop().await;
+}
+
 /// `retention`: the raw events of a settled intent older than it leave the store while the
 /// service runs; its verdict is still served. The expiry runs at start and every `retention`
 /// (here a second).
