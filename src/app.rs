@@ -93,6 +93,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let options = crate::engine::EngineOptions {
         evict_after: config.evict_after,
         retention: config.retention,
+        route_filter_max_bytes: config.route_filter_max,
         ..Default::default()
     };
     let (engine, tasks) = Engine::start_notifying(

@@ -228,6 +228,9 @@ pub struct Metrics {
     intents: AtomicI64,
     intents_evicted: AtomicI64,
     intents_pending: AtomicI64,
+    route_filter_bytes: AtomicI64,
+    /// An `f64`'s bits.
+    route_filter_false_positives: AtomicU64,
     intents_expired: AtomicU64,
     verdicts_unwritten: AtomicU64,
     verdict_latency: Histogram,
@@ -273,6 +276,8 @@ impl Metrics {
             intents: AtomicI64::new(0),
             intents_evicted: AtomicI64::new(0),
             intents_pending: AtomicI64::new(0),
+            route_filter_bytes: AtomicI64::new(0),
+            route_filter_false_positives: AtomicU64::new(0),
             verdicts_unwritten: AtomicU64::new(0),
             intents_expired: AtomicU64::new(0),
             verdict_latency: Histogram::new(&LATENCY_BUCKETS),
@@ -441,6 +446,14 @@ impl Metrics {
     }
 
     /// Intents the engine currently holds.
+    /// The route filter's size and its estimated false-positive rate.
+    pub fn set_route_filter(&self, bytes: u64, false_positives: f64) {
+        self.route_filter_bytes
+            .store(i64::try_from(bytes).unwrap_or(i64::MAX), Relaxed);
+        self.route_filter_false_positives
+            .store(false_positives.to_bits(), Relaxed);
+    }
+
     pub fn set_intents(&self, n: u64) {
         self.intents
             .store(i64::try_from(n).unwrap_or(i64::MAX), Relaxed);
@@ -620,7 +633,7 @@ impl Metrics {
         header(
             &mut out,
             "reckon_intents_evicted",
-            "Settled intents that left memory for the store; an event on one brings it back.",
+            "Intents at rest (settled, or quiet: unknown with nothing booked and no open escalation) that left memory for the store; an event on one brings it back.",
             "gauge",
         );
         let _ = writeln!(
@@ -638,6 +651,28 @@ impl Metrics {
             out,
             "reckon_intents_pending {}",
             self.intents_pending.load(Relaxed)
+        );
+        header(
+            &mut out,
+            "reckon_route_filter_bytes",
+            "Memory of the filter that finds intents out of memory; it grows in doubling stages up to route_filter_max.",
+            "gauge",
+        );
+        let _ = writeln!(
+            out,
+            "reckon_route_filter_bytes {}",
+            self.route_filter_bytes.load(Relaxed)
+        );
+        header(
+            &mut out,
+            "reckon_route_filter_false_positive_ratio",
+            "Estimated share of new routes the route filter answers 'maybe' to, each a store lookup; it rises once the filter is at route_filter_max.",
+            "gauge",
+        );
+        let _ = writeln!(
+            out,
+            "reckon_route_filter_false_positive_ratio {}",
+            f64::from_bits(self.route_filter_false_positives.load(Relaxed))
         );
         header(
             &mut out,

@@ -64,6 +64,7 @@ max_concurrent_exports = 1
 shutdown_grace = "1s"
 evict_after = "never"
 retention = "30d"
+route_filter_max = "1GiB"
 log_format = "json"
 log_filter = "warn"
 public_url = "http://file.example"
@@ -103,6 +104,7 @@ const ENV: &[(&str, &str)] = &[
     ("RECKON_SHUTDOWN_GRACE", "2s"),
     ("RECKON_EVICT_AFTER", "2m"),
     ("RECKON_RETENTION", "60d"),
+    ("RECKON_ROUTE_FILTER_MAX", "2GiB"),
     ("RECKON_LOG_FORMAT", "text"),
     ("RECKON_LOG_FILTER", "error"),
     ("RECKON_PUBLIC_URL", "http://env.example"),
@@ -141,6 +143,7 @@ const FLAGS: &[&str] = &[
     "--shutdown-grace=3s",
     "--evict-after=3m",
     "--retention=90d",
+    "--route-filter-max=3GiB",
     "--log-format=json",
     "--log-filter=debug",
     "--public-url=https://flag.example/reckon/",
@@ -190,6 +193,7 @@ fn flag_beats_env_beats_file_beats_default() {
             shutdown_grace: Duration::from_secs(1),
             evict_after: None,
             retention: Some(Duration::from_secs(30 * 86_400)),
+            route_filter_max: 1 << 30,
             log_format: LogFormat::Json,
             log_filter: "warn".into(),
             public_url: Some("http://file.example".into()),
@@ -217,6 +221,7 @@ fn flag_beats_env_beats_file_beats_default() {
             shutdown_grace: Duration::from_secs(2),
             evict_after: Some(Duration::from_secs(120)),
             retention: Some(Duration::from_secs(60 * 86_400)),
+            route_filter_max: 2 << 30,
             log_format: LogFormat::Text,
             log_filter: "error".into(),
             public_url: Some("http://env.example".into()),
@@ -246,6 +251,7 @@ fn flag_beats_env_beats_file_beats_default() {
             shutdown_grace: Duration::from_secs(3),
             evict_after: Some(Duration::from_secs(180)),
             retention: Some(Duration::from_secs(90 * 86_400)),
+            route_filter_max: 3 << 30,
             log_format: LogFormat::Json,
             log_filter: "debug".into(),
             public_url: Some("https://flag.example/reckon".into()),

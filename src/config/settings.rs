@@ -185,6 +185,16 @@ macro_rules! with_settings {
                 value_name: "DURATION",
                 parse: value::parse_retention,
             }
+            /// The most memory the filter that finds intents out of memory may grow to
+            ///
+            /// It starts at 32 MiB and doubles a stage at a time as history grows (~3-5 bytes
+            /// per intent at rest); past this, more events ask the store instead.
+            route_filter_max: usize = "512MiB" {
+                file: Size,
+                env: "RECKON_ROUTE_FILTER_MAX",
+                value_name: "N",
+                parse: value::parse_size,
+            }
             /// `text` or `json`
             log_format: LogFormat = "text" {
                 file: Text,
@@ -273,7 +283,7 @@ mod tests {
     #[test]
     fn each_variable_is_reckon_and_the_key() {
         let vars = SETTINGS.vars();
-        assert_eq!(vars.len(), 18);
+        assert_eq!(vars.len(), 19);
         for (key, env) in vars {
             assert_eq!(env, format!("RECKON_{}", key.to_ascii_uppercase()));
         }

@@ -239,6 +239,11 @@ impl EngineCore {
         self.routes.is_warm()
     }
 
+    /// The filter of routes to intents out of memory, for its gauges.
+    pub fn route_filter(&self) -> &RouteFilter {
+        &self.routes
+    }
+
     /// The store holds every outcome up to step `seq`: intents those settled may leave memory.
     pub fn mark_durable(&mut self, seq: u64) {
         self.durable = self.durable.max(seq);

@@ -109,6 +109,8 @@ pub struct Engine {
     /// With `[[notify]]` targets: every escalation change is written together with the
     /// notifications that announce it (the outbox), in the same durable write.
     notifier: Option<Arc<Notifier>>,
+    /// Said once: the route filter reached the most it may take ([`Engine::publish_memory`]).
+    route_filter_full_told: AtomicBool,
 }
 
 /// The engine's background tasks; awaited on shutdown so nothing concluded is left unwritten.
@@ -124,17 +126,20 @@ pub struct EngineOptions {
     /// events tend to arrive together, and each write of its verdict costs a row and a document.
     pub persist_linger: Duration,
     /// How long an intent at rest ([`crate::model::Rest`]: no deadline, no open escalation)
-    /// stays in memory before it leaves, to come back from the store when an event touches it (default 60 s:
-    /// late webhooks and read-backs usually arrive sooner). `None`: never.
+    /// stays in memory before it leaves, to come back from the store when an event touches it
+    /// (default 60 s: late webhooks and read-backs usually arrive sooner). `None`: never.
     pub evict_after: Option<Duration>,
     /// How long an export waits for the store to make it durable before it is refused as
     /// retryable (UNAVAILABLE / 503 with a retry hint; default 5 s). Exporters time out after
     /// 10-30 s: refusing sooner keeps their queues moving and their retries honest.
     pub append_deadline: Duration,
-    /// Bytes of the filter of routes to intents out of memory ([`RouteFilter`]), allocated and
-    /// touched at start so memory does not grow with settled history (default 32 MiB: ~2 %
-    /// false positives, each one store lookup, at 10M settled intents).
+    /// Bytes of the first stage of the filter of routes to intents out of memory
+    /// ([`RouteFilter`]), allocated and touched at start (default 32 MiB: ~36M routes, about
+    /// 10-14M intents at rest, before the next stage).
     pub route_filter_bytes: usize,
+    /// The most the route filter may grow to (default 512 MiB: 32 + 64 + 128 + 256 MiB, ~11
+    /// times the first stage's routes). Past it false positives rise, each a store lookup.
+    pub route_filter_max_bytes: usize,
     /// How long raw events of settled intents are kept (`None`, the default: for ever).
     pub retention: Option<Duration>,
     /// Verdicts the persister may fall behind by before new exports are refused (retryably)
@@ -155,6 +160,7 @@ impl Default for EngineOptions {
             evict_after: Some(Duration::from_secs(60)),
             append_deadline: Duration::from_secs(5),
             route_filter_bytes: 32 << 20,
+            route_filter_max_bytes: 512 << 20,
             retention: None,
             max_unwritten_verdicts: 1 << 16,
             read_back_open: true,
@@ -370,7 +376,8 @@ impl Engine {
         let evict_after = options
             .evict_after
             .map(|d| Dur(d.as_nanos().min(i64::MAX as u128) as i64));
-        let filter_bytes = options.route_filter_bytes;
+        let (filter_bytes, filter_max) =
+            (options.route_filter_bytes, options.route_filter_max_bytes);
         // The intents asked for are most of what the ledger will hold: their escalations are
         // read while it is built, the few others' (reached, named by a record) after.
         let build = tokio::task::spawn_blocking(move || {
@@ -384,7 +391,7 @@ impl Engine {
             };
             let mut core = EngineCore::restore_from(for_core, restore, wall_now())
                 .with_eviction(evict_after)
-                .with_route_filter(RouteFilter::new(filter_bytes, true));
+                .with_route_filter(RouteFilter::new(filter_bytes, true).growing_to(filter_max));
             if history_in_store {
                 core.routes_in_store();
             }
@@ -456,6 +463,7 @@ impl Engine {
             append_deadline: options.append_deadline,
             max_unwritten_verdicts: options.max_unwritten_verdicts,
             notifier,
+            route_filter_full_told: AtomicBool::new(false),
         });
         engine.publish_gauges();
         let timer = tokio::spawn(timer_loop(Arc::downgrade(&engine), wake.clone()));
@@ -1082,9 +1090,26 @@ impl Engine {
             book.count(EscalationStatus::Claimed) as u64,
             book.count(EscalationStatus::Resolved) as u64,
         );
+        self.publish_memory(&core);
+    }
+
+    /// The gauges of what memory holds: intents in it, out of it and not read back yet, and
+    /// the route filter that finds those out of it.
+    fn publish_memory(&self, core: &EngineCore) {
         self.metrics.set_intents(core.intents() as u64);
         self.metrics.set_intents_evicted(core.evicted() as u64);
         self.metrics.set_intents_pending(core.pending() as u64);
+        let filter = core.route_filter();
+        self.metrics
+            .set_route_filter(filter.bytes() as u64, filter.false_positive_rate());
+        if filter.at_its_most() && !self.route_filter_full_told.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                bytes = filter.bytes(),
+                false_positives = filter.false_positive_rate(),
+                "the route filter is as large as it may grow: more events will ask the store \
+                 whether they reach an intent out of memory (raise route_filter_max)"
+            );
+        }
     }
 
     /// Count and log what a step concluded, once its escalations are durable.
@@ -1188,9 +1213,7 @@ impl Engine {
             .set_verdicts_unwritten(self.unwritten_verdicts() as u64);
         let core = self.lock();
         // Evictions change no verdict, so the step announces nothing: count them here.
-        self.metrics.set_intents(core.intents() as u64);
-        self.metrics.set_intents_evicted(core.evicted() as u64);
-        self.metrics.set_intents_pending(core.pending() as u64);
+        self.publish_memory(&core);
         let next = match (core.next_deadline(), core.next_eviction()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

@@ -138,6 +138,16 @@ async fn a_quiet_unknown_intent_leaves_memory_and_its_late_record_completes_it()
         Some(0.0),
         "nothing else is held"
     );
+    // What finds it now: the route filter's first stage, nearly empty.
+    assert_eq!(
+        s.metric("reckon_route_filter_bytes").await,
+        Some((32 << 20) as f64)
+    );
+    let false_positives = s
+        .metric("reckon_route_filter_false_positive_ratio")
+        .await
+        .expect("exposed");
+    assert!(false_positives < 1e-6, "{false_positives}");
     let (code, v) = s.get(&format!("/api/v1/intents/{a}")).await;
     assert_eq!(code, 200, "{v}");
     assert_verdict(&v, "unknown / none / unresolved_unknown");
