@@ -741,14 +741,15 @@ impl Verdict {
     /// (DESIGN.md "Memory and history"). Time alone changes nothing once no deadline is booked,
     /// and nobody has to act while no escalation is open: such an intent leaves memory, is not
     /// loaded at start-up, and comes back when an event reaches it by intent id, key or object,
-    /// whether it is terminal or not. An orphan record's pseudo-intent stays: it waits to be
-    /// claimed, and has no routes of its own to be found by.
+    /// whether it is terminal or not. An orphan record's pseudo-intent past its grace rests too
+    /// (quiet whatever its state: a claim by key or object is what it waits for), found by its
+    /// object and its records' keys.
     pub fn rest(&self) -> Rest {
-        if self.next_change.is_some()
-            || self.decision == Decision::Escalate
-            || self.intent_id.starts_with(ORPHAN_PREFIX)
-        {
+        if self.next_change.is_some() || self.decision == Decision::Escalate {
             return Rest::Open;
+        }
+        if self.intent_id.starts_with(ORPHAN_PREFIX) {
+            return Rest::Quiet;
         }
         match self.state {
             IntentState::Completed
@@ -764,14 +765,15 @@ impl Verdict {
 /// raw events of the `Settled` ones.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rest {
-    /// A deadline is booked, an escalation is open, or an orphan record waits: kept in memory,
-    /// loaded at start-up.
+    /// A deadline is booked (an orphan record's grace, too) or an escalation is open: kept in
+    /// memory, loaded at start-up.
     Open = 0,
     /// Terminal: out of memory until evidence touches it; raw events may expire.
     Settled = 1,
     /// Unknown or pending with nothing booked and nobody asked to act (its key's retention
-    /// passed, a person resolved its escalation): out of memory like a settled intent, but its
-    /// raw events are kept whatever the retention, since a late record is what it waits for.
+    /// passed, a person resolved its escalation), or an orphan record past its grace: out of
+    /// memory like a settled intent, but its raw events are kept whatever the retention, since
+    /// a late record, or the claim of its object, is what it waits for.
     Quiet = 2,
 }
 

@@ -657,8 +657,21 @@ impl Ledger {
 
     /// The routes by which later evidence can concern this intent (DESIGN.md "Memory and
     /// history"): its id (`i:`), every key it sent or its objects' records carry (`k:`), every
-    /// object it may see (`o:`). [`Event::routes`] gives an incoming event's.
+    /// object it may see (`o:`). [`Event::routes`] gives an incoming event's. An orphan record's
+    /// pseudo-intent has its object and the keys its records carry: what a claim arrives by.
     pub fn routes(&self, id: &str) -> Vec<String> {
+        if let Some(object) = id.strip_prefix(ORPHAN_PREFIX) {
+            let keys: BTreeSet<&str> = self
+                .records
+                .get(object)
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r.idempotency_key.as_deref())
+                .collect();
+            let mut out: Vec<String> = keys.into_iter().map(|k| format!("k:{k}")).collect();
+            out.push(format!("o:{object}"));
+            return out;
+        }
         let (objects, keys) = self.reach(id);
         let mut out = vec![format!("i:{id}")];
         let mut all_keys: BTreeSet<&str> = keys;
@@ -673,8 +686,12 @@ impl Ledger {
     }
 
     /// Whether nothing this intent may see concerns another intent in memory: it can leave
-    /// memory without changing anyone else's evidence.
+    /// memory without changing anyone else's evidence. An orphan record always can: being an
+    /// orphan means no intent in memory owns, sent the key of, or read its object.
     pub fn is_isolated(&self, id: &str) -> bool {
+        if let Some(object) = id.strip_prefix(ORPHAN_PREFIX) {
+            return self.orphans.contains(object) && self.is_orphan(object);
+        }
         self.is_isolated_within(id, &BTreeSet::from([id]))
     }
 
@@ -745,6 +762,11 @@ impl Ledger {
     /// the others (one read the refund another made, two sent one key), none with an intent
     /// that stays. Returns false (and changes nothing) otherwise.
     pub fn evict_group(&mut self, ids: &BTreeSet<String>) -> bool {
+        if let [id] = ids.iter().collect::<Vec<_>>()[..] {
+            if let Some(object) = id.strip_prefix(ORPHAN_PREFIX) {
+                return self.evict_orphan(object);
+            }
+        }
         let group: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
         if group.is_empty() || !group.iter().all(|id| self.is_isolated_within(id, &group)) {
             return false;
@@ -772,18 +794,33 @@ impl Ledger {
         for o in &objects {
             self.responders.remove(o);
             self.readers.remove(o);
-            if let Some(records) = self.records.remove(o) {
-                for key in records.iter().filter_map(|r| r.idempotency_key.as_deref()) {
-                    if let Some(f) = self.key_objects.get_mut(key) {
-                        f.0.retain(|x| x != o);
-                        if f.0.is_empty() {
-                            self.key_objects.remove(key);
-                        }
+            self.forget_records(o);
+        }
+        true
+    }
+
+    /// Take an orphan record (every observation of `object`) out of memory, when it is one.
+    fn evict_orphan(&mut self, object: &str) -> bool {
+        if !(self.orphans.contains(object) && self.is_orphan(object)) {
+            return false;
+        }
+        self.orphans.remove(object);
+        self.forget_records(object);
+        true
+    }
+
+    /// Drop every observation of `object` and its place among its keys' objects.
+    fn forget_records(&mut self, object: &str) {
+        if let Some(records) = self.records.remove(object) {
+            for key in records.iter().filter_map(|r| r.idempotency_key.as_deref()) {
+                if let Some(f) = self.key_objects.get_mut(key) {
+                    f.0.retain(|x| x != object);
+                    if f.0.is_empty() {
+                        self.key_objects.remove(key);
                     }
                 }
             }
         }
-        true
     }
 
     /// Add one event. A re-sent event (same identity) changes nothing.

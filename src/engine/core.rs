@@ -239,6 +239,11 @@ impl EngineCore {
         self.routes.is_warm()
     }
 
+    /// Whether any observation of `object` is in memory.
+    pub fn holds_records_of(&self, object: &str) -> bool {
+        self.ledger.has_records_of(object)
+    }
+
     /// The filter of routes to intents out of memory, for its gauges.
     pub fn route_filter(&self) -> &RouteFilter {
         &self.routes
@@ -440,10 +445,11 @@ impl EngineCore {
                 }
                 continue;
             }
-            self.evicted_count = self.evicted_count.saturating_sub(1);
+            // A route may outlive what it reached: an orphan record claimed since has none.
             let Some(history) = self.ledger.history(id) else {
                 continue;
             };
+            self.evicted_count = self.evicted_count.saturating_sub(1);
             let contract = Ledger::contract_for(&history, &self.contracts);
             let mut v = audit::audit(&history, contract, now);
             self.book.apply(&mut v);
@@ -1487,6 +1493,68 @@ mod tests {
             Some(IntentState::Completed)
         );
         assert!(core.verdict("orphan:re_1").is_none());
+    }
+
+    /// A record no intent claims is an orphan; past its grace (its `orphan_record` finding
+    /// raised) only a claim can change it, so it leaves memory like an intent at rest (it used
+    /// to stay, and be read at every start, for ever: every refund a person made by hand). The
+    /// intent whose span arrives late with its key brings it back and takes it, as in an engine
+    /// that never let go.
+    #[test]
+    fn an_orphan_past_its_grace_leaves_memory_and_its_claim_brings_it_back() {
+        let orphan = record("re_9", Some("k9"), "succeeded", 10);
+        let claim = timeout("late", 2, 0, "k9");
+        let mut reference = EngineCore::new(contracts());
+        let mut core = EngineCore::new(contracts()).with_eviction(Some(Dur::secs(60)));
+        for c in [&mut reference, &mut core] {
+            c.ingest(vec![orphan.clone()], t(11));
+        }
+        assert_eq!(core.evict_idle(t(1_000)), 0, "in its grace");
+        let out = core.tick(t(7_200));
+        reference.tick(t(7_200));
+        let v = core.verdict("orphan:re_9").unwrap();
+        assert!(
+            v.findings
+                .iter()
+                .any(|f| f.kind == FindingKind::OrphanRecord),
+            "{v:?}"
+        );
+        assert_eq!(v.rest(), crate::model::Rest::Quiet);
+        let mut routes: Vec<&str> = out.routes.iter().map(|r| r.route.as_str()).collect();
+        routes.sort();
+        assert_eq!(routes, ["k:k9", "o:re_9"], "what a claim arrives by");
+        core.mark_durable(out.seq);
+        assert_eq!(core.evict_idle(t(7_261)), 1);
+        assert_eq!((core.evicted(), core.intents()), (1, 0));
+        assert!(!core.holds_records_of("re_9"));
+
+        assert_eq!(core.routes_to_check(std::slice::from_ref(&claim)), ["k:k9"]);
+        core.rehydrate(
+            &["orphan:re_9".to_string()],
+            vec![orphan],
+            Vec::new(),
+            std::slice::from_ref(&claim),
+            t(9_000),
+        );
+        assert_eq!(core.evicted(), 0);
+        let out = core.ingest(vec![claim.clone()], t(9_000));
+        let expected = reference.ingest(vec![claim], t(9_000));
+        assert_eq!(out.removed, ["orphan:re_9"]);
+        assert_eq!(out.removed, expected.removed);
+        assert_eq!(core.verdict("late"), reference.verdict("late"));
+        assert_eq!(
+            core.verdict("late").map(|v| v.state),
+            Some(IntentState::Completed)
+        );
+        // A route that outlived its orphan reaches nothing now, and counts nothing back.
+        core.rehydrate(
+            &["orphan:re_9".to_string()],
+            Vec::new(),
+            Vec::new(),
+            &[],
+            t(9_001),
+        );
+        assert_eq!(core.evicted(), 0);
     }
 
     #[test]

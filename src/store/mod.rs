@@ -881,7 +881,16 @@ pub async fn reached_from<S: Store + ?Sized>(
             }
         }
         ids.extend(fresh.iter().cloned());
-        for e in evidence(store, std::mem::take(&mut fresh), Vec::new()).await? {
+        // An orphan record's pseudo-intent is its object's records.
+        let (orphans, intents): (Vec<String>, Vec<String>) = std::mem::take(&mut fresh)
+            .into_iter()
+            .partition(|id| id.starts_with(crate::model::ORPHAN_PREFIX));
+        let objects = orphans
+            .iter()
+            .filter_map(|id| id.strip_prefix(crate::model::ORPHAN_PREFIX))
+            .map(str::to_string)
+            .collect();
+        for e in evidence(store, intents, objects).await? {
             let routes_of = e.routes();
             if events.insert(e) {
                 routes.extend(routes_of);

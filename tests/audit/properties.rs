@@ -501,8 +501,10 @@ proptest! {
                     break;
                 }
                 // Records found by a key observe objects whose other records are needed too:
-                // load until nothing new comes back, as the engine does.
-                let mut loaded = touching(&stored, &hits, &[], &[]);
+                // load until nothing new comes back, as the engine does. An orphan record's
+                // pseudo-intent is its object's records.
+                let (intents, objects) = split_orphans(hits.clone());
+                let mut loaded = touching(&stored, &intents, &[], &objects);
                 let (mut asked_keys, mut asked_objects) = (Vec::new(), Vec::new());
                 loop {
                     let (keys, objects) = audit::keys_and_objects(&loaded);
@@ -672,6 +674,20 @@ proptest! {
     }
 }
 
+/// Intent ids, and the objects of the orphan records' pseudo-intents among `ids` (as
+/// `store::reached_from` asks for them).
+fn split_orphans(ids: Vec<String>) -> (Vec<String>, Vec<String>) {
+    let (orphans, intents): (Vec<String>, Vec<String>) = ids
+        .into_iter()
+        .partition(|id| id.starts_with(audit::ORPHAN_PREFIX));
+    let objects = orphans
+        .iter()
+        .filter_map(|id| id.strip_prefix(audit::ORPHAN_PREFIX))
+        .map(str::to_string)
+        .collect();
+    (intents, objects)
+}
+
 /// A store as the lazy-start property sees it: events, the routes table, the escalations.
 #[derive(Default)]
 struct ModelStore {
@@ -759,7 +775,8 @@ impl ModelStore {
             }
             ids.extend(fresh.iter().cloned());
             probe = Vec::new();
-            for e in self.evidence(&std::mem::take(&mut fresh), &[]) {
+            let (intents, objects) = split_orphans(std::mem::take(&mut fresh));
+            for e in self.evidence(&intents, &objects) {
                 if !loaded.contains(&e) {
                     probe.push(e.clone());
                     loaded.push(e);

@@ -167,6 +167,73 @@ async fn a_quiet_unknown_intent_leaves_memory_and_its_late_record_completes_it()
     s.stop().await;
 }
 
+/// A refund record no agent's span claims (a person refunded by hand): an orphan, and past its
+/// grace at once (observed an hour ago). It leaves memory; a restart neither loads it nor
+/// drops its verdict; and when the span that made it arrives late, by the key alone, the
+/// refund is that intent's and the pseudo-intent is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphan_record_past_its_grace_leaves_memory_until_claimed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(dir.path().join("data"));
+    config.evict_after = Some(Duration::from_millis(200));
+    let s = Server::start_with(dir, config.clone()).await;
+    let (a, key, re) = (unique("int"), unique("k"), unique("re"));
+    let t0 = ago(3_600.0);
+    s.records(
+        &json!({"kind": "refund", "object_id": re, "idempotency_key": key,
+                      "status": "succeeded", "amount": "45.00", "currency": "usd",
+                      "target": "1042", "observed_at": rfc3339(after(t0, 1.0))}),
+    )
+    .await;
+    let orphan = format!("orphan:{re}");
+    let v = s
+        .poll(&format!("/api/v1/intents/{orphan}"), |v| {
+            v["intent_id"] == orphan.as_str()
+        })
+        .await;
+    assert!(
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["kind"] == "orphan_record"),
+        "{v}"
+    );
+    until_evicted(&s, 1).await;
+    assert_eq!(s.metric("reckon_intents").await, Some(0.0));
+
+    // Past the checkpoint's margin, so the start does not read the record back as part of
+    // what arrived since the stop's checkpoint: it knows the orphan only by its stored verdict.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let dir = s.stop().await;
+    let s = Server::start_with(dir, config).await;
+    let (code, v) = s.get(&format!("/api/v1/intents/{orphan}")).await;
+    assert_eq!(code, 200, "a restart keeps the orphan's verdict: {v}");
+    export_http(
+        &s,
+        &[&ToolSpan::new("issue_refund", t0, 30.0)
+            .intent(&a)
+            .key(&key)
+            .args(refund_args("45.00"))
+            .timeout()],
+    )
+    .await;
+    let v = s.verdict(&a).await;
+    assert_verdict(&v, "completed / none / -");
+    assert_eq!(v["objects"][0]["object_id"], re.as_str(), "{v}");
+    // Its removal is written behind the claim.
+    let mut answer = (0, Value::Null);
+    for _ in 0..150 {
+        answer = s.get(&format!("/api/v1/intents/{orphan}")).await;
+        if answer.0 == 404 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(answer.0, 404, "the pseudo-intent is gone: {}", answer.1);
+    s.stop().await;
+}
+
 /// `retention`: the raw events of a settled intent older than it leave the store while the
 /// service runs; its verdict is still served. The expiry runs at start and every `retention`
 /// (here a second).
