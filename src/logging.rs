@@ -54,45 +54,55 @@ pub fn init_logging(format: LogFormat, filter: &str) -> Result<(), LoggingError>
     Ok(())
 }
 
-/// Lets a log line that can repeat once per request through at most once per period, counting
-/// what it held back. A full disk or a dead store refuses every export: a line per refusal would
-/// flood the log, often onto the very disk that is full. Metrics still count every one.
+/// Lets a log line that can repeat once per request through at most once per period for each
+/// kind of failure, counting what it held back. A full disk or a dead store refuses every
+/// export: a line per refusal would flood the log, often onto the very disk that is full.
+/// Metrics still count every one. Kinds are apart so a rare failure (a damaged page) is not
+/// held back behind a storm of a common one (the full disk).
 pub struct Throttle {
     every: Duration,
-    /// When a line last went through, and how many were held back since.
-    state: Mutex<(Option<Instant>, u64)>,
+    /// Per kind: when a line last went through, and how many were held back since.
+    kinds: Mutex<Vec<(String, Instant, u64)>>,
 }
 
-/// Failures that repeat per request are logged at most this often, each site on its own.
+/// Failures that repeat per request are logged at most this often, each site and kind on its
+/// own.
 pub const REPEATED_FAILURE_EVERY: Duration = Duration::from_secs(5);
+
+/// Kinds one throttle tells apart; a new one past this replaces the one heard from longest ago.
+const MAX_KINDS: usize = 16;
 
 impl Throttle {
     pub const fn new(every: Duration) -> Self {
         Throttle {
             every,
-            state: Mutex::new((None, 0)),
+            kinds: Mutex::new(Vec::new()),
         }
     }
 
-    /// `Some(held_back)`: log this one, saying how many were held back before it; `None`: hold
-    /// it back.
-    pub fn admit(&self) -> Option<u64> {
-        self.admit_at(Instant::now())
+    /// `Some(held_back)`: log this one, saying how many of its `kind` (a short, stable label:
+    /// [`crate::store::StoreError::kind`]) were held back before it; `None`: hold it back.
+    pub fn admit(&self, kind: &str) -> Option<u64> {
+        self.admit_at(kind, Instant::now())
     }
 
-    fn admit_at(&self, now: Instant) -> Option<u64> {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let (last, held_back) = &mut *state;
-        match last {
-            Some(at) if now.saturating_duration_since(*at) < self.every => {
+    fn admit_at(&self, kind: &str, now: Instant) -> Option<u64> {
+        let mut kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, last, held_back)) = kinds.iter_mut().find(|(k, ..)| k == kind) {
+            if now.saturating_duration_since(*last) < self.every {
                 *held_back += 1;
-                None
+                return None;
             }
-            _ => {
-                *last = Some(now);
-                Some(std::mem::take(held_back))
+            *last = now;
+            return Some(std::mem::take(held_back));
+        }
+        if kinds.len() >= MAX_KINDS {
+            if let Some(oldest) = (0..kinds.len()).min_by_key(|&i| kinds[i].1) {
+                kinds.swap_remove(oldest);
             }
         }
+        kinds.push((kind.to_string(), now, 0));
+        Some(0)
     }
 }
 
@@ -104,17 +114,52 @@ mod tests {
     fn a_throttle_lets_one_line_through_per_period_and_counts_the_rest() {
         let t = Throttle::new(Duration::from_secs(5));
         let t0 = Instant::now();
-        assert_eq!(t.admit_at(t0), Some(0), "the first goes through");
-        assert_eq!(t.admit_at(t0 + Duration::from_secs(1)), None);
-        assert_eq!(t.admit_at(t0 + Duration::from_millis(4_999)), None);
+        let full = "sqlite:DiskFull";
+        assert_eq!(t.admit_at(full, t0), Some(0), "the first goes through");
+        assert_eq!(t.admit_at(full, t0 + Duration::from_secs(1)), None);
+        assert_eq!(t.admit_at(full, t0 + Duration::from_millis(4_999)), None);
         assert_eq!(
-            t.admit_at(t0 + Duration::from_secs(5)),
+            t.admit_at(full, t0 + Duration::from_secs(5)),
             Some(2),
             "the next says how many it held back"
         );
-        assert_eq!(t.admit_at(t0 + Duration::from_secs(6)), None);
-        assert_eq!(t.admit_at(t0 + Duration::from_secs(11)), Some(1));
-        assert_eq!(t.admit_at(t0 + Duration::from_secs(30)), Some(0));
+        assert_eq!(t.admit_at(full, t0 + Duration::from_secs(6)), None);
+        assert_eq!(t.admit_at(full, t0 + Duration::from_secs(11)), Some(1));
+        assert_eq!(t.admit_at(full, t0 + Duration::from_secs(30)), Some(0));
+    }
+
+    /// A rare failure in the middle of a storm of another is logged at once, and counted on
+    /// its own; past the kinds it tells apart, the one heard from longest ago makes room.
+    #[test]
+    fn each_kind_of_failure_has_its_own_period() {
+        let t = Throttle::new(Duration::from_secs(5));
+        let t0 = Instant::now();
+        assert_eq!(t.admit_at("sqlite:DiskFull", t0), Some(0));
+        assert_eq!(
+            t.admit_at("sqlite:DiskFull", t0 + Duration::from_secs(1)),
+            None
+        );
+        assert_eq!(
+            t.admit_at("sqlite:DatabaseCorrupt", t0 + Duration::from_secs(2)),
+            Some(0),
+            "not held back behind the full disk"
+        );
+        assert_eq!(
+            t.admit_at("sqlite:DatabaseCorrupt", t0 + Duration::from_secs(3)),
+            None
+        );
+        assert_eq!(
+            t.admit_at("sqlite:DiskFull", t0 + Duration::from_secs(5)),
+            Some(1)
+        );
+        for i in 0..MAX_KINDS {
+            t.admit_at(&format!("clickhouse:{i}"), t0 + Duration::from_secs(6));
+        }
+        assert_eq!(
+            t.admit_at("sqlite:DiskFull", t0 + Duration::from_secs(7)),
+            Some(0),
+            "forgotten to make room, so heard afresh"
+        );
     }
 
     #[test]

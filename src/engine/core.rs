@@ -918,6 +918,8 @@ impl EngineCore {
 
     /// An intent no longer held: what is remembered of it goes, and its booked re-audit.
     fn forget(&mut self, id: &str) {
+        // What is forgotten waits for no group (a claimed orphan, an evicted group's member).
+        self.lingering.remove(id);
         let Some((key, old)) = self.verdicts.remove_entry(id) else {
             return;
         };

@@ -153,7 +153,7 @@ impl IngestService {
     ) -> Result<(), IngestError> {
         self.engine.ingest(events, received, admitted).await.map_err(|e| {
             static LOG: Throttle = Throttle::new(REPEATED_FAILURE_EVERY);
-            if let Some(held_back) = LOG.admit() {
+            if let Some(held_back) = LOG.admit(&e.kind()) {
                 tracing::error!(error = %e, held_back, "store refused an append; the export is not acknowledged");
             }
             self.metrics.rejection("unavailable", 1);
@@ -315,7 +315,7 @@ impl IngestService {
         asked.dedup();
         let mut known = self.store.known_observations(asked).await.map_err(|e| {
             static LOG: Throttle = Throttle::new(REPEATED_FAILURE_EVERY);
-            if let Some(held_back) = LOG.admit() {
+            if let Some(held_back) = LOG.admit(&e.kind()) {
                 tracing::error!(error = %e, held_back, "store could not say which records it knows; the post is not acknowledged");
             }
             self.metrics.rejection("unavailable", 1);

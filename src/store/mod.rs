@@ -101,6 +101,27 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// A short, stable label of what went wrong (the SQLite result code, the ClickHouse error
+    /// code, the variant): what a [`crate::logging::Throttle`] tells failures apart by.
+    pub fn kind(&self) -> String {
+        match self {
+            StoreError::Io { source, .. } => format!("io:{:?}", source.kind()),
+            StoreError::Sqlite(e) => sqlite_kind(e),
+            StoreError::ClickHouse(e) => e.kind(),
+            StoreError::ClickHouseConfig(_) => "clickhouse_config".into(),
+            StoreError::ClickHouseSchemaTooNew { .. } => "clickhouse_schema_too_new".into(),
+            StoreError::Corrupt { table, .. } => format!("corrupt:{table}"),
+            StoreError::SchemaTooNew { .. } => "schema_too_new".into(),
+            StoreError::SchemaOutdated { .. } => "schema_outdated".into(),
+            StoreError::BadCursor(_) => "bad_cursor".into(),
+            StoreError::WriterGone => "writer_gone".into(),
+            StoreError::ReadOnly => "read_only".into(),
+            StoreError::WriteFailed(_) => "write_failed".into(),
+            StoreError::Task(_) => "task".into(),
+            StoreError::Timeout(_) => "timeout".into(),
+        }
+    }
+
     pub(crate) fn corrupt(
         table: &'static str,
         column: &'static str,
@@ -111,6 +132,14 @@ impl StoreError {
             column,
             detail: detail.into(),
         }
+    }
+}
+
+/// [`StoreError::kind`] of a SQLite error: its result code (`DiskFull`, `DatabaseBusy`, ...).
+pub fn sqlite_kind(e: &rusqlite::Error) -> String {
+    match e.sqlite_error_code() {
+        Some(code) => format!("sqlite:{code:?}"),
+        None => "sqlite".into(),
     }
 }
 

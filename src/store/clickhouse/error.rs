@@ -118,6 +118,21 @@ pub struct ClickHouseError {
     pub source: ::clickhouse::error::Error,
 }
 
+impl ClickHouseError {
+    /// Its code, for [`crate::store::StoreError::kind`].
+    pub fn kind(&self) -> String {
+        kind_of(self.code)
+    }
+}
+
+/// `clickhouse:{code}`, or `clickhouse` when the server gave none (a connection refused).
+pub(crate) fn kind_of(code: Option<u32>) -> String {
+    match code {
+        Some(code) => format!("clickhouse:{code}"),
+        None => "clickhouse".into(),
+    }
+}
+
 impl fmt::Display for ClickHouseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let class = match self.class {
@@ -203,7 +218,7 @@ impl RetryPolicy {
                     }
                     let pause = self.delay(tries);
                     static LOG: Throttle = Throttle::new(REPEATED_FAILURE_EVERY);
-                    if let Some(held_back) = LOG.admit() {
+                    if let Some(held_back) = LOG.admit(&kind_of(code)) {
                         tracing::warn!(op = %op(), error = %source, try_ = tries, pause_ms = pause.as_millis() as u64, held_back, "ClickHouse failed transiently; retrying");
                     }
                     tokio::time::sleep(pause).await;

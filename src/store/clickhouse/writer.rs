@@ -198,7 +198,7 @@ async fn commit(
         }
         Err(e) => {
             static LOG: Throttle = Throttle::new(REPEATED_FAILURE_EVERY);
-            if let Some(held_back) = LOG.admit() {
+            if let Some(held_back) = LOG.admit(&e.kind()) {
                 tracing::error!(error = %e, requests = batch.len(), held_back, "group insert failed");
             }
             let msg = e.to_string();

@@ -191,7 +191,7 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Request>, seq: &mut i64) {
         }
         if let Err(e) = conn.execute_batch(end) {
             static LOG: Throttle = Throttle::new(REPEATED_FAILURE_EVERY);
-            if let Some(held_back) = LOG.admit() {
+            if let Some(held_back) = LOG.admit(&crate::store::sqlite_kind(&e)) {
                 tracing::error!(error = %e, held_back, "savepoint end failed");
             }
         }
@@ -200,7 +200,7 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Request>, seq: &mut i64) {
     if let Err(e) = conn.execute_batch("COMMIT") {
         let msg = e.to_string();
         static LOG: Throttle = Throttle::new(REPEATED_FAILURE_EVERY);
-        if let Some(held_back) = LOG.admit() {
+        if let Some(held_back) = LOG.admit(&crate::store::sqlite_kind(&e)) {
             tracing::error!(error = %msg, held_back, "group commit failed");
         }
         // Leave no half-open transaction for the next batch; errors here mean it is already gone.
