@@ -304,6 +304,10 @@ macro_rules! conformance {
                 .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn retention_expires_old_outbox_items() {
+                run(|h| async move { super::retention_expires_old_outbox_items(&*h).await }).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn restart_loads_only_what_is_open() {
                 run(|h| async move { super::restart_loads_only_what_is_open(&*h).await }).await
             }
@@ -2179,6 +2183,51 @@ fn outbox_item(esc: &str, version: u64, target: &str, created: i64) -> OutboxIte
         format!("{{\"version\":{version}}}"),
         at(created),
     )
+}
+
+/// Retention of the outbox: items enqueued before the instant go, every version of each (a
+/// delivered one does not come back as pending from its earlier rows), and later ones stay.
+async fn retention_expires_old_outbox_items<H: Harness>(h: &H) {
+    let store = h.open().await;
+    let p = Policy::default();
+    let old = outbox_item("esc-old", 1, "hook", 1);
+    let delivered = after_attempt(&old, Tried::Delivered, at(3), &p);
+    let stale = outbox_item("esc-stale", 1, "hook", 2);
+    let recent = outbox_item("esc-new", 1, "hook", 100);
+    store
+        .outbox_put(vec![old.clone(), stale, recent.clone()])
+        .await
+        .unwrap();
+    store.outbox_put(vec![delivered]).await.unwrap();
+    assert_eq!(
+        store
+            .outbox_pending("hook", at(0), 100)
+            .await
+            .unwrap()
+            .total,
+        2,
+        "the stale one and the recent one are pending"
+    );
+    let n = store.expire_outbox(at(50)).await.unwrap();
+    assert!(n >= 2, "{n}");
+    let mut tries = 0;
+    loop {
+        let page = store.outbox_pending("hook", at(0), 100).await.unwrap();
+        if page.items == [recent.clone()] {
+            break;
+        }
+        tries += 1;
+        assert!(tries < 40, "still there: {:?}", ids(&page));
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // Nothing left to delete: no rewrite of the table is asked for.
+    let mut again = store.expire_outbox(at(50)).await.unwrap();
+    while again > 0 && tries < 40 {
+        tries += 1;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        again = store.expire_outbox(at(50)).await.unwrap();
+    }
+    assert_eq!(again, 0);
 }
 
 fn ids(p: &OutboxPage) -> Vec<String> {

@@ -1291,6 +1291,10 @@ const EXPIRE_PAGE: usize = 1000;
 /// Retention: at start and then every `retention` (at most hourly), the raw events of settled
 /// intents whose latest event is older than `retention` leave the store
 /// ([`Store::expire_events`]), page by page.
+/// Outbox items younger than this stay whatever the retention: a notification is retried for
+/// 24 h after it was enqueued, and the delivery reads back the last 25 h.
+const OUTBOX_KEPT_AT_LEAST: Dur = Dur::hours(48);
+
 async fn expire_loop(engine: std::sync::Weak<Engine>, retention: Duration) {
     let every = retention.min(Duration::from_secs(3600));
     let retention = Dur(retention.as_nanos().min(i64::MAX as u128) as i64);
@@ -1315,6 +1319,15 @@ async fn expire_loop(engine: std::sync::Weak<Engine>, retention: Duration) {
         }
         if expired > 0 {
             tracing::info!(intents = expired, "raw events past retention deleted");
+        }
+        // Notifications go with the same retention, never before they are past delivering.
+        let past_delivery = wall_now() - OUTBOX_KEPT_AT_LEAST;
+        match e.store.expire_outbox(before.min(past_delivery)).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(notifications = n, "outbox items past retention deleted"),
+            Err(err) => {
+                tracing::warn!(error = %err, "expiring outbox items failed; trying again later")
+            }
         }
         drop(e);
         tokio::time::sleep(every).await;

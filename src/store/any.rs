@@ -53,6 +53,10 @@ impl Store for AnyStore {
     async fn expire_events(&self, before: Timestamp, limit: usize) -> Result<usize, StoreError> {
         dispatch!(self, s => s.expire_events(before, limit))
     }
+
+    async fn expire_outbox(&self, before: Timestamp) -> Result<u64, StoreError> {
+        dispatch!(self, s => s.expire_outbox(before))
+    }
     async fn routes_after(&self, after: &str, limit: usize) -> Result<Vec<String>, StoreError> {
         dispatch!(self, s => s.routes_after(after, limit))
     }

@@ -617,6 +617,30 @@ impl Store for ClickHouseStore {
         Ok(page.len())
     }
 
+    async fn expire_outbox(&self, before: Timestamp) -> Result<u64, StoreError> {
+        // Every version of an item carries its enqueue time, so the filter takes all of an
+        // item's rows or none (a delivered item never comes back as pending). A mutation
+        // rewrites the table's parts: asked for only when there is something to delete.
+        let before = before.0.max(0) as u64;
+        let q = self
+            .client
+            .query("SELECT count() FROM reckon_outbox WHERE created_ns < ?")
+            .bind(before);
+        let rows = self
+            .fetch::<u64>("count expired notifications", q)
+            .await?
+            .pop()
+            .unwrap_or(0);
+        if rows > 0 {
+            let q = self
+                .client
+                .query("ALTER TABLE reckon_outbox DELETE WHERE created_ns < ?")
+                .bind(before);
+            self.execute("expire notifications", q).await?;
+        }
+        Ok(rows)
+    }
+
     async fn routes_after(&self, after: &str, limit: usize) -> Result<Vec<String>, StoreError> {
         let q = self
             .client

@@ -579,6 +579,16 @@ pub trait Store: Send + Sync {
         limit: usize,
     ) -> impl Future<Output = Result<usize, StoreError>> + Send;
 
+    /// Retention of the outbox: every notification enqueued before `before` is deleted, whatever
+    /// its state. The caller keeps `before` past the delivery's give-up age (24 h), so none of
+    /// them is still being delivered: those are delivered, given up, or pending ones nobody
+    /// reads any more (left by a process that stopped for longer than that). The bodies they
+    /// carry are copies of what was sent; the escalations stay. Returns how many.
+    fn expire_outbox(
+        &self,
+        before: Timestamp,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
     /// Distinct routes greater than `after`, in order, at most `limit`: for filling the
     /// engine's route filter page by page.
     fn routes_after(

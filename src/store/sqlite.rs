@@ -246,6 +246,12 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn expire_outbox(&self, before: Timestamp) -> Result<u64, StoreError> {
+        self.write(|reply| Request::ExpireOutbox(before, reply))
+            .await
+            .map(|n| n as u64)
+    }
+
     // ---- verdicts
 
     async fn put_verdicts(&self, verdicts: Vec<Verdict>) -> Result<(), StoreError> {

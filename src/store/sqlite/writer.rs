@@ -52,6 +52,8 @@ pub enum Request {
     PutOutbox(Vec<OutboxItem>, Reply<()>),
     /// Retention: raw events of settled intents older than the instant, at most so many intents.
     Expire(Timestamp, usize, Reply<usize>),
+    /// Retention of the outbox: notifications enqueued before the instant.
+    ExpireOutbox(Timestamp, Reply<usize>),
 }
 
 /// [`crate::store::Derived`] with its verdict documents encoded.
@@ -82,6 +84,7 @@ impl Request {
             Request::SwapEscalation(s, _) => 1 + s.2.len(),
             Request::PutOutbox(v, _) => v.len(),
             Request::Expire(_, limit, _) => *limit,
+            Request::ExpireOutbox(..) => 1,
         }
     }
 }
@@ -173,6 +176,14 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Request>, seq: &mut i64) {
             }
             Request::PutOutbox(items, tx) => Done::Unit(put_outbox(conn, &items), tx),
             Request::Expire(before, limit, tx) => Done::Count(expire(conn, before, limit), tx),
+            Request::ExpireOutbox(before, tx) => Done::Count(
+                conn.execute(
+                    "DELETE FROM reckon_outbox WHERE created_at < ?1",
+                    [before.0],
+                )
+                .map_err(StoreError::from),
+                tx,
+            ),
         };
         let ok = match &d {
             Done::Append(r, _) => r.is_ok(),
@@ -224,7 +235,7 @@ fn unanswered(r: Request) -> Done {
         | Request::PutEscalations(_, tx)
         | Request::PutDerived(_, tx)
         | Request::PutOutbox(_, tx) => Done::Unit(Ok(()), tx),
-        Request::Expire(_, _, tx) => Done::Count(Ok(0), tx),
+        Request::Expire(_, _, tx) | Request::ExpireOutbox(_, tx) => Done::Count(Ok(0), tx),
         Request::SwapEscalation(_, tx) => Done::Swap(Ok(Swap::Written), tx),
     }
 }
