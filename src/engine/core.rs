@@ -124,6 +124,10 @@ struct Remembered {
     fingerprint: u64,
     audited_at: Timestamp,
     at_rest: bool,
+    /// The step that last handed out its routes at rest (0: they were in the store already):
+    /// it may leave only once that step is durable, so an event on a route it gained since
+    /// finds it in the store. Its older entries in the eviction queue are stale.
+    rest_seq: u64,
     /// Where `fingerprint` and `findings` come from.
     since: Since,
     /// `(kind, hash of subject)` of its findings: one not among them is new.
@@ -164,6 +168,7 @@ impl Remembered {
             since: Since::Audit,
             findings: v.findings.iter().map(finding_identity).collect(),
             booked: None,
+            rest_seq: 0,
         }
     }
 
@@ -180,6 +185,7 @@ impl Remembered {
             },
             findings: Box::default(),
             booked: None,
+            rest_seq: 0,
         }
     }
 
@@ -294,10 +300,15 @@ impl EngineCore {
             if *t + after > now || *seq > self.durable {
                 break;
             }
-            let Some((_, _, id)) = self.resting.pop_front() else {
+            let Some((_, seq, id)) = self.resting.pop_front() else {
                 break;
             };
-            let still = self.verdicts.get(id.as_str()).is_some_and(|v| v.at_rest)
+            // An entry older than the intent's last step at rest is stale: that step has its
+            // own entry (its routes may not be in the store yet).
+            let still = self
+                .verdicts
+                .get(id.as_str())
+                .is_some_and(|v| v.at_rest && v.rest_seq == seq)
                 && self.book.open_for(&id).is_none();
             if !still {
                 continue;
@@ -340,7 +351,10 @@ impl EngineCore {
     /// no open escalation) and has not changed since.
     fn may_leave_with_others(&self, id: &str) -> bool {
         self.lingering.contains(id)
-            && self.verdicts.get(id).is_some_and(|v| v.at_rest)
+            && self
+                .verdicts
+                .get(id)
+                .is_some_and(|v| v.at_rest && v.rest_seq <= self.durable)
             && self.book.open_for(id).is_none()
     }
 
@@ -874,7 +888,10 @@ impl EngineCore {
         // Written only when something material changed (a re-sent export, a deadline that
         // changed nothing): the stored row already says it. Callers audit each intent at most
         // once per step (ids come from sets), so no dedup here.
-        let remembered = Remembered::of(&v);
+        let mut remembered = Remembered::of(&v);
+        if remembered.at_rest {
+            remembered.rest_seq = out.seq;
+        }
         let before = self.verdicts.get(id).and_then(Remembered::written);
         // A restore's stored row was not at rest (start-up loads only those): one that is now
         // must say so, or every start would load it again. (Rows written before quiet intents
@@ -1557,6 +1574,32 @@ mod tests {
             t(9_001),
         );
         assert_eq!(core.evicted(), 0);
+    }
+
+    /// An intent at rest that gains a route (here an orphan's new record with a new key) may
+    /// leave only once the step that handed that route out is durable: its older entry in the
+    /// eviction queue, durable and due, is stale. (It used to leave on the older entry, so an
+    /// event on the new key during the persister's lag found no owner in the store.)
+    #[test]
+    fn an_intent_at_rest_leaves_only_once_its_newest_routes_are_durable() {
+        let mut core = EngineCore::new(contracts()).with_eviction(Some(Dur::secs(60)));
+        core.ingest(vec![record("re_9", Some("k9"), "succeeded", 10)], t(11));
+        let first = core.tick(t(7_200));
+        assert_eq!(
+            core.verdict("orphan:re_9").unwrap().rest(),
+            crate::model::Rest::Quiet
+        );
+        core.mark_durable(first.seq);
+        let later = core.ingest(
+            vec![record("re_9", Some("k10"), "succeeded", 7_240)],
+            t(7_250),
+        );
+        assert!(later.routes.iter().any(|r| r.route == "k:k10"));
+        assert_eq!(core.evict_idle(t(7_261)), 0, "k:k10 is not in the store yet");
+        assert_eq!(core.next_eviction(), None, "nothing durable is due");
+        core.mark_durable(later.seq);
+        assert_eq!(core.next_eviction(), Some(t(7_310)));
+        assert_eq!(core.evict_idle(t(7_310)), 1);
     }
 
     #[test]
