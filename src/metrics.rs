@@ -445,7 +445,6 @@ impl Metrics {
         self.verdicts_unwritten.store(n, Relaxed);
     }
 
-    /// Intents the engine currently holds.
     /// The route filter's size and its estimated false-positive rate.
     pub fn set_route_filter(&self, bytes: u64, false_positives: f64) {
         self.route_filter_bytes
@@ -454,6 +453,7 @@ impl Metrics {
             .store(false_positives.to_bits(), Relaxed);
     }
 
+    /// Intents the engine currently holds.
     pub fn set_intents(&self, n: u64) {
         self.intents
             .store(i64::try_from(n).unwrap_or(i64::MAX), Relaxed);
@@ -633,7 +633,7 @@ impl Metrics {
         header(
             &mut out,
             "reckon_intents_evicted",
-            "Intents at rest (settled, or quiet: unknown with nothing booked and no open escalation) that left memory for the store; an event on one brings it back.",
+            "Intents at rest (settled; or quiet: unknown or pending with nothing booked and no open escalation, or an orphan record past its grace) that left memory for the store; an event on one brings it back.",
             "gauge",
         );
         let _ = writeln!(

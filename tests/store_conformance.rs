@@ -304,6 +304,16 @@ macro_rules! conformance {
                 .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_claimed_orphan_reaches_nothing_and_its_record_expires_with_its_intent() {
+                run(|h| async move {
+                    super::a_claimed_orphan_reaches_nothing_and_its_record_expires_with_its_intent(
+                        &*h,
+                    )
+                    .await
+                })
+                .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn retention_expires_old_outbox_items() {
                 run(|h| async move { super::retention_expires_old_outbox_items(&*h).await }).await
             }
@@ -3426,6 +3436,69 @@ async fn contracts_reload_through_the_engine<H: Harness>(h: &H) {
         "intent-s after a restart, judged under the new set"
     );
     stop(engine, tasks).await;
+}
+
+/// The webhook before the span, as it usually goes: the record is an orphan first (its routes
+/// are written with the step that reached it), then the span claims it by key and the
+/// pseudo-intent is removed. Its routes must go with it: a later event on the object reaches
+/// only the intent, and retention deletes the record with the intent (it was not another
+/// owner of the object's route). Found by review: the record outlived every retention.
+async fn a_claimed_orphan_reaches_nothing_and_its_record_expires_with_its_intent<H: Harness>(
+    h: &H,
+) {
+    let store = h.open().await;
+    let rec = record("re_old", None, Some("k-old"), "succeeded", 5);
+    let span = ev(refund(1, "old", 0)
+        .key("k-old")
+        .http(200)
+        .object("re_old", "succeeded"));
+    appended(&store, vec![rec.clone(), span.clone()]).await;
+    let mut core = EngineCore::new(contracts());
+    let first = core.ingest(vec![rec], at(6));
+    assert!(
+        first.routes.iter().any(|r| r.intent_id == "orphan:re_old"),
+        "an orphan's routes are written while it is in its grace"
+    );
+    let second = core.ingest(vec![span], at(7));
+    assert_eq!(second.removed, ["orphan:re_old"]);
+    for out in [first, second] {
+        store
+            .put_derived(Derived {
+                verdicts: out.verdicts,
+                routes: out.routes,
+                removed: out.removed,
+                ..Derived::default()
+            })
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        store
+            .route_owners(vec!["o:re_old".into(), "k:k-old".into()])
+            .await
+            .unwrap(),
+        ["old"]
+    );
+    assert_eq!(store.expire_events(at(500), 10).await.unwrap(), 1);
+    let mut tries = 0;
+    loop {
+        let left = store
+            .events_touching(reckon::store::EventQuery {
+                objects: vec!["re_old".into()],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        if left.is_empty() {
+            break;
+        }
+        tries += 1;
+        assert!(
+            tries < 40,
+            "the claimed record outlives retention: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// Retention: the raw events of a settled intent whose latest event is older than the cut

@@ -1595,7 +1595,11 @@ mod tests {
             t(7_250),
         );
         assert!(later.routes.iter().any(|r| r.route == "k:k10"));
-        assert_eq!(core.evict_idle(t(7_261)), 0, "k:k10 is not in the store yet");
+        assert_eq!(
+            core.evict_idle(t(7_261)),
+            0,
+            "k:k10 is not in the store yet"
+        );
         assert_eq!(core.next_eviction(), None, "nothing durable is due");
         core.mark_durable(later.seq);
         assert_eq!(core.next_eviction(), Some(t(7_310)));

@@ -49,6 +49,12 @@ impl Pending {
 
     fn take(&mut self, o: Outcome) {
         self.seq = self.seq.max(o.seq);
+        if !o.removed.is_empty() {
+            // A pseudo-intent that stopped existing takes the routes it was given with it.
+            let gone: std::collections::HashSet<&str> =
+                o.removed.iter().map(String::as_str).collect();
+            self.routes.retain(|r| !gone.contains(r.intent_id.as_str()));
+        }
         self.routes.extend(o.routes);
         for id in o.removed {
             self.verdicts.remove(&id);

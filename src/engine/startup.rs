@@ -51,8 +51,8 @@ pub(super) async fn load_unsettled(store: &AnyStore) -> Result<Loaded, StoreErro
     let mut stored =
         foldhash::HashMap::with_capacity_and_hasher(unsettled.len(), Default::default());
     for u in unsettled {
-        // An orphan record's pseudo-intent has no routes in the store until it rests (its
-        // grace over): one that is not at rest is always read now.
+        // An orphan record in its grace is always read now: a store written before orphans
+        // had routes holds none that would find it.
         if !open_routes || u.intent_id.starts_with(audit::ORPHAN_PREFIX) {
             intents.insert(u.intent_id.clone());
         }
@@ -252,18 +252,23 @@ pub(super) async fn fill_route_filter(engine: std::sync::Weak<Engine>) {
 /// of intents that no longer exist. Only
 /// pseudo-intents (orphan records) ever stop existing: a real intent's verdict outlives its
 /// events (raw events may expire, verdicts are kept), so only `orphan:` rows are checked, and
-/// only those whose records the start read: an orphan at rest is not loaded, and is not stale
-/// for that. One that was claimed before a crash lost the removal of its row was claimed by an
-/// event after the checkpoint, which the start reads with the records it reaches.
+/// only those the start read (`asked` for as open, or whose records it holds): an orphan at rest
+/// is not loaded, and is not stale for that. One that was claimed before a crash lost the
+/// removal of its row was claimed by an event after the checkpoint, which the start reads with
+/// the records it reaches.
 /// Done before the engine serves, so no reader sees them once it is ready.
-pub(super) async fn reconcile(store: &AnyStore, core: &EngineCore) -> Result<(), StoreError> {
+pub(super) async fn reconcile(
+    store: &AnyStore,
+    core: &EngineCore,
+    asked: impl Fn(&str) -> bool,
+) -> Result<(), StoreError> {
     let stale: Vec<String> = store
         .verdict_ids(audit::ORPHAN_PREFIX)
         .await?
         .into_iter()
         .filter(|id| {
             let object = id.strip_prefix(audit::ORPHAN_PREFIX).unwrap_or(id);
-            !core.holds(id) && core.holds_records_of(object)
+            !core.holds(id) && (asked(id) || core.holds_records_of(object))
         })
         .collect();
     if !stale.is_empty() {

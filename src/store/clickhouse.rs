@@ -539,6 +539,27 @@ impl Store for ClickHouseStore {
             let ids: Vec<String> = self.fetch("route owners", q).await?;
             out.extend(ids);
         }
+        // A claimed orphan's routes stay (deleting them would be a mutation per claim): an
+        // orphan owner counts only while its verdict does.
+        let orphans: Vec<&str> = out
+            .iter()
+            .filter(|id| id.starts_with(crate::model::ORPHAN_PREFIX))
+            .map(String::as_str)
+            .collect();
+        if !orphans.is_empty() {
+            let mut live = std::collections::BTreeSet::new();
+            for chunk in orphans.chunks(CHUNK) {
+                let q = self
+                    .client
+                    .query(
+                        "SELECT intent_id FROM (SELECT intent_id, deleted FROM reckon_verdicts FINAL
+                         WHERE intent_id IN ?) WHERE deleted = 0",
+                    )
+                    .bind(writer::SqlTuple(chunk));
+                live.extend(self.fetch::<String>("live orphan owners", q).await?);
+            }
+            out.retain(|id| !id.starts_with(crate::model::ORPHAN_PREFIX) || live.contains(id));
+        }
         Ok(out.into_iter().collect())
     }
 

@@ -236,7 +236,8 @@ ALTER TABLE reckon_verdicts
     ADD COLUMN contract_version String DEFAULT '' COMMENT 'version of the contract applied (a hash of its content); empty with no contract'";
 
 /// v6: what start-up needs so its time does not grow with history (DESIGN.md "Memory and
-/// history"): which verdicts are settled (the others are loaded), the routes by which later
+/// history"): which verdicts are settled (the others are loaded; `settled` holds
+/// [`crate::model::Rest`] as a number, 2 for quiet, which the column's comment predates), the routes by which later
 /// evidence reaches a settled intent, and the engine's checkpoint (events with `ingested_ns`
 /// from it on are read back). The verdicts view is recreated so current servers show the new
 /// column.

@@ -180,7 +180,9 @@ ALTER TABLE reckon_verdicts ADD COLUMN contract_version TEXT NOT NULL DEFAULT ''
 /// v7: what start-up needs so its time does not grow with history (DESIGN.md "Memory and
 /// history"): when each event was received (the events since the last checkpoint are read
 /// back), which verdicts are settled (the others are loaded), the routes by which later
-/// evidence reaches a settled intent, and the checkpoint itself.
+/// evidence reaches a settled intent, and the checkpoint itself. `settled` holds
+/// [`crate::model::Rest`] as a number: 0 open (loaded at start), 1 settled (raw events may
+/// expire), 2 quiet (at rest, not terminal; written as such from 2026-12).
 pub const V7_SQL: &str = "
 ALTER TABLE reckon_attempts ADD COLUMN received_at INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE reckon_readbacks ADD COLUMN received_at INTEGER NOT NULL DEFAULT 0;

@@ -520,12 +520,17 @@ fn put_derived(conn: &Connection, d: &EncodedDerived) -> Result<(), StoreError> 
     Ok(())
 }
 
+/// A pseudo-intent that stopped existing (an orphan record now claimed): its verdict, its
+/// findings, and the routes that reached it, so no later event brings back what is gone and
+/// retention does not count it as another owner of the record's object.
 fn delete_verdicts(conn: &Connection, ids: &[String]) -> Result<(), StoreError> {
     let mut verdict = conn.prepare_cached("DELETE FROM reckon_verdicts WHERE intent_id = ?1")?;
     let mut findings = conn.prepare_cached(DELETE_FINDINGS)?;
+    let mut routes = conn.prepare_cached("DELETE FROM reckon_routes WHERE intent_id = ?1")?;
     for id in ids {
         verdict.execute([id])?;
         findings.execute([id])?;
+        routes.execute([id])?;
     }
     Ok(())
 }
