@@ -251,6 +251,11 @@ impl EscalationBook {
             // nothing for an executor to do.
             if !has_new_evidence(verdict, &latest.covered, true) {
                 verdict.decision = Decision::None;
+            } else if verdict.decision == Decision::Escalate {
+                // New statuses alone do not ask a person again (`observe`), so nobody is asked:
+                // `escalate` with nothing open would leave the executor waiting on nobody (and
+                // the intent never at rest). Reading the downstream is what is left to do.
+                verdict.decision = Decision::Reconcile;
             }
         }
     }

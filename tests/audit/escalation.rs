@@ -227,3 +227,58 @@ fn claim_and_resolve_validate_input() {
     );
     assert_eq!(resolved.claimed_by, None);
 }
+
+/// A refund for the wrong amount, still pending: a person looks and resolves it. The refund
+/// then succeeds: a new status, not new attempts or objects, so nobody is asked again, and the
+/// evidence alone says `escalate` (an effect that differs from the intent). With nobody asked,
+/// the decision is `reconcile` (read the downstream), never `escalate` with nothing open: that
+/// left the executor waiting on nobody, and kept the intent from ever being at rest (found by
+/// review).
+#[test]
+fn a_new_status_after_resolution_asks_nobody_and_says_reconcile() {
+    let mut ledger = Ledger::new();
+    let mut book = EscalationBook::new();
+    ledger.add(ev(attempt("i9", R, 0.0, 30.0)
+        .key("k9")
+        .args(refund_args("45.00"))
+        .timeout()));
+    ledger.add(ev(stripe_refund(
+        Some("i9"),
+        "re_9",
+        "pending",
+        40.0,
+        5000,
+        "usd",
+    )));
+    let mut v = audit_all(&ledger, "i9", at(2.0 * MIN));
+    let opened = book.observe(&v).expect("effect_mismatch is high");
+    book.apply(&mut v);
+    book.resolve(
+        &opened.id,
+        "ana",
+        "amount_confirmed",
+        None,
+        at(3.0 * MIN),
+        Some(&v),
+    )
+    .unwrap();
+
+    ledger.add(ev(stripe_refund(
+        Some("i9"),
+        "re_9",
+        "succeeded",
+        4.0 * MIN,
+        5000,
+        "usd",
+    )));
+    let mut v = audit_all(&ledger, "i9", at(5.0 * MIN));
+    assert_eq!(
+        (v.state, v.decision),
+        (IntentState::Unknown, Decision::Escalate),
+        "the evidence alone"
+    );
+    assert!(book.observe(&v).is_none(), "a new status asks nobody again");
+    book.apply(&mut v);
+    assert_eq!(v.decision, Decision::Reconcile);
+    assert!(book.open_for("i9").is_none());
+}
