@@ -65,6 +65,9 @@ pub struct EngineCore {
     /// they leave with the last of their group ([`EngineCore::evict_idle`]). A new verdict takes
     /// an intent out (it must wait its turn again).
     lingering: HashSet<String>,
+    /// Orphan records' pseudo-intents a route brought back that exist no more: removed (their
+    /// stored verdicts and routes) by the next ingest step.
+    stale_orphans: Vec<String>,
     /// Routes that may reach an intent out of memory (its routes are in the store, written
     /// with the verdict that put it at rest): a later event on one brings the intent back.
     routes: RouteFilter,
@@ -206,6 +209,7 @@ impl EngineCore {
             evict_after: None,
             resting: VecDeque::new(),
             lingering: HashSet::default(),
+            stale_orphans: Vec::new(),
             routes: RouteFilter::new(DEFAULT_FILTER_BYTES, false),
             evicted_count: 0,
             evictions: 0,
@@ -459,8 +463,13 @@ impl EngineCore {
                 }
                 continue;
             }
-            // A route may outlive what it reached: an orphan record claimed since has none.
+            // A route may outlive what it reached: an orphan record claimed since has none. One
+            // claimed while out of memory (a reload linked its object to an intent) still has a
+            // stored verdict: the next step removes it.
             let Some(history) = self.ledger.history(id) else {
+                if id.starts_with(audit::ORPHAN_PREFIX) {
+                    self.stale_orphans.push(id.clone());
+                }
                 continue;
             };
             self.evicted_count = self.evicted_count.saturating_sub(1);
@@ -631,6 +640,11 @@ impl EngineCore {
             self.forget(id);
             out.removed.push(id.clone());
         }
+        for id in std::mem::take(&mut self.stale_orphans) {
+            if !self.verdicts.contains_key(id.as_str()) && !change.affected.contains(&id) {
+                out.removed.push(id);
+            }
+        }
         for id in &change.affected {
             self.audit_into(id, now, &mut out);
             // Events are what give an intent keys and objects: its routes go to the store with
@@ -683,6 +697,13 @@ impl EngineCore {
         for id in gone {
             self.forget(&id);
             out.removed.push(id);
+        }
+        // Linked again, an intent at rest may reach other keys and objects: it stays until its
+        // page judges it again and hands out its routes (no queued entry matches till then).
+        for r in self.verdicts.values_mut() {
+            if r.at_rest {
+                r.rest_seq = u64::MAX;
+            }
         }
         let mut ids: Vec<String> = now_ids.into_iter().collect();
         ids.sort_unstable();
@@ -1565,7 +1586,9 @@ mod tests {
             core.verdict("late").map(|v| v.state),
             Some(IntentState::Completed)
         );
-        // A route that outlived its orphan reaches nothing now, and counts nothing back.
+        // A route that outlived its orphan reaches nothing now, and counts nothing back; the
+        // next step removes the pseudo-intent (its stored verdict and routes), in case it was
+        // claimed while out of memory (a reload linked its object) and so never removed.
         core.rehydrate(
             &["orphan:re_9".to_string()],
             Vec::new(),
@@ -1574,6 +1597,9 @@ mod tests {
             t(9_001),
         );
         assert_eq!(core.evicted(), 0);
+        let next = core.ingest(vec![timeout("other", 3, 9_000, "k3")], t(9_002));
+        assert_eq!(next.removed, ["orphan:re_9"]);
+        assert!(core.ingest(Vec::new(), t(9_003)).removed.is_empty(), "once");
     }
 
     /// An intent at rest that gains a route (here an orphan's new record with a new key) may
@@ -1604,6 +1630,29 @@ mod tests {
         core.mark_durable(later.seq);
         assert_eq!(core.next_eviction(), Some(t(7_310)));
         assert_eq!(core.evict_idle(t(7_310)), 1);
+    }
+
+    /// A reload links everything again, so an intent at rest may reach other keys and objects
+    /// under the new contracts: it does not leave on its old entry before its page has judged
+    /// it and handed out its routes, and that step is durable.
+    #[test]
+    fn an_intent_at_rest_waits_for_its_reload_page_before_leaving() {
+        let mut core = EngineCore::new(contracts()).with_eviction(Some(Dur::secs(60)));
+        let settled = core.ingest(
+            vec![
+                timeout("a", 1, 0, "k1"),
+                record("re_1", Some("k1"), "succeeded", 40),
+            ],
+            t(50),
+        );
+        core.mark_durable(settled.seq);
+        let (swapped, ids) = core.swap_contracts(contracts());
+        core.mark_durable(swapped.seq);
+        assert_eq!(core.evict_idle(t(200)), 0, "its page has not judged it yet");
+        let page = core.reaudit_with(&ids, t(200), in_order);
+        assert!(page.routes.iter().any(|r| r.intent_id == "a"));
+        core.mark_durable(page.seq);
+        assert_eq!(core.evict_idle(t(260)), 1);
     }
 
     #[test]

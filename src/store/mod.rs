@@ -116,7 +116,11 @@ impl StoreError {
             StoreError::BadCursor(_) => "bad_cursor".into(),
             StoreError::WriterGone => "writer_gone".into(),
             StoreError::ReadOnly => "read_only".into(),
-            StoreError::WriteFailed(_) => "write_failed".into(),
+            // The commit's error, as every request of the group got it: its text tells kinds
+            // apart (a full disk, a damaged page), and it has few.
+            StoreError::WriteFailed(msg) => {
+                format!("write_failed:{}", msg.chars().take(48).collect::<String>())
+            }
             StoreError::Task(_) => "task".into(),
             StoreError::Timeout(_) => "timeout".into(),
         }
