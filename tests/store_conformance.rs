@@ -2220,24 +2220,35 @@ async fn retention_expires_old_outbox_items<H: Harness>(h: &H) {
     );
     let n = store.expire_outbox(at(50)).await.unwrap();
     assert!(n >= 2, "{n}");
-    let mut tries = 0;
-    loop {
+    once_deleted(|| async {
         let page = store.outbox_pending("hook", at(0), 100).await.unwrap();
-        if page.items == [recent.clone()] {
-            break;
+        (page.items != [recent.clone()]).then(|| format!("still pending: {:?}", ids(&page)))
+    })
+    .await;
+    // Nothing left to delete, once every part is rewritten: no rewrite of the table is asked.
+    once_deleted(|| async {
+        let n = store.expire_outbox(at(50)).await.unwrap();
+        (n > 0).then(|| format!("{n} rows still to delete"))
+    })
+    .await;
+}
+
+/// ClickHouse deletes by mutation, in the background: wait (up to 10 s) until `left` says
+/// nothing is left, or fail with what it last said was.
+async fn once_deleted<F, Fut>(mut left: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<String>>,
+{
+    let mut last = None;
+    for _ in 0..40 {
+        last = left().await;
+        if last.is_none() {
+            return;
         }
-        tries += 1;
-        assert!(tries < 40, "still there: {:?}", ids(&page));
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    // Nothing left to delete: no rewrite of the table is asked for.
-    let mut again = store.expire_outbox(at(50)).await.unwrap();
-    while again > 0 && tries < 40 {
-        tries += 1;
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        again = store.expire_outbox(at(50)).await.unwrap();
-    }
-    assert_eq!(again, 0);
+    panic!("{}", last.unwrap_or_default());
 }
 
 fn ids(p: &OutboxPage) -> Vec<String> {
@@ -3480,8 +3491,7 @@ async fn a_claimed_orphan_reaches_nothing_and_its_record_expires_with_its_intent
         ["old"]
     );
     assert_eq!(store.expire_events(at(500), 10).await.unwrap(), 1);
-    let mut tries = 0;
-    loop {
+    once_deleted(|| async {
         let left = store
             .events_touching(reckon::store::EventQuery {
                 objects: vec!["re_old".into()],
@@ -3489,16 +3499,9 @@ async fn a_claimed_orphan_reaches_nothing_and_its_record_expires_with_its_intent
             })
             .await
             .unwrap();
-        if left.is_empty() {
-            break;
-        }
-        tries += 1;
-        assert!(
-            tries < 40,
-            "the claimed record outlives retention: {left:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+        (!left.is_empty()).then(|| format!("the claimed record outlives retention: {left:?}"))
+    })
+    .await;
 }
 
 /// Retention: the raw events of a settled intent whose latest event is older than the cut
@@ -3571,15 +3574,10 @@ async fn retention_expires_raw_events_of_settled_intents<H: Harness>(h: &H) {
                 .unwrap()
                 .is_empty()
     };
-    let mut tries = 0;
-    while !gone().await {
-        tries += 1;
-        assert!(
-            tries < 40,
-            "the old intent's raw events and routes are still there"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    once_deleted(|| async {
+        (!gone().await).then(|| "the old intent's raw events and routes are still there".into())
+    })
+    .await;
     let kept = store
         .events_touching(reckon::store::EventQuery {
             intents: vec!["new".into(), "open".into()],
