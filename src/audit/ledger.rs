@@ -339,6 +339,11 @@ impl Ledger {
         self.records.contains_key(object)
     }
 
+    /// The objects with an observation in memory.
+    pub fn record_objects(&self) -> impl Iterator<Item = &str> {
+        self.records.keys().map(String::as_str)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.intents.is_empty() && self.records.is_empty()
     }

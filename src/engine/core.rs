@@ -254,6 +254,11 @@ impl EngineCore {
         self.ledger.has_records_of(object)
     }
 
+    /// The objects with an observation in memory.
+    pub fn record_objects(&self) -> impl Iterator<Item = &str> {
+        self.ledger.record_objects()
+    }
+
     /// The filter of routes to intents out of memory, for its gauges.
     pub fn route_filter(&self) -> &RouteFilter {
         &self.routes

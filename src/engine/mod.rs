@@ -443,7 +443,7 @@ impl Engine {
             elapsed_ms = began.elapsed().as_millis() as u64,
             "engine state rebuilt from the store"
         );
-        reconcile(&store, &core, |id| asked.contains(id)).await?;
+        reconcile(&store, &core, asked.iter().map(String::as_str)).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         let wake = Arc::new(Notify::new());
         let progress = Arc::new(Progress::default());

@@ -249,28 +249,34 @@ pub(super) async fn fill_route_filter(engine: std::sync::Weak<Engine>) {
 /// Make the derived rows in the store converge to the rebuilt engine, whatever point a crash
 /// interrupted the persister at. Every verdict the engine holds that differs from the stored one
 /// (by fingerprint) is rewritten behind (the restore's outcome); what is left is stored verdicts
-/// of intents that no longer exist. Only
-/// pseudo-intents (orphan records) ever stop existing: a real intent's verdict outlives its
-/// events (raw events may expire, verdicts are kept), so only `orphan:` rows are checked, and
-/// only those the start read (`asked` for as open, or whose records it holds): an orphan at rest
-/// is not loaded, and is not stale for that. One that was claimed before a crash lost the
-/// removal of its row was claimed by an event after the checkpoint, which the start reads with
-/// the records it reaches.
+/// of intents that no longer exist. Only pseudo-intents (orphan records) ever stop existing: a
+/// real intent's verdict outlives its events (raw events may expire, verdicts are kept), so only
+/// `orphan:` rows are checked, and only those the start read (`asked` for as open, or whose
+/// records it holds): an orphan at rest is not loaded, and is not stale for that. One that was
+/// claimed before a crash lost the removal of its row was claimed by an event after the
+/// checkpoint, which the start reads with the records it reaches. The store is asked about those
+/// ids alone, so the check follows what the start read, not the orphans in the store's history.
 /// Done before the engine serves, so no reader sees them once it is ready.
-pub(super) async fn reconcile(
+pub(super) async fn reconcile<'a>(
     store: &AnyStore,
     core: &EngineCore,
-    asked: impl Fn(&str) -> bool,
+    asked: impl Iterator<Item = &'a str>,
 ) -> Result<(), StoreError> {
-    let stale: Vec<String> = store
-        .verdict_ids(audit::ORPHAN_PREFIX)
-        .await?
-        .into_iter()
-        .filter(|id| {
-            let object = id.strip_prefix(audit::ORPHAN_PREFIX).unwrap_or(id);
-            !core.holds(id) && (asked(id) || core.holds_records_of(object))
-        })
+    let candidates: BTreeSet<String> = asked
+        .filter(|id| id.starts_with(audit::ORPHAN_PREFIX))
+        .map(str::to_string)
+        .chain(
+            core.record_objects()
+                .map(|object| format!("{}{object}", audit::ORPHAN_PREFIX)),
+        )
+        .filter(|id| !core.holds(id))
         .collect();
+    if candidates.is_empty() {
+        return Ok(());
+    }
+    let stale = store
+        .stored_verdicts(candidates.into_iter().collect())
+        .await?;
     if !stale.is_empty() {
         tracing::info!(
             verdicts = stale.len(),

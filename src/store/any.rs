@@ -72,8 +72,8 @@ impl Store for AnyStore {
     async fn put_derived(&self, derived: Derived) -> Result<(), StoreError> {
         dispatch!(self, s => s.put_derived(derived))
     }
-    async fn verdict_ids(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
-        dispatch!(self, s => s.verdict_ids(prefix))
+    async fn stored_verdicts(&self, intent_ids: Vec<String>) -> Result<Vec<String>, StoreError> {
+        dispatch!(self, s => s.stored_verdicts(intent_ids))
     }
     async fn get_verdict(&self, intent_id: &str) -> Result<Option<VerdictDoc>, StoreError> {
         dispatch!(self, s => s.get_verdict(intent_id))

@@ -42,8 +42,8 @@ pub use self::error::{ClickHouseError, ErrorClass, RetryPolicy};
 use self::rows::*;
 use self::writer::{Request, Rows};
 use super::{
-    escalation_limit, prefix_end, Appended, CursorKey, Derived, OutboxItem, OutboxPage, Page,
-    Report, Store, StoreError, Swap, Unsettled, VerdictFilter,
+    escalation_limit, Appended, CursorKey, Derived, OutboxItem, OutboxPage, Page, Report, Store,
+    StoreError, Swap, Unsettled, VerdictFilter,
 };
 use crate::codec::VerdictDoc;
 use crate::model::*;
@@ -547,17 +547,11 @@ impl Store for ClickHouseStore {
             .map(String::as_str)
             .collect();
         if !orphans.is_empty() {
-            let mut live = std::collections::BTreeSet::new();
-            for chunk in orphans.chunks(CHUNK) {
-                let q = self
-                    .client
-                    .query(
-                        "SELECT intent_id FROM (SELECT intent_id, deleted FROM reckon_verdicts FINAL
-                         WHERE intent_id IN ?) WHERE deleted = 0",
-                    )
-                    .bind(writer::SqlTuple(chunk));
-                live.extend(self.fetch::<String>("live orphan owners", q).await?);
-            }
+            let live: std::collections::BTreeSet<String> = self
+                .stored_verdicts(orphans.into_iter().map(str::to_string).collect())
+                .await?
+                .into_iter()
+                .collect();
             out.retain(|id| !id.starts_with(crate::model::ORPHAN_PREFIX) || live.contains(id));
         }
         Ok(out.into_iter().collect())
@@ -757,27 +751,22 @@ impl Store for ClickHouseStore {
         self.write(rows).await
     }
 
-    async fn verdict_ids(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
-        // The filter sits outside the FINAL subquery (see reckon_current_verdicts); the key
-        // range inside lets the primary index skip everything else.
-        let q = match prefix_end(prefix) {
-            Some(end) => self
+    async fn stored_verdicts(&self, intent_ids: Vec<String>) -> Result<Vec<String>, StoreError> {
+        const CHUNK: usize = 1000;
+        let mut out = Vec::new();
+        for chunk in intent_ids.chunks(CHUNK) {
+            // The filter on `deleted` sits outside the FINAL subquery (see
+            // reckon_current_verdicts); the ids inside let the primary index skip the rest.
+            let q = self
                 .client
                 .query(
                     "SELECT intent_id FROM (SELECT intent_id, deleted FROM reckon_verdicts FINAL
-                     WHERE intent_id >= ? AND intent_id < ?) WHERE deleted = 0 ORDER BY intent_id",
+                     WHERE intent_id IN ?) WHERE deleted = 0",
                 )
-                .bind(prefix)
-                .bind(end),
-            None => self
-                .client
-                .query(
-                    "SELECT intent_id FROM (SELECT intent_id, deleted FROM reckon_verdicts FINAL
-                     WHERE startsWith(intent_id, ?)) WHERE deleted = 0 ORDER BY intent_id",
-                )
-                .bind(prefix),
-        };
-        self.fetch::<String>("list verdict ids", q).await
+                .bind(writer::SqlTuple(chunk));
+            out.extend(self.fetch::<String>("stored verdicts", q).await?);
+        }
+        Ok(out)
     }
 
     async fn get_verdict(&self, intent_id: &str) -> Result<Option<VerdictDoc>, StoreError> {

@@ -476,18 +476,6 @@ pub enum Swap {
     Conflict(Option<Box<Escalation>>),
 }
 
-/// The least string above every string that starts with `prefix`, when one is cheap to name
-/// (an ASCII last byte below DEL): stores turn a prefix into a key range with it.
-pub fn prefix_end(prefix: &str) -> Option<String> {
-    let mut bytes = prefix.as_bytes().to_vec();
-    let last = bytes.pop()?;
-    if !last.is_ascii() || last >= 0x7e {
-        return None;
-    }
-    bytes.push(last + 1);
-    String::from_utf8(bytes).ok()
-}
-
 /// The identity kind of an event, as metrics label it.
 pub fn event_kind(e: &Event) -> &'static str {
     match e {
@@ -624,10 +612,10 @@ pub trait Store: Send + Sync {
     /// [`Store::outbox_put`].
     fn put_derived(&self, derived: Derived) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Intent ids of the stored (not deleted) verdicts that start with `prefix`, sorted.
-    fn verdict_ids(
+    /// Those of `intent_ids` that have a stored (not deleted) verdict, in no order.
+    fn stored_verdicts(
         &self,
-        prefix: &str,
+        intent_ids: Vec<String>,
     ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
 
     fn get_verdict(
@@ -1045,21 +1033,8 @@ pub async fn unresolved_escalations<S: Store + ?Sized>(
 
 #[cfg(test)]
 mod tests {
-    use super::{prefix_end, EventQuery, EventSet};
+    use super::{EventQuery, EventSet};
     use crate::model::Event;
-
-    #[test]
-    fn prefix_end_bounds_the_prefix() {
-        assert_eq!(prefix_end("orphan:").as_deref(), Some("orphan;"));
-        let end = prefix_end("orphan:").unwrap();
-        for id in ["orphan:", "orphan:re_1", "orphan:\u{10ffff}"] {
-            assert!(id >= "orphan:" && id < end.as_str(), "{id}");
-        }
-        assert!("orphan;" >= end.as_str());
-        assert_eq!(prefix_end(""), None);
-        assert_eq!(prefix_end("a~"), None);
-        assert_eq!(prefix_end("é"), None);
-    }
 
     #[test]
     fn a_split_question_keeps_every_id_once() {

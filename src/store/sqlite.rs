@@ -283,9 +283,11 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn verdict_ids(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
-        let prefix = prefix.to_string();
-        self.read(move |conn| verdicts::verdict_ids(conn, &prefix))
+    async fn stored_verdicts(&self, intent_ids: Vec<String>) -> Result<Vec<String>, StoreError> {
+        if intent_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.read(move |conn| verdicts::stored_verdicts(conn, &intent_ids))
             .await
     }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use rusqlite::types::Value;
 use rusqlite::Connection;
 
-use super::super::{prefix_end, CursorKey, Page, StoreError, VerdictFilter};
+use super::super::{CursorKey, Page, StoreError, VerdictFilter};
 use super::rows::{decode_doc, Dec};
 use super::writer::EncodedVerdict;
 use crate::codec::VerdictDoc;
@@ -43,30 +43,26 @@ pub(super) fn get_verdict(conn: &Connection, id: &str) -> Result<Option<VerdictD
 }
 
 /// The intent ids of stored verdicts that start with `prefix`, in order.
-pub(super) fn verdict_ids(conn: &Connection, prefix: &str) -> Result<Vec<String>, StoreError> {
-    // A key range where the prefix allows one, so only matching ids are read.
-    let (sql, args) = match prefix_end(prefix) {
-        Some(end) => (
-            "SELECT intent_id FROM reckon_verdicts WHERE intent_id >= ?1 AND intent_id < ?2 ORDER BY intent_id",
-            vec![prefix.to_string(), end],
-        ),
-        None => (
-            "SELECT intent_id FROM reckon_verdicts WHERE substr(intent_id, 1, length(?1)) = ?1 ORDER BY intent_id",
-            vec![prefix.to_string()],
-        ),
-    };
-    let mut stmt = conn.prepare_cached(sql)?;
-    let mut rows = stmt.query(rusqlite::params_from_iter(args))?;
+/// Those of `intent_ids` with a stored verdict (the primary key), a statement per chunk of ids.
+pub(super) fn stored_verdicts(
+    conn: &Connection,
+    intent_ids: &[String],
+) -> Result<Vec<String>, StoreError> {
+    const CHUNK: usize = 500;
     let mut out = Vec::new();
-    while let Some(row) = rows.next()? {
-        let d = Dec {
-            row,
-            table: "reckon_verdicts",
-        };
-        out.push(d.string(0, "intent_id")?);
+    for chunk in intent_ids.chunks(CHUNK) {
+        let marks = vec!["?"; chunk.len()].join(", ");
+        let sql = format!("SELECT intent_id FROM reckon_verdicts WHERE intent_id IN ({marks})");
+        let mut stmt = conn.prepare_cached(&sql)?;
+        let mut rows = stmt.query(rusqlite::params_from_iter(chunk.iter()))?;
+        while let Some(row) = rows.next()? {
+            let d = Dec {
+                row,
+                table: "reckon_verdicts",
+            };
+            out.push(d.string(0, "intent_id")?);
+        }
     }
-    // `substr` counts characters, the range bytes: both agree for what they return.
-    out.retain(|id| id.starts_with(prefix));
     Ok(out)
 }
 
