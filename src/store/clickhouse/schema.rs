@@ -237,7 +237,7 @@ ALTER TABLE reckon_verdicts
 
 /// v6: what start-up needs so its time does not grow with history (DESIGN.md "Memory and
 /// history"): which verdicts are settled (the others are loaded; `settled` holds
-/// [`crate::model::Rest`] as a number, 2 for quiet, which the column's comment predates), the routes by which later
+/// [`crate::model::Rest`] as a number: v8 says so in its comment), the routes by which later
 /// evidence reaches a settled intent, and the engine's checkpoint (events with `ingested_ns`
 /// from it on are read back). The verdicts view is recreated so current servers show the new
 /// column.
@@ -261,6 +261,16 @@ ORDER BY name";
 /// again. The verdicts view is recreated so current servers show the new column.
 pub const V7_VERDICT_FINGERPRINT: &str = "
 ALTER TABLE reckon_verdicts ADD COLUMN fingerprint UInt64 DEFAULT 0 COMMENT 'a hash of the verdict but for audited_at: a start writes only verdicts whose hash changed; 0 before v7'";
+
+/// v8: the `settled` column holds [`crate::model::Rest`] since quiet intents and orphans past
+/// their grace leave memory too; its comment said only what 1 means. 18.16 drops the comment of
+/// an `ADD COLUMN`, so the columns added since v5 get theirs here too.
+pub const V8_SETTLED_COMMENT: &str = "
+ALTER TABLE reckon_verdicts COMMENT COLUMN settled '0: open (loaded at start); 1: settled (terminal, no deadline, no open escalation); 2: quiet (unknown or pending with no deadline and no open escalation, or an orphan record past its grace). 1 and 2 are out of memory until evidence touches them; retention expires the raw events of 1 only'";
+pub const V8_CONTRACT_VERSION_COMMENT: &str = "
+ALTER TABLE reckon_verdicts COMMENT COLUMN contract_version 'version of the contract applied (a hash of its content); empty with no contract'";
+pub const V8_FINGERPRINT_COMMENT: &str = "
+ALTER TABLE reckon_verdicts COMMENT COLUMN fingerprint 'a hash of the verdict but for audited_at: a start writes only verdicts whose hash changed; 0 before v7'";
 
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
@@ -327,6 +337,15 @@ pub const MIGRATIONS: &[Migration] = &[
             V7_VERDICT_FINGERPRINT,
             V3_DROP_CURRENT_VERDICTS,
             V2_CURRENT_VERDICTS,
+        ],
+    },
+    Migration {
+        version: 8,
+        name: "column comments: what settled holds, and those 18.16 dropped",
+        statements: &[
+            V8_SETTLED_COMMENT,
+            V8_CONTRACT_VERSION_COMMENT,
+            V8_FINGERPRINT_COMMENT,
         ],
     },
 ];
