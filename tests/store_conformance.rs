@@ -22,6 +22,7 @@ use reckon::model::*;
 use reckon::notify::outbox::{after_attempt, Attempt as Tried, Policy};
 use reckon::notify::{Notifier, Target};
 use reckon::store::clickhouse::{migrate_to, schema, ErrorClass, RetryPolicy};
+use reckon::store::retention;
 use reckon::store::{
     AnyStore, Appended, ClickHouseConfig, ClickHouseStore, Derived, OutboxItem, OutboxPage,
     OutboxState, RecordKey, Report, Route, SqliteStore, Store, StoreError, Swap, Unsettled,
@@ -310,6 +311,14 @@ macro_rules! conformance {
                         &*h,
                     )
                     .await
+                })
+                .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_late_event_after_retention_is_judged_against_the_kept_verdict() {
+                run(|h| async move {
+                    super::a_late_event_after_retention_is_judged_against_the_kept_verdict(&*h)
+                        .await
                 })
                 .await
             }
@@ -3512,14 +3521,20 @@ async fn a_claimed_orphan_reaches_nothing_and_its_record_expires_with_its_intent
             })
             .await
             .unwrap();
-        (!left.is_empty()).then(|| format!("the claimed record outlives retention: {left:?}"))
+        let summarised = |e: &Event| match e {
+            Event::Record(r) => r.source == retention::SUMMARY_SOURCE,
+            _ => true,
+        };
+        (!left.iter().all(summarised))
+            .then(|| format!("the claimed record outlives retention: {left:?}"))
     })
     .await;
 }
 
 /// Retention: the raw events of a settled intent whose latest event is older than the cut
-/// leave the store (its attempts, the intent-less record of an object only it reaches, its
-/// routes); its verdict stays. An open intent as old, and a settled one newer than the cut,
+/// leave the store (its attempts, the intent-less record of an object only it reaches), and
+/// the summary its kept verdict makes of them stands in their place ([`retention::summary`]);
+/// its verdict and routes stay. An open intent as old, and a settled one newer than the cut,
 /// keep theirs. A second pass finds nothing more. (ClickHouse deletes by mutation, in the
 /// background: polled.)
 async fn retention_expires_raw_events_of_settled_intents<H: Harness>(h: &H) {
@@ -3570,8 +3585,10 @@ async fn retention_expires_raw_events_of_settled_intents<H: Harness>(h: &H) {
         .await
         .unwrap();
 
+    let doc = store.get_verdict("old").await.unwrap().expect("stored");
+    let summary = retention::summary(&doc, at(500)).unwrap();
     assert_eq!(store.expire_events(at(500), 10).await.unwrap(), 1);
-    let gone = || async {
+    let touching_old = || async {
         store
             .events_touching(reckon::store::EventQuery {
                 intents: vec!["old".into()],
@@ -3580,17 +3597,23 @@ async fn retention_expires_raw_events_of_settled_intents<H: Harness>(h: &H) {
             })
             .await
             .unwrap()
-            .is_empty()
-            && store
-                .route_owners(vec!["i:old".into()])
-                .await
-                .unwrap()
-                .is_empty()
     };
     once_deleted(|| async {
-        (!gone().await).then(|| "the old intent's raw events and routes are still there".into())
+        let left = sorted_events(touching_old().await);
+        (left != sorted_events(summary.clone())).then(|| {
+            format!("the old intent's raw events are not (only) its summary yet: {left:?}")
+        })
     })
     .await;
+    assert!(
+        !old.iter().any(|e| summary.contains(e)),
+        "the summary is not the raw events: {summary:?}"
+    );
+    assert_eq!(
+        store.route_owners(vec!["i:old".into()]).await.unwrap(),
+        ["old"],
+        "its routes stay, so a late event finds the intent and its summary"
+    );
     let kept = store
         .events_touching(reckon::store::EventQuery {
             intents: vec!["new".into(), "open".into()],
@@ -3610,4 +3633,115 @@ async fn retention_expires_raw_events_of_settled_intents<H: Harness>(h: &H) {
         0,
         "nothing more"
     );
+}
+
+/// What retention keeps is enough to judge what comes late (DESIGN.md "Memory and history":
+/// verdicts are kept). Two refunds settle and their raw events expire; then the downstream
+/// reports one of them failed, and an executor replays the other intent under a new key and
+/// refunds again. The first is `failed_after_execution` with its attempt still in its verdict
+/// (not an intent of one record, its own object an `orphan_record`); the second is a
+/// `duplicate_effect`, escalated. Before the summary both were judged from the late event alone:
+/// the second refund went unseen.
+async fn a_late_event_after_retention_is_judged_against_the_kept_verdict<H: Harness>(h: &H) {
+    let (engine, tasks, _) = engine_on(h.open_any().await).await;
+    let refunded = |n: u64, intent: &str, object: &str| {
+        ev(sent(n, intent, "issue_refund", 0)
+            .key(&format!("k-{intent}"))
+            .http(200)
+            .object(object, "succeeded"))
+    };
+    ingest(
+        &engine,
+        vec![
+            refunded(1, "fails-late", "re_a"),
+            record(
+                "re_a",
+                Some("fails-late"),
+                Some("k-fails-late"),
+                "succeeded",
+                5,
+            ),
+            refunded(2, "replayed", "re_b"),
+        ],
+    )
+    .await;
+    stop(engine, tasks).await;
+
+    let store = h.open().await;
+    let summaries: Vec<Vec<Event>> = {
+        let mut out = Vec::new();
+        for id in ["fails-late", "replayed"] {
+            let doc = store
+                .get_verdict(id)
+                .await
+                .unwrap()
+                .expect("settled and stored");
+            assert_eq!(doc.state, "completed");
+            out.push(retention::summary(&doc, at(500)).unwrap());
+        }
+        out
+    };
+    assert_eq!(store.expire_events(at(500), 10).await.unwrap(), 2);
+    let summary: Vec<Event> = summaries.concat();
+    once_deleted(|| async {
+        let left = store
+            .events_touching(reckon::store::EventQuery {
+                intents: vec!["fails-late".into(), "replayed".into()],
+                keys: vec!["k-fails-late".into(), "k-replayed".into()],
+                objects: vec!["re_a".into(), "re_b".into()],
+            })
+            .await
+            .unwrap();
+        (sorted_events(left.clone()) != sorted_events(summary.clone()))
+            .then(|| format!("not yet only the summaries: {left:?}"))
+    })
+    .await;
+    drop(store);
+
+    let (engine, tasks, _) = engine_on(h.open_any().await).await;
+    ingest(
+        &engine,
+        vec![
+            record(
+                "re_a",
+                Some("fails-late"),
+                Some("k-fails-late"),
+                "failed",
+                900,
+            ),
+            ev(sent(3, "replayed", "issue_refund", 900)
+                .key("k-replayed-again")
+                .http(200)
+                .object("re_b2", "succeeded")),
+        ],
+    )
+    .await;
+    let failed = engine.verdict("fails-late").await.expect("brought back");
+    let kinds = |v: &Verdict| v.findings.iter().map(|f| f.kind).collect::<Vec<_>>();
+    assert_eq!(
+        (failed.state, failed.attempts.len(), kinds(&failed)),
+        (IntentState::FailedAfterExecution, 1, vec![]),
+        "{failed:#?}"
+    );
+    let replayed = engine.verdict("replayed").await.expect("brought back");
+    assert_eq!(replayed.attempts.len(), 2, "{replayed:#?}");
+    assert!(
+        kinds(&replayed).contains(&FindingKind::DuplicateEffect),
+        "{replayed:#?}"
+    );
+    assert_eq!(replayed.decision, Decision::Escalate);
+    stop(engine, tasks).await;
+
+    let store = h.open().await;
+    let stored = store
+        .get_verdict("replayed")
+        .await
+        .unwrap()
+        .expect("stored");
+    assert_eq!(
+        stored.attempts.len(),
+        2,
+        "the kept verdict keeps the expired attempt"
+    );
+    assert!(store.get_verdict("orphan:re_a").await.unwrap().is_none());
 }

@@ -16,6 +16,7 @@
 
 pub mod any;
 pub mod clickhouse;
+pub mod retention;
 pub mod sqlite;
 
 use std::collections::{BTreeMap, HashSet};
@@ -560,11 +561,14 @@ pub trait Store: Send + Sync {
     ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
 
     /// Retention (DESIGN.md "Memory and history"): the raw events of at most `limit` settled
-    /// intents ([`crate::model::Rest::Settled`]; a quiet one keeps its events) whose latest event is before `before`, oldest first from where the last call
-    /// stopped, are deleted: their attempts and read-backs, the records that name them or
-    /// observe an object only they reach, and their routes (so a late event starts afresh
-    /// rather than bringing back half a history). Verdicts, findings and escalations stay.
-    /// Returns how many intents; fewer than `limit` means none are left for now.
+    /// intents ([`crate::model::Rest::Settled`]; a quiet one keeps its events) whose latest
+    /// event is before `before`, oldest first from where the last call stopped, are replaced by
+    /// the summary their stored verdict makes of them ([`retention::summary`]): their attempts
+    /// and read-backs from before `before`, the records that name them or observe an object
+    /// only they reach, observed before it. Verdicts, findings, escalations and routes stay, so
+    /// a late event finds the intent and is judged against what its verdict said. An intent
+    /// whose verdict cannot be summarised keeps its raw events. Returns how many intents;
+    /// fewer than `limit` means none are left for now.
     fn expire_events(
         &self,
         before: Timestamp,

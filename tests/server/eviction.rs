@@ -236,7 +236,9 @@ async fn an_orphan_record_past_its_grace_leaves_memory_until_claimed() {
 
 /// `retention`: the raw events of a settled intent older than it leave the store while the
 /// service runs; its verdict is still served. The expiry runs at start and every `retention`
-/// (here a second).
+/// (here a second). After a restart (the intent out of memory), an executor replays the intent
+/// under a new key and refunds again: judged against the summary its kept verdict made of the
+/// expired events, that is a second refund, not a first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_deletes_old_raw_events_and_keeps_the_verdict() {
     let dir = tempfile::tempdir().unwrap();
@@ -270,5 +272,25 @@ async fn retention_deletes_old_raw_events_and_keeps_the_verdict() {
     let (code, v) = s.get(&format!("/api/v1/intents/{a}")).await;
     assert_eq!(code, 200, "{v}");
     assert_verdict(&v, "completed / none / -");
+
+    let dir = s.stop().await;
+    let config = test_config(dir.path().join("data"));
+    let s = Server::start_with(dir, config).await;
+    export_http(
+        &s,
+        &[&ToolSpan::new("issue_refund", ago(1.0), 0.4)
+            .intent(&a)
+            .key(&unique("k"))
+            .args(refund_args("45.00"))
+            .http(200)
+            .object(&unique("re"), "succeeded")],
+    )
+    .await;
+    let v = s.verdict(&a).await;
+    assert_verdict(
+        &v,
+        "completed / escalate / duplicate_effect, new_key_retry, resend_after_terminal",
+    );
+    assert_eq!(v["attempts"].as_array().map(Vec::len), Some(2), "{v}");
     s.stop().await;
 }

@@ -42,7 +42,6 @@ pub(super) fn get_verdict(conn: &Connection, id: &str) -> Result<Option<VerdictD
     }
 }
 
-/// The intent ids of stored verdicts that start with `prefix`, in order.
 /// Those of `intent_ids` with a stored verdict (the primary key), a statement per chunk of ids.
 pub(super) fn stored_verdicts(
     conn: &Connection,
