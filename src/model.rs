@@ -337,6 +337,16 @@ impl ArgumentsSeen {
     }
 }
 
+/// [`Attempt::effective_status`] of its two fields, for forms of an attempt other than
+/// [`Attempt`] (the ledger's).
+pub fn effective_status(http_status: Option<u16>, error_type: Option<&str>) -> Option<u16> {
+    http_status.or_else(|| {
+        error_type
+            .and_then(|e| e.trim().parse::<u16>().ok())
+            .filter(|s| (500..=599).contains(s))
+    })
+}
+
 impl Attempt {
     pub fn arguments_seen(&self) -> ArgumentsSeen {
         match self.arguments.as_deref() {
@@ -349,12 +359,7 @@ impl Attempt {
     /// The downstream's HTTP status: the span's, or, when it has none, a semconv `error.type`
     /// of `500`..`599` (some instrumentations only record the status there).
     pub fn effective_status(&self) -> Option<u16> {
-        self.http_status.or_else(|| {
-            self.error_type
-                .as_deref()
-                .and_then(|e| e.trim().parse::<u16>().ok())
-                .filter(|s| (500..=599).contains(s))
-        })
+        effective_status(self.http_status, self.error_type.as_deref())
     }
 
     /// The downstream answered with a server error (5xx).

@@ -5,10 +5,10 @@ use crate::contract::Contract;
 use crate::model::{Attempt, AttemptClass};
 
 pub fn classify(a: &Attempt, c: &Contract) -> AttemptClass {
+    if rejected(a.effective_status(), c) {
+        return AttemptClass::Rejected;
+    }
     if let Some(status) = a.effective_status() {
-        if c.not_executed_status.contains(&status) {
-            return AttemptClass::Rejected;
-        }
         if c.conflict_status.contains(&status) {
             return AttemptClass::Conflict;
         }
@@ -23,4 +23,9 @@ pub fn classify(a: &Attempt, c: &Contract) -> AttemptClass {
     }
     // Timeouts, resets after send, 5xx, a 2xx without an object: nothing shows what happened.
     AttemptClass::Unknown
+}
+
+/// Whether the downstream's status says the request executed nothing (`rejected`).
+pub fn rejected(effective_status: Option<u16>, c: &Contract) -> bool {
+    effective_status.is_some_and(|s| c.not_executed_status.contains(&s))
 }

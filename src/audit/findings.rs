@@ -199,9 +199,10 @@ fn key_reuse_mismatch(x: &Ctx, out: &mut Vec<Finding>) {
             .is_some_and(|e| x.c.mismatch_errors.iter().any(|m| m == e));
         let params = Params::of_attempt(b, x.c);
         let changed = match first.get(key) {
-            // A rejected send executed nothing and left nothing under the key to mismatch: the
-            // input fixed and resent under the same key is the correct retry.
-            _ if class == AttemptClass::Rejected => None,
+            // A rejected send before any executed one left nothing under the key to mismatch:
+            // the input fixed and resent under the same key is the correct retry (rule 7). One
+            // after an executed send is that key sent again, refused or not.
+            None if class == AttemptClass::Rejected => None,
             None => {
                 first.insert(key, (params, parsed_arguments(b)));
                 None

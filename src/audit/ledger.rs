@@ -24,9 +24,10 @@ use std::sync::Arc;
 use foldhash::{HashMap, HashSet};
 
 use super::{attempt_order, readback_order, record_order, History, SharedKey};
-use crate::contract::{Contract, Contracts};
+use crate::contract::{Contract, Contracts, Idempotency};
 use crate::model::{
-    Attempt, Event, Readback, RecordObservation, ReportedOutcome, SpanRef, Timestamp,
+    effective_status, Attempt, Event, Readback, RecordObservation, ReportedOutcome, SpanRef,
+    Timestamp,
 };
 
 pub use crate::model::ORPHAN_PREFIX;
@@ -69,6 +70,9 @@ struct Use {
     /// The key of the intent in [`Ledger`]'s map, shared.
     intent: Arc<str>,
     kind: Option<Arc<str>>,
+    /// Whether any of the intent's attempts behind this use executed (was not `rejected`): a
+    /// refused send created nothing (DESIGN.md "Evidence attribution" 7).
+    executed: bool,
 }
 
 /// The intent of the earliest use whose kind matches.
@@ -80,11 +84,15 @@ fn earliest_use<'a>(uses: Option<&'a Vec<Use>>, kind: Option<&str>) -> Option<&'
         .map(|u| &*u.intent)
 }
 
-/// Keep the earliest use per intent.
+/// Keep the earliest use per intent, executed if any of its uses did.
 fn note_use(uses: &mut Vec<Use>, u: Use) {
     match uses.iter_mut().find(|x| x.intent == u.intent) {
-        Some(x) if u.order < x.order => *x = u,
-        Some(_) => {}
+        Some(x) if u.order < x.order => {
+            let executed = x.executed;
+            *x = u;
+            x.executed |= executed;
+        }
+        Some(x) => x.executed |= u.executed,
         None => push_small(uses, u),
     }
 }
@@ -414,11 +422,75 @@ impl Ledger {
         }
         if let Some(r) = earliest_with(&|r| r.idempotency_key.is_some()) {
             let key = r.idempotency_key.as_deref().unwrap_or_default();
-            if let Some(sender) = earliest_use(self.key_senders.get(key), kind) {
+            if let Some(sender) = self.first_to_execute(key, kind) {
                 return Some(sender);
             }
         }
-        earliest_use(self.responders.get(object), kind)
+        let responder = earliest_use(self.responders.get(object), kind)?;
+        // Rule 4: under `replay`, a response under a key is the saved response of the key's
+        // first execution, which another intent's send may have been: the object was created
+        // with that key, so it is the first sender's to execute.
+        if let Some(key) = self.replayed_key(responder, object) {
+            return self.first_to_execute(key, kind).or(Some(responder));
+        }
+        Some(responder)
+    }
+
+    /// The intent whose send of `key` executed first (rule 2's "the intent that sent the key it
+    /// was created with"; a rejected send created nothing, rule 7). Most keys have one sender,
+    /// so the attempts are looked at only when several executed.
+    fn first_to_execute(&self, key: &str, kind: Option<&str>) -> Option<&str> {
+        let mut executed = self
+            .key_senders
+            .get(key)
+            .into_iter()
+            .flatten()
+            .filter(|u| u.executed && kinds_match(u.kind.as_deref(), kind));
+        let first = executed.next()?;
+        let Some(second) = executed.next() else {
+            return Some(&*first.intent);
+        };
+        [first, second]
+            .into_iter()
+            .chain(executed)
+            .filter_map(|u| {
+                let attempts = &self.intents.get(&*u.intent)?.attempts;
+                let earliest = attempts
+                    .iter()
+                    .filter(|a| a.idempotency_key.as_deref() == Some(key) && self.executed(a))
+                    .map(KeptAttempt::order)
+                    .min()?;
+                Some((earliest, &*u.intent))
+            })
+            .min()
+            .map(|(_, intent)| intent)
+    }
+
+    /// The key `intent`'s earliest attempt that returned `object` carried, when its tool's
+    /// contract replays saved responses.
+    fn replayed_key(&self, intent: &str, object: &str) -> Option<&str> {
+        let a = self
+            .intents
+            .get(intent)?
+            .attempts
+            .iter()
+            .filter(|a| a.object_id.as_deref() == Some(object))
+            .min_by_key(|a| a.order())?;
+        let replays = self
+            .contracts
+            .for_tool(&a.tool)
+            .is_some_and(|c| c.idempotency == Idempotency::Replay);
+        a.idempotency_key.as_deref().filter(|_| replays)
+    }
+
+    /// Whether an attempt executed: anything but `rejected` under its tool's contract.
+    fn executed(&self, a: &KeptAttempt) -> bool {
+        let status = effective_status(a.http_status, a.error_type.as_deref());
+        let contract = self
+            .contracts
+            .for_tool(&a.tool)
+            .unwrap_or_else(|| super::fallback_contract());
+        !super::classify::rejected(status, contract)
     }
 
     /// Every intent that may see `object` as evidence: named by its records, sender of a key
@@ -840,6 +912,11 @@ impl Ledger {
                 let id = self.intent_key(&a.intent_id);
                 let kind = self.tool_kind(&a.tool);
                 let order = attempt_order(&a);
+                let contract = self
+                    .contracts
+                    .for_tool(&a.tool)
+                    .unwrap_or_else(|| super::fallback_contract());
+                let executed = !super::classify::rejected(a.effective_status(), contract);
                 change.affected.insert(a.intent_id.clone());
                 if let Some(key) = &a.idempotency_key {
                     let senders = self.key_senders.entry(key.clone()).or_default();
@@ -849,6 +926,7 @@ impl Ledger {
                             order,
                             intent: id.clone(),
                             kind: kind.clone(),
+                            executed,
                         },
                     );
                     // Every sender of a shared key carries the finding.
@@ -869,6 +947,7 @@ impl Ledger {
                             order,
                             intent: id.clone(),
                             kind,
+                            executed,
                         },
                     );
                     touched.push(o.clone());

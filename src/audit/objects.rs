@@ -27,6 +27,9 @@ pub const UNOBSERVED_STATUS: &str = "unknown";
 struct Observation {
     at: Timestamp,
     terminal: bool,
+    /// A failure state: of two terminal states in one instant, the later one (DESIGN.md
+    /// "Evidence attribution" 5: a refund can go from succeeded to failed).
+    failure: bool,
     source: Source,
     status: String,
 }
@@ -94,6 +97,7 @@ impl Objects {
             o.history.push(Observation {
                 at,
                 terminal: c.is_terminal(status),
+                failure: c.is_failure(status),
                 source,
                 status: status.to_string(),
             });
@@ -131,10 +135,12 @@ impl Objects {
                 o.history.retain(|x| x.source == best);
             }
             // Ties: a terminal state outranks a non-terminal one (webhooks for one second arrive
-            // in any order), then the downstream's record outranks a response.
+            // in any order), a failure a success (the only way between them a refund may go;
+            // Stripe's times are whole seconds), then the downstream's record outranks a
+            // response.
             o.history.sort_by(|a, b| {
-                (a.at, a.terminal, a.source, &a.status)
-                    .cmp(&(b.at, b.terminal, b.source, &b.status))
+                (a.at, a.terminal, a.failure, a.source, &a.status)
+                    .cmp(&(b.at, b.terminal, b.failure, b.source, &b.status))
             });
             o.status = settled_status(o.history.iter())
                 .unwrap_or_default()

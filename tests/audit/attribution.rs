@@ -752,3 +752,152 @@ fn a_read_back_that_found_only_others_refunds_proves_nothing_either() {
         "unknown / retry_same_key / inconclusive_readback_acted_on",
     );
 }
+
+#[test]
+fn a_replayed_response_to_the_later_sender_of_a_shared_key_is_not_its_effect() {
+    // Rule 4. A sends key k and times out; B (another intent, same careless key) sends k later
+    // and, under replay, receives A's saved response: re_1 succeeded. No record has come in
+    // yet. The response is A's, replayed; it proves nothing about B's own refund, which stays
+    // unknown. (The audit made B the owner of re_1, as the intent "whose write response
+    // returned it", and called B's refund done.)
+    let events = [
+        ev(timed_out("A", 0.0, "k-shared", "45.00")),
+        ev(refund("B", 10.0, "k-shared", "45.00")
+            .http(200)
+            .object("re_1", "succeeded")),
+    ];
+    let b = check(
+        "later sender, replayed response only",
+        &events,
+        "B",
+        at(2.0 * MIN),
+        "unknown / escalate / key_shared_across_intents",
+    );
+    assert!(
+        object_ids(&b).is_empty(),
+        "re_1 is A's saved response: {b:#?}"
+    );
+}
+
+#[test]
+fn a_refund_succeeded_and_failed_in_one_second_is_failed() {
+    // Rule 5: a refund can go from succeeded to failed, not the other way. Stripe's events
+    // carry whole seconds, so `refund.updated` (succeeded) and `refund.failed` can bear the
+    // same instant; the failure is the later state. (The audit broke the tie by the status
+    // text, "failed" < "succeeded", and called the refund completed; for drafts, "created" <
+    // "deleted", the same tie went the other way.)
+    let events = [
+        ev(refund("A", 0.0, "k1", "45.00")
+            .http(200)
+            .object("re_1", "pending")),
+        refund_record(Some("A"), "re_1", "pending", 0.0, 4500),
+        refund_record(Some("A"), "re_1", "succeeded", 30.0, 4500),
+        refund_record(Some("A"), "re_1", "failed", 30.0, 4500),
+    ];
+    check(
+        "succeeded and failed in one second",
+        &events,
+        "A",
+        at(5.0 * MIN),
+        "failed_after_execution / new_intent / -",
+    );
+}
+
+#[test]
+fn a_changed_amount_under_the_same_key_is_a_mismatch_though_the_downstream_refused_it() {
+    // Seed row "same key, changed parameters": the model re-issues 40.00 under the key of a
+    // timed-out 45.00; the downstream refuses it (assumption C) with a 400, which the HTTP
+    // client records as semconv does (`error.type` = "400"). The key was sent with different
+    // parameters: key_reuse_mismatch, escalate. (The audit skipped every rejected attempt when
+    // comparing, as if it were the first, fixed send of rule 7, and said retry_same_key.)
+    let events = [
+        ev(timed_out("A", 0.0, "k1", "45.00")),
+        ev(attempt("A", R, 40.0, 0.2)
+            .key("k1")
+            .args(refund_args("40.00"))
+            .http(400)
+            .error("400")),
+    ];
+    check(
+        "same key, 40.00 after 45.00, refused",
+        &events,
+        "A",
+        at(2.0 * MIN),
+        "unknown / escalate / key_reuse_mismatch",
+    );
+}
+
+#[test]
+fn a_key_whose_first_send_was_rejected_does_not_give_that_intent_the_refund() {
+    // Rules 2 and 7. A sends key k and is refused (422: nothing executed, nothing saved under
+    // k). B sends the same k (a careless executor) and executes; its request times out, and
+    // the refund it made, re_1, comes in by a record carrying k and no intent id. A executed
+    // nothing, so re_1 cannot be A's refund. (The audit gave re_1 to the earliest sender of
+    // k, A, which turned A `completed`, and left B with no refund.)
+    let events = [
+        ev(attempt("A", R, 0.0, 0.2)
+            .key("k-shared")
+            .args(refund_args("45.00"))
+            .http(422)),
+        ev(timed_out("B", 10.0, "k-shared", "45.00")),
+        ev(with_key(
+            stripe_refund(None, "re_1", "succeeded", 12.0, 4500, "usd"),
+            "k-shared",
+        )),
+    ];
+    let a = check(
+        "rejected first sender",
+        &events,
+        "A",
+        at(2.0 * MIN),
+        "failed_before_execution / escalate / key_shared_across_intents",
+    );
+    assert!(object_ids(&a).is_empty(), "A executed nothing: {a:#?}");
+    let b = check(
+        "executed later sender",
+        &events,
+        "B",
+        at(2.0 * MIN),
+        "completed / escalate / key_shared_across_intents",
+    );
+    assert_eq!(object_ids(&b), ["re_1"]);
+}
+
+#[test]
+fn a_rejected_send_of_the_same_key_by_another_intent_does_not_hide_a_duplicate() {
+    // The same cause, seen from the intent that made two refunds. A refunds 45.00 under k1
+    // (re_1, succeeded), then resends under k2, a key C had sent once and been refused (422)
+    // with. A's k2 request makes a second refund, re_2, recorded with k2. Two live refunds
+    // linked to A by its keys: duplicate_effect, critical. (The audit gave re_2 to C, whose
+    // send executed nothing, so A's duplicate refund went unreported and C was `completed`.)
+    let events = [
+        ev(attempt("C", R, 0.0, 0.2)
+            .key("k2")
+            .args(refund_args("45.00"))
+            .http(422)),
+        ev(refund("A", 10.0, "k1", "45.00")
+            .http(200)
+            .object("re_1", "succeeded")),
+        ev(timed_out("A", 20.0, "k2", "45.00")),
+        ev(with_key(
+            stripe_refund(None, "re_2", "succeeded", 25.0, 4500, "usd"),
+            "k2",
+        )),
+    ];
+    let a = check(
+        "A, two refunds",
+        &events,
+        "A",
+        at(5.0 * MIN),
+        "completed / escalate / duplicate_effect, key_shared_across_intents, new_key_retry, \
+         resend_after_terminal",
+    );
+    assert_eq!(object_ids(&a), ["re_1", "re_2"]);
+    check(
+        "C, refused",
+        &events,
+        "C",
+        at(5.0 * MIN),
+        "failed_before_execution / escalate / key_shared_across_intents",
+    );
+}
