@@ -70,9 +70,6 @@ struct Use {
     /// The key of the intent in [`Ledger`]'s map, shared.
     intent: Arc<str>,
     kind: Option<Arc<str>>,
-    /// Whether any of the intent's attempts behind this use executed (was not `rejected`): a
-    /// refused send created nothing (DESIGN.md "Evidence attribution" 7).
-    executed: bool,
 }
 
 /// The intent of the earliest use whose kind matches.
@@ -84,15 +81,11 @@ fn earliest_use<'a>(uses: Option<&'a Vec<Use>>, kind: Option<&str>) -> Option<&'
         .map(|u| &*u.intent)
 }
 
-/// Keep the earliest use per intent, executed if any of its uses did.
+/// Keep the earliest use per intent.
 fn note_use(uses: &mut Vec<Use>, u: Use) {
     match uses.iter_mut().find(|x| x.intent == u.intent) {
-        Some(x) if u.order < x.order => {
-            let executed = x.executed;
-            *x = u;
-            x.executed |= executed;
-        }
-        Some(x) => x.executed |= u.executed,
+        Some(x) if u.order < x.order => *x = u,
+        Some(_) => {}
         None => push_small(uses, u),
     }
 }
@@ -437,27 +430,21 @@ impl Ledger {
     }
 
     /// The intent whose send of `key` executed first (rule 2's "the intent that sent the key it
-    /// was created with"; a rejected send created nothing, rule 7). Most keys have one sender,
-    /// so the attempts are looked at only when several executed.
+    /// was created with"; a rejected send created nothing, rule 7). Judged from the attempts
+    /// each time, under the contracts in force, so a reload that changes what counts as
+    /// executed moves ownership as a restart would.
     fn first_to_execute(&self, key: &str, kind: Option<&str>) -> Option<&str> {
-        let mut executed = self
-            .key_senders
+        self.key_senders
             .get(key)
             .into_iter()
             .flatten()
-            .filter(|u| u.executed && kinds_match(u.kind.as_deref(), kind));
-        let first = executed.next()?;
-        let Some(second) = executed.next() else {
-            return Some(&*first.intent);
-        };
-        [first, second]
-            .into_iter()
-            .chain(executed)
+            .filter(|u| kinds_match(u.kind.as_deref(), kind))
             .filter_map(|u| {
-                let attempts = &self.intents.get(&*u.intent)?.attempts;
-                let earliest = attempts
+                let e = self.intents.get(&*u.intent)?;
+                let earliest = e
+                    .attempts
                     .iter()
-                    .filter(|a| a.idempotency_key.as_deref() == Some(key) && self.executed(a))
+                    .filter(|a| a.idempotency_key.as_deref() == Some(key) && self.executed(e, a))
                     .map(KeptAttempt::order)
                     .min()?;
                 Some((earliest, &*u.intent))
@@ -483,13 +470,23 @@ impl Ledger {
         a.idempotency_key.as_deref().filter(|_| replays)
     }
 
-    /// Whether an attempt executed: anything but `rejected` under its tool's contract.
-    fn executed(&self, a: &KeptAttempt) -> bool {
+    /// Whether an attempt of intent `e` was an executed send of its write: not `rejected`
+    /// under its tool's contract, and of a contracted tool unless the intent has none (the
+    /// audit's rule: a wrapper span of another tool carrying the executor's attributes is not
+    /// a send).
+    fn executed(&self, e: &IntentEvents, a: &KeptAttempt) -> bool {
+        let contract = match self.contracts.for_tool(&a.tool) {
+            Some(c) => c,
+            None if e
+                .attempts
+                .iter()
+                .any(|x| self.contracts.for_tool(&x.tool).is_some()) =>
+            {
+                return false
+            }
+            None => super::fallback_contract(),
+        };
         let status = effective_status(a.http_status, a.error_type.as_deref());
-        let contract = self
-            .contracts
-            .for_tool(&a.tool)
-            .unwrap_or_else(|| super::fallback_contract());
         !super::classify::rejected(status, contract)
     }
 
@@ -912,11 +909,6 @@ impl Ledger {
                 let id = self.intent_key(&a.intent_id);
                 let kind = self.tool_kind(&a.tool);
                 let order = attempt_order(&a);
-                let contract = self
-                    .contracts
-                    .for_tool(&a.tool)
-                    .unwrap_or_else(|| super::fallback_contract());
-                let executed = !super::classify::rejected(a.effective_status(), contract);
                 change.affected.insert(a.intent_id.clone());
                 if let Some(key) = &a.idempotency_key {
                     let senders = self.key_senders.entry(key.clone()).or_default();
@@ -926,7 +918,6 @@ impl Ledger {
                             order,
                             intent: id.clone(),
                             kind: kind.clone(),
-                            executed,
                         },
                     );
                     // Every sender of a shared key carries the finding.
@@ -947,7 +938,6 @@ impl Ledger {
                             order,
                             intent: id.clone(),
                             kind,
-                            executed,
                         },
                     );
                     touched.push(o.clone());

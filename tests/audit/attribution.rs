@@ -901,3 +901,89 @@ fn a_rejected_send_of_the_same_key_by_another_intent_does_not_hide_a_duplicate()
         "failed_before_execution / escalate / key_shared_across_intents",
     );
 }
+
+/// `a_key_whose_first_send_was_rejected_does_not_give_that_intent_the_refund` with the
+/// executor's wrapper span that carries the intent's attributes (key included) around the
+/// refused send: the audit does not count the wrapper as a send, and neither does ownership
+/// (found by review: A, which executed nothing, took B's refund).
+#[test]
+fn a_wrapper_span_does_not_make_a_refused_sender_the_first_to_execute() {
+    let events = [
+        ev(attempt("A", "agent.step", -1.0, 5.0).key("k-shared")),
+        ev(attempt("A", R, 0.0, 0.2)
+            .key("k-shared")
+            .args(refund_args("45.00"))
+            .http(422)),
+        ev(attempt("B", R, 10.0, 30.0)
+            .key("k-shared")
+            .args(refund_args("45.00"))
+            .timeout()),
+        ev(with_key(
+            stripe_refund(None, "re_1", "succeeded", 12.0, 4500, "usd"),
+            "k-shared",
+        )),
+    ];
+    let a = check(
+        "rejected first sender, with its wrapper span",
+        &events,
+        "A",
+        at(120.0),
+        "failed_before_execution / escalate / key_shared_across_intents",
+    );
+    assert!(object_ids(&a).is_empty(), "A executed nothing: {a:#?}");
+    let b = check(
+        "executed later sender",
+        &events,
+        "B",
+        at(120.0),
+        "completed / escalate / key_shared_across_intents",
+    );
+    assert_eq!(object_ids(&b), ["re_1"]);
+}
+
+/// A ledger moved under new contracts links as one built under them: a reload that changes
+/// `not_executed_status` moves a key's objects as a restart would (found by review, when
+/// whether a send executed was decided as it came in).
+#[test]
+fn a_reload_of_not_executed_status_moves_ownership_as_a_restart_would() {
+    let events = [
+        ev(attempt("A", R, 0.0, 0.2)
+            .key("k-shared")
+            .args(refund_args("45.00"))
+            .http(429)),
+        ev(attempt("B", R, 10.0, 30.0)
+            .key("k-shared")
+            .args(refund_args("45.00"))
+            .timeout()),
+        ev(with_key(
+            stripe_refund(None, "re_1", "succeeded", 12.0, 4500, "usd"),
+            "k-shared",
+        )),
+    ];
+    use reckon::audit::{self, Ledger};
+    use reckon::contract::Contracts;
+    use std::sync::Arc;
+    let before = Arc::new(contracts());
+    let mut refunds_429 = refunds();
+    refunds_429.not_executed_status.retain(|s| *s != 429);
+    let after = Arc::new(Contracts::new(vec![refunds_429, drafts(), email()]));
+    let built = |c: &Arc<Contracts>| {
+        let mut l = Ledger::with_contracts(c.clone());
+        for e in &events {
+            l.add(e.clone());
+        }
+        l
+    };
+    let moved = built(&before).under(after.clone());
+    let fresh = built(&after);
+    let verdicts = |l: &Ledger| {
+        ["A", "B"]
+            .map(|id| {
+                let h = l.history(id).unwrap();
+                let v = audit::audit(&h, Ledger::contract_for(&h, &after), at(120.0));
+                format!("{id}: {} {:?}", summary(&v), object_ids(&v))
+            })
+            .join("; ")
+    };
+    assert_eq!(verdicts(&moved), verdicts(&fresh));
+}
