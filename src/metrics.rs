@@ -688,7 +688,7 @@ impl Metrics {
         header(
             &mut out,
             "reckon_intents_expired_total",
-            "Settled intents whose raw events were deleted by `retention` (verdicts, findings and escalations stay).",
+            "Settled intents whose raw events lost their content (tool-call arguments) to `retention`; what a late event is judged against, and verdicts, findings and escalations, stay.",
             "counter",
         );
         let _ = writeln!(

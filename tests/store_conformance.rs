@@ -22,7 +22,6 @@ use reckon::model::*;
 use reckon::notify::outbox::{after_attempt, Attempt as Tried, Policy};
 use reckon::notify::{Notifier, Target};
 use reckon::store::clickhouse::{migrate_to, schema, ErrorClass, RetryPolicy};
-use reckon::store::retention;
 use reckon::store::{
     AnyStore, Appended, ClickHouseConfig, ClickHouseStore, Derived, OutboxItem, OutboxPage,
     OutboxState, RecordKey, Report, Route, SqliteStore, Store, StoreError, Swap, Unsettled,
@@ -298,21 +297,15 @@ macro_rules! conformance {
                 .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn retention_expires_raw_events_of_settled_intents() {
+            async fn retention_strips_the_arguments_of_settled_intents() {
                 run(|h| async move {
-                    super::retention_expires_raw_events_of_settled_intents(&*h).await
+                    super::retention_strips_the_arguments_of_settled_intents(&*h).await
                 })
                 .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn a_claimed_orphan_reaches_nothing_and_its_record_expires_with_its_intent() {
-                run(|h| async move {
-                    super::a_claimed_orphan_reaches_nothing_and_its_record_expires_with_its_intent(
-                        &*h,
-                    )
-                    .await
-                })
-                .await
+            async fn a_claimed_orphan_reaches_nothing() {
+                run(|h| async move { super::a_claimed_orphan_reaches_nothing(&*h).await }).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn a_late_event_after_retention_is_judged_against_the_kept_verdict() {
@@ -2242,22 +2235,22 @@ async fn retention_expires_old_outbox_items<H: Harness>(h: &H) {
     );
     let n = store.expire_outbox(at(50)).await.unwrap();
     assert!(n >= 2, "{n}");
-    once_deleted(|| async {
+    once_mutated(|| async {
         let page = store.outbox_pending("hook", at(0), 100).await.unwrap();
         (page.items != [recent.clone()]).then(|| format!("still pending: {:?}", ids(&page)))
     })
     .await;
     // Nothing left to delete, once every part is rewritten: no rewrite of the table is asked.
-    once_deleted(|| async {
+    once_mutated(|| async {
         let n = store.expire_outbox(at(50)).await.unwrap();
         (n > 0).then(|| format!("{n} rows still to delete"))
     })
     .await;
 }
 
-/// ClickHouse deletes by mutation, in the background: wait (up to 10 s) until `left` says
-/// nothing is left, or fail with what it last said was.
-async fn once_deleted<F, Fut>(mut left: F)
+/// ClickHouse deletes and updates by mutation, in the background: wait (up to 10 s) until
+/// `left` says nothing is left to apply, or fail with what it last said was.
+async fn once_mutated<F, Fut>(mut left: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<String>>,
@@ -3474,11 +3467,8 @@ async fn contracts_reload_through_the_engine<H: Harness>(h: &H) {
 /// The webhook before the span, as it usually goes: the record is an orphan first (its routes
 /// are written with the step that reached it), then the span claims it by key and the
 /// pseudo-intent is removed. Its routes must go with it: a later event on the object reaches
-/// only the intent, and retention deletes the record with the intent (it was not another
-/// owner of the object's route). Found by review: the record outlived every retention.
-async fn a_claimed_orphan_reaches_nothing_and_its_record_expires_with_its_intent<H: Harness>(
-    h: &H,
-) {
+/// only the intent.
+async fn a_claimed_orphan_reaches_nothing<H: Harness>(h: &H) {
     let store = h.open().await;
     let rec = record("re_old", None, Some("k-old"), "succeeded", 5);
     let span = ev(refund(1, "old", 0)
@@ -3512,32 +3502,14 @@ async fn a_claimed_orphan_reaches_nothing_and_its_record_expires_with_its_intent
             .unwrap(),
         ["old"]
     );
-    assert_eq!(store.expire_events(at(500), 10).await.unwrap(), 1);
-    once_deleted(|| async {
-        let left = store
-            .events_touching(reckon::store::EventQuery {
-                objects: vec!["re_old".into()],
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        let summarised = |e: &Event| match e {
-            Event::Record(r) => r.source == retention::SUMMARY_SOURCE,
-            _ => true,
-        };
-        (!left.iter().all(summarised))
-            .then(|| format!("the claimed record outlives retention: {left:?}"))
-    })
-    .await;
 }
 
-/// Retention: the raw events of a settled intent whose latest event is older than the cut
-/// leave the store (its attempts, the intent-less record of an object only it reaches), and
-/// the summary its kept verdict makes of them stands in their place ([`retention::summary`]);
-/// its verdict and routes stay. An open intent as old, and a settled one newer than the cut,
-/// keep theirs. A second pass finds nothing more. (ClickHouse deletes by mutation, in the
-/// background: polled.)
-async fn retention_expires_raw_events_of_settled_intents<H: Harness>(h: &H) {
+/// Retention: the raw events of a settled intent whose latest event is older than the cut lose
+/// their content (the tool-call arguments become the redaction marker) and keep what a later
+/// event is judged against; its verdict and routes stay. An open intent as old, and a settled
+/// one newer than the cut, keep their arguments. A second pass finds nothing more. (ClickHouse
+/// updates by mutation, in the background: polled.)
+async fn retention_strips_the_arguments_of_settled_intents<H: Harness>(h: &H) {
     let store = h.open().await;
     let old = [
         ev(refund(1, "old", 0)
@@ -3585,34 +3557,17 @@ async fn retention_expires_raw_events_of_settled_intents<H: Harness>(h: &H) {
         .await
         .unwrap();
 
-    let doc = store.get_verdict("old").await.unwrap().expect("stored");
-    let summary = retention::summary(&doc, at(500)).unwrap();
     assert_eq!(store.expire_events(at(500), 10).await.unwrap(), 1);
-    let touching_old = || async {
-        store
-            .events_touching(reckon::store::EventQuery {
-                intents: vec!["old".into()],
-                keys: vec!["k-old".into()],
-                objects: vec!["re_old".into()],
-            })
-            .await
-            .unwrap()
-    };
-    once_deleted(|| async {
-        let left = sorted_events(touching_old().await);
-        (left != sorted_events(summary.clone())).then(|| {
-            format!("the old intent's raw events are not (only) its summary yet: {left:?}")
-        })
-    })
-    .await;
+    let stripped = expired(old.to_vec(), at(500));
     assert!(
-        !old.iter().any(|e| summary.contains(e)),
-        "the summary is not the raw events: {summary:?}"
+        stripped != old.to_vec(),
+        "the arguments were there to strip"
     );
+    once_expired(&store, &["old"], &["k-old"], &["re_old"], &stripped).await;
     assert_eq!(
         store.route_owners(vec!["i:old".into()]).await.unwrap(),
         ["old"],
-        "its routes stay, so a late event finds the intent and its summary"
+        "its routes stay, so a late event finds the intent"
     );
     let kept = store
         .events_touching(reckon::store::EventQuery {
@@ -3636,12 +3591,13 @@ async fn retention_expires_raw_events_of_settled_intents<H: Harness>(h: &H) {
 }
 
 /// What retention keeps is enough to judge what comes late (DESIGN.md "Memory and history":
-/// verdicts are kept). Two refunds settle and their raw events expire; then the downstream
-/// reports one of them failed, and an executor replays the other intent under a new key and
-/// refunds again. The first is `failed_after_execution` with its attempt still in its verdict
-/// (not an intent of one record, its own object an `orphan_record`); the second is a
-/// `duplicate_effect`, escalated. Before the summary both were judged from the late event alone:
-/// the second refund went unseen.
+/// verdicts are kept). Three refunds settle and their raw events expire; then the downstream
+/// reports one failed, and an executor replays the other two intents under new keys and refunds
+/// again (one refund was its own by the key its record carried, then read back). The first is
+/// `failed_after_execution` with its attempt still in its verdict (not an intent of one record,
+/// its own object an `orphan_record`); the others are a `duplicate_effect`, escalated. When
+/// retention deleted the raw events, a late event was judged alone and the second refund went
+/// unseen; a summary of the verdict in their place lost the ownership by key (found by review).
 async fn a_late_event_after_retention_is_judged_against_the_kept_verdict<H: Harness>(h: &H) {
     let (engine, tasks, _) = engine_on(h.open_any().await).await;
     let refunded = |n: u64, intent: &str, object: &str| {
@@ -3650,55 +3606,48 @@ async fn a_late_event_after_retention_is_judged_against_the_kept_verdict<H: Harn
             .http(200)
             .object(object, "succeeded"))
     };
-    ingest(
-        &engine,
-        vec![
-            refunded(1, "fails-late", "re_a"),
-            record(
-                "re_a",
-                Some("fails-late"),
-                Some("k-fails-late"),
-                "succeeded",
-                5,
-            ),
-            refunded(2, "replayed", "re_b"),
-        ],
-    )
-    .await;
+    let history = vec![
+        refunded(1, "fails-late", "re_a"),
+        record(
+            "re_a",
+            Some("fails-late"),
+            Some("k-fails-late"),
+            "succeeded",
+            5,
+        ),
+        refunded(2, "replayed", "re_b"),
+        ev(sent(4, "read-back", "issue_refund", 0)
+            .key("k-rb")
+            .timeout()),
+        record("re_r", None, Some("k-rb"), "succeeded", 5),
+        readback(5, "read-back", 40, &["re_r"]),
+    ];
+    ingest(&engine, history.clone()).await;
+    for id in ["fails-late", "replayed", "read-back"] {
+        let v = engine.verdict(id).await.expect("judged");
+        assert_eq!(v.state, IntentState::Completed, "{v:#?}");
+    }
     stop(engine, tasks).await;
 
     let store = h.open().await;
-    let summaries: Vec<Vec<Event>> = {
-        let mut out = Vec::new();
-        for id in ["fails-late", "replayed"] {
-            let doc = store
-                .get_verdict(id)
-                .await
-                .unwrap()
-                .expect("settled and stored");
-            assert_eq!(doc.state, "completed");
-            out.push(retention::summary(&doc, at(500)).unwrap());
-        }
-        out
-    };
-    assert_eq!(store.expire_events(at(500), 10).await.unwrap(), 2);
-    let summary: Vec<Event> = summaries.concat();
-    once_deleted(|| async {
-        let left = store
-            .events_touching(reckon::store::EventQuery {
-                intents: vec!["fails-late".into(), "replayed".into()],
-                keys: vec!["k-fails-late".into(), "k-replayed".into()],
-                objects: vec!["re_a".into(), "re_b".into()],
-            })
-            .await
-            .unwrap();
-        (sorted_events(left.clone()) != sorted_events(summary.clone()))
-            .then(|| format!("not yet only the summaries: {left:?}"))
-    })
+    assert_eq!(store.expire_events(at(500), 10).await.unwrap(), 3);
+    once_expired(
+        &store,
+        &["fails-late", "replayed", "read-back"],
+        &["k-fails-late", "k-replayed", "k-rb"],
+        &["re_a", "re_b", "re_r"],
+        &expired(history, at(500)),
+    )
     .await;
     drop(store);
 
     let (engine, tasks, _) = engine_on(h.open_any().await).await;
+    let again = |n: u64, intent: &str, object: &str| {
+        ev(sent(n, intent, "issue_refund", 900)
+            .key(&format!("k-{intent}-again"))
+            .http(200)
+            .object(object, "succeeded"))
+    };
     ingest(
         &engine,
         vec![
@@ -3709,10 +3658,8 @@ async fn a_late_event_after_retention_is_judged_against_the_kept_verdict<H: Harn
                 "failed",
                 900,
             ),
-            ev(sent(3, "replayed", "issue_refund", 900)
-                .key("k-replayed-again")
-                .http(200)
-                .object("re_b2", "succeeded")),
+            again(3, "replayed", "re_b2"),
+            again(6, "read-back", "re_r2"),
         ],
     )
     .await;
@@ -3723,13 +3670,11 @@ async fn a_late_event_after_retention_is_judged_against_the_kept_verdict<H: Harn
         (IntentState::FailedAfterExecution, 1, vec![]),
         "{failed:#?}"
     );
-    let replayed = engine.verdict("replayed").await.expect("brought back");
-    assert_eq!(replayed.attempts.len(), 2, "{replayed:#?}");
-    assert!(
-        kinds(&replayed).contains(&FindingKind::DuplicateEffect),
-        "{replayed:#?}"
-    );
-    assert_eq!(replayed.decision, Decision::Escalate);
+    for id in ["replayed", "read-back"] {
+        let v = engine.verdict(id).await.expect("brought back");
+        assert!(kinds(&v).contains(&FindingKind::DuplicateEffect), "{v:#?}");
+        assert_eq!(v.decision, Decision::Escalate);
+    }
     stop(engine, tasks).await;
 
     let store = h.open().await;
@@ -3741,7 +3686,50 @@ async fn a_late_event_after_retention_is_judged_against_the_kept_verdict<H: Harn
     assert_eq!(
         stored.attempts.len(),
         2,
-        "the kept verdict keeps the expired attempt"
+        "the kept verdict keeps the old attempt"
     );
     assert!(store.get_verdict("orphan:re_a").await.unwrap().is_none());
+}
+
+/// `events` as retention leaves them at `cut`: the arguments of attempts sent before it are
+/// the redaction marker.
+fn expired(events: Vec<Event>, cut: Timestamp) -> Vec<Event> {
+    events
+        .into_iter()
+        .map(|e| match e {
+            Event::Attempt(a) if a.start < cut && a.arguments.is_some() => {
+                Event::Attempt(Attempt {
+                    arguments: Some(REDACTED_ARGUMENTS_JSON.into()),
+                    ..a
+                })
+            }
+            e => e,
+        })
+        .collect()
+}
+
+/// Wait until the store's events touching these intents, keys and objects are `want` (ClickHouse
+/// applies retention's mutation in the background).
+async fn once_expired<S: Store>(
+    store: &S,
+    intents: &[&str],
+    keys: &[&str],
+    objects: &[&str],
+    want: &[Event],
+) {
+    let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let want = sorted_events(want.to_vec());
+    once_mutated(|| async {
+        let left = store
+            .events_touching(reckon::store::EventQuery {
+                intents: owned(intents),
+                keys: owned(keys),
+                objects: owned(objects),
+            })
+            .await
+            .unwrap();
+        let left = sorted_events(left);
+        (left != want).then(|| format!("not yet as retention leaves them: {left:?}"))
+    })
+    .await;
 }

@@ -1285,11 +1285,11 @@ async fn back_off(failures: &mut u32, err: &StoreError, doing: &str) {
 /// Escalations opened in one step that are logged one line each; the rest get one line.
 const ESCALATIONS_LOGGED_PER_STEP: usize = 16;
 
-/// Intents expired per store call: one SQLite transaction, or one mutation per table.
+/// Intents expired per store call: one SQLite transaction, or one mutation.
 const EXPIRE_PAGE: usize = 1000;
 
 /// Retention: at start and then every `retention` (at most hourly), the raw events of settled
-/// intents whose latest event is older than `retention` leave the store
+/// intents whose latest event is older than `retention` lose their content
 /// ([`Store::expire_events`]), page by page.
 /// Outbox items younger than this stay whatever the retention: a notification is retried for
 /// 24 h after it was enqueued, and the delivery reads back the last 25 h.
@@ -1318,7 +1318,10 @@ async fn expire_loop(engine: std::sync::Weak<Engine>, retention: Duration) {
             }
         }
         if expired > 0 {
-            tracing::info!(intents = expired, "raw events past retention deleted");
+            tracing::info!(
+                intents = expired,
+                "tool-call arguments past retention deleted"
+            );
         }
         // Notifications go with the same retention, never before they are past delivering.
         let past_delivery = wall_now() - OUTBOX_KEPT_AT_LEAST;

@@ -585,87 +585,28 @@ impl Store for ClickHouseStore {
             return Ok(0);
         };
         let ids: Vec<&str> = page.iter().map(|(id, _)| id.as_str()).collect();
-        // Objects only these intents reach: their intent-less records go too.
-        let routes = self
+        // What a later event is judged against stays; the tool-call arguments sent before the
+        // cut become the redaction marker (see the SQLite writer's `expire`). One mutation,
+        // applied by the server in the background.
+        let q = self
             .client
-            .query(
-                "SELECT route FROM reckon_routes WHERE intent_id IN ? AND startsWith(route, 'o:')",
-            )
-            .bind(writer::SqlTuple(&ids));
-        let object_routes: Vec<String> = self.fetch("routes past retention", routes).await?;
-        let mut objects = Vec::new();
-        for r in object_routes {
-            let owners = self.route_owners(vec![r.clone()]).await?;
-            if owners.iter().all(|o| ids.contains(&o.as_str())) {
-                objects.push(r[2..].to_string());
-            }
-        }
-        // What stands for each intent's expired events: its kept verdict, as events. An
-        // intent whose document cannot be read keeps its raw events.
-        let docs = self
-            .client
-            .query(
-                "SELECT intent_id, doc FROM (SELECT intent_id, doc, deleted FROM reckon_verdicts FINAL
-                 WHERE intent_id IN ?) WHERE deleted = 0",
-            )
-            .bind(writer::SqlTuple(&ids));
-        let docs: Vec<(String, String)> = self.fetch("verdicts past retention", docs).await?;
-        let ingested_ns = before.0.max(0) as u64;
-        let mut summarised = Vec::with_capacity(docs.len());
-        let mut rows = Rows::default();
-        for (id, doc) in &docs {
-            let summary = serde_json::from_str::<VerdictDoc>(doc)
-                .map_err(|e| e.to_string())
-                .and_then(|doc| super::retention::summary(&doc, before).map_err(|e| e.to_string()));
-            let summary = match summary {
-                Ok(summary) => summary,
-                Err(error) => {
-                    tracing::warn!(intent_id = %id, %error, "raw events kept past retention");
-                    continue;
-                }
-            };
-            for e in summary {
-                match e {
-                    Event::Attempt(a) => rows.attempts.push(attempt_row(&a, ingested_ns)?),
-                    Event::Readback(r) => rows.readbacks.push(readback_row(&r, ingested_ns)?),
-                    Event::Record(r) => rows.records.push(record_row(&r, ingested_ns)?),
-                }
-            }
-            summarised.push(id.as_str());
-        }
-        // Only what happened before the cut expires: an event that reached the intent since
-        // (its verdict not yet rewritten) stays. The summary is inserted after the deletes are
-        // asked for: a mutation leaves the parts inserted after it alone.
-        let mut mutations = vec![
-            (ATTEMPTS, "intent_id IN ? AND started_ns < ?"),
-            (READBACKS, "intent_id IN ? AND read_ns < ?"),
-            (RECORDS, "intent_id IN ? AND observed_ns < ?"),
-        ];
-        if !objects.is_empty() {
-            mutations.push((
-                RECORDS,
-                "isNull(intent_id) AND object_id IN ? AND observed_ns < ?",
-            ));
-        }
-        if !summarised.is_empty() {
-            for (table, filter) in mutations {
-                let q = self
-                    .client
-                    .query(&format!("ALTER TABLE {table} DELETE WHERE {filter}"));
-                let q = if filter.contains("object_id") {
-                    q.bind(writer::SqlTuple(&objects))
-                } else {
-                    q.bind(writer::SqlTuple(&summarised))
-                };
-                self.execute("expire raw events", q.bind(ingested_ns))
-                    .await?;
-            }
-        }
+            .query(&format!(
+                "ALTER TABLE {ATTEMPTS} UPDATE arguments = ? WHERE intent_id IN ? AND started_ns < ?
+                 AND isNotNull(arguments) AND arguments != ?"
+            ))
+            .bind(REDACTED_ARGUMENTS_JSON)
+            .bind(writer::SqlTuple(&ids))
+            .bind(before.0.max(0) as u64)
+            .bind(REDACTED_ARGUMENTS_JSON);
+        self.execute("expire tool-call arguments", q).await?;
         let mark = super::expiry_mark(page.len() == limit, first.1 as i64, last.1 as i64) as u64;
-        rows.meta.push(MetaRow {
-            name: "expired_through".into(),
-            value: mark,
-        });
+        let rows = Rows {
+            meta: vec![MetaRow {
+                name: "expired_through".into(),
+                value: mark,
+            }],
+            ..Rows::default()
+        };
         self.write(rows).await?;
         Ok(page.len())
     }

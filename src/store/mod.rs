@@ -16,7 +16,6 @@
 
 pub mod any;
 pub mod clickhouse;
-pub mod retention;
 pub mod sqlite;
 
 use std::collections::{BTreeMap, HashSet};
@@ -561,14 +560,14 @@ pub trait Store: Send + Sync {
     ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
 
     /// Retention (DESIGN.md "Memory and history"): the raw events of at most `limit` settled
-    /// intents ([`crate::model::Rest::Settled`]; a quiet one keeps its events) whose latest
-    /// event is before `before`, oldest first from where the last call stopped, are replaced by
-    /// the summary their stored verdict makes of them ([`retention::summary`]): their attempts
-    /// and read-backs from before `before`, the records that name them or observe an object
-    /// only they reach, observed before it. Verdicts, findings, escalations and routes stay, so
-    /// a late event finds the intent and is judged against what its verdict said. An intent
-    /// whose verdict cannot be summarised keeps its raw events. Returns how many intents;
-    /// fewer than `limit` means none are left for now.
+    /// intents ([`crate::model::Rest::Settled`]; a quiet one keeps its events whole) whose
+    /// latest event is before `before`, oldest first from where the last call stopped, lose
+    /// their content: the tool-call arguments of their attempts sent before `before` become
+    /// the redaction marker. What a later event is judged against stays (attempts, read-backs,
+    /// records, routes): an expired history judged again must say what its verdict said, and
+    /// every shorter form of it tried (a summary from the verdict) misattributed objects. The
+    /// parameter checks are what a late event can no longer be judged by. Returns how many
+    /// intents; fewer than `limit` means none are left for now.
     fn expire_events(
         &self,
         before: Timestamp,

@@ -5,7 +5,6 @@ mod adversarial;
 mod attribution;
 mod escalation;
 mod properties;
-mod retention;
 mod seed_matrix;
 mod support;
 mod tidy;

@@ -234,13 +234,13 @@ async fn an_orphan_record_past_its_grace_leaves_memory_until_claimed() {
     s.stop().await;
 }
 
-/// `retention`: the raw events of a settled intent older than it leave the store while the
-/// service runs; its verdict is still served. The expiry runs at start and every `retention`
-/// (here a second). After a restart (the intent out of memory), an executor replays the intent
-/// under a new key and refunds again: judged against the summary its kept verdict made of the
-/// expired events, that is a second refund, not a first.
+/// `retention`: the raw events of a settled intent older than it lose their content (the
+/// tool-call arguments) while the service runs; its verdict is still served. The expiry runs at
+/// start and every `retention` (here a second). After a restart (the intent out of memory), an
+/// executor replays the intent under a new key and refunds again: judged against what retention
+/// kept, that is a second refund, not a first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retention_deletes_old_raw_events_and_keeps_the_verdict() {
+async fn retention_strips_old_arguments_and_a_late_replay_is_a_duplicate() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(dir.path().join("data"));
     config.retention = Some(Duration::from_secs(1));
@@ -268,7 +268,7 @@ async fn retention_deletes_old_raw_events_and_keeps_the_verdict() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(expired, 1.0, "the settled intent's raw events were expired");
+    assert_eq!(expired, 1.0, "the settled intent's arguments were expired");
     let (code, v) = s.get(&format!("/api/v1/intents/{a}")).await;
     assert_eq!(code, 200, "{v}");
     assert_verdict(&v, "completed / none / -");

@@ -16,8 +16,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::schema::CLASS_COLUMNS;
 use crate::logging::{Throttle, REPEATED_FAILURE_EVERY};
-use crate::model::{AttemptClass, Escalation, Event, Timestamp, Verdict};
-use crate::store::{retention, Appended, OutboxItem, Route, StoreError, Swap};
+use crate::model::{AttemptClass, Escalation, Event, Timestamp, Verdict, REDACTED_ARGUMENTS_JSON};
+use crate::store::{Appended, OutboxItem, Route, StoreError, Swap};
 
 /// Upper bound on rows written per transaction, so one commit (and the latency of everyone
 /// waiting on it) stays bounded when a backlog has built up.
@@ -175,7 +175,7 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Request>, seq: &mut i64) {
                 Done::Swap(swap_escalation(conn, &swap.0, &swap.1, &swap.2), tx)
             }
             Request::PutOutbox(items, tx) => Done::Unit(put_outbox(conn, &items), tx),
-            Request::Expire(before, limit, tx) => Done::Count(expire(conn, before, limit, seq), tx),
+            Request::Expire(before, limit, tx) => Done::Count(expire(conn, before, limit), tx),
             Request::ExpireOutbox(before, tx) => Done::Count(
                 conn.execute(
                     "DELETE FROM reckon_outbox WHERE created_at < ?1",
@@ -691,12 +691,7 @@ fn put_outbox(conn: &Connection, items: &[OutboxItem]) -> Result<(), StoreError>
 /// [`crate::store::Store::expire_events`]: one page of settled intents, oldest latest event
 /// first from the `expired_through` mark, and their raw events. Intent-less records go with the
 /// intent when it is the only one their object's route reaches.
-fn expire(
-    conn: &Connection,
-    before: Timestamp,
-    limit: usize,
-    seq: &mut i64,
-) -> Result<usize, StoreError> {
+fn expire(conn: &Connection, before: Timestamp, limit: usize) -> Result<usize, StoreError> {
     let from: i64 = conn
         .query_row(
             "SELECT value FROM reckon_meta WHERE name = 'expired_through'",
@@ -715,36 +710,16 @@ fn expire(
             Ok((r.get(0)?, r.get(1)?))
         })?
         .collect::<Result<_, _>>()?;
-    // Only what happened before the cut expires: an event that reached the intent since (its
-    // verdict not yet rewritten) stays.
-    let mut orphaned = conn.prepare_cached(
-        "DELETE FROM reckon_records WHERE intent_id IS NULL AND observed_at < ?2 AND object_id IN (
-             SELECT substr(r.route, 3) FROM reckon_routes r
-             WHERE r.intent_id = ?1 AND r.route LIKE 'o:%' AND NOT EXISTS (
-                 SELECT 1 FROM reckon_routes o WHERE o.route = r.route AND o.intent_id <> ?1))",
+    // What a later event is judged against stays (DESIGN.md "Memory and history": verdicts are
+    // kept, and a verdict is only as true as the evidence it can be judged again with); the
+    // tool-call arguments sent before the cut go, as the redaction marker: they existed, and
+    // reckon no longer knows them.
+    let mut strip = conn.prepare_cached(
+        "UPDATE reckon_attempts SET arguments = ?3
+         WHERE intent_id = ?1 AND started_at < ?2 AND arguments IS NOT NULL AND arguments <> ?3",
     )?;
     for (id, _) in &page {
-        let Some(doc) = super::verdicts::get_verdict(conn, id)? else {
-            continue;
-        };
-        let summary = match retention::summary(&doc, before) {
-            Ok(summary) => summary,
-            Err(e) => {
-                tracing::warn!(error = %e, "raw events kept past retention");
-                continue;
-            }
-        };
-        orphaned.execute(params![id, before.0])?;
-        for sql in [
-            "DELETE FROM reckon_attempts WHERE intent_id = ?1 AND started_at < ?2",
-            "DELETE FROM reckon_readbacks WHERE intent_id = ?1 AND at < ?2",
-            "DELETE FROM reckon_records WHERE intent_id = ?1 AND observed_at < ?2",
-        ] {
-            conn.prepare_cached(sql)?.execute(params![id, before.0])?;
-        }
-        // Received "at the cut": older than any checkpoint a start reads from, so a start
-        // does not take the summary for news.
-        append(conn, &summary, before, seq)?;
+        strip.execute(params![id, before.0, REDACTED_ARGUMENTS_JSON])?;
     }
     if let (Some(first), Some(last)) = (page.first(), page.last()) {
         let mark = crate::store::expiry_mark(page.len() == limit, first.1, last.1);
