@@ -246,16 +246,16 @@ async fn retention_strips_old_arguments_and_a_late_replay_is_a_duplicate() {
     config.retention = Some(Duration::from_secs(1));
     let s = Server::start_with(dir, config).await;
     let a = unique("int");
-    export_http(
-        &s,
-        &[&ToolSpan::new("issue_refund", ago(3.0 * MIN), 0.4)
+    // A refund of intent `a` that succeeded, sent `secs_ago`, under a key and object of its own.
+    let refunded = |secs_ago: f64| {
+        ToolSpan::new("issue_refund", ago(secs_ago), 0.4)
             .intent(&a)
             .key(&unique("k"))
             .args(refund_args("45.00"))
             .http(200)
-            .object(&unique("re"), "succeeded")],
-    )
-    .await;
+            .object(&unique("re"), "succeeded")
+    };
+    export_http(&s, &[&refunded(3.0 * MIN)]).await;
     assert_verdict(&s.verdict(&a).await, "completed / none / -");
     let mut expired = 0.0;
     for _ in 0..100 {
@@ -276,16 +276,7 @@ async fn retention_strips_old_arguments_and_a_late_replay_is_a_duplicate() {
     let dir = s.stop().await;
     let config = test_config(dir.path().join("data"));
     let s = Server::start_with(dir, config).await;
-    export_http(
-        &s,
-        &[&ToolSpan::new("issue_refund", ago(1.0), 0.4)
-            .intent(&a)
-            .key(&unique("k"))
-            .args(refund_args("45.00"))
-            .http(200)
-            .object(&unique("re"), "succeeded")],
-    )
-    .await;
+    export_http(&s, &[&refunded(1.0)]).await;
     let v = s.verdict(&a).await;
     assert_verdict(
         &v,
