@@ -5,13 +5,12 @@ use crate::contract::Contract;
 use crate::model::{Attempt, AttemptClass};
 
 pub fn classify(a: &Attempt, c: &Contract) -> AttemptClass {
-    if rejected(a.effective_status(), c) {
+    let status = a.effective_status();
+    if rejected(status, c) {
         return AttemptClass::Rejected;
     }
-    if let Some(status) = a.effective_status() {
-        if c.conflict_status.contains(&status) {
-            return AttemptClass::Conflict;
-        }
+    if status.is_some_and(|s| c.conflict_status.contains(&s)) {
+        return AttemptClass::Conflict;
     }
     if a.object_id.is_some() || a.object_status.is_some() {
         return match a.object_status.as_deref() {
