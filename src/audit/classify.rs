@@ -9,7 +9,7 @@ pub fn classify(a: &Attempt, c: &Contract) -> AttemptClass {
     if rejected(status, c) {
         return AttemptClass::Rejected;
     }
-    if status.is_some_and(|s| c.conflict_status.contains(&s)) {
+    if conflict(status, c) {
         return AttemptClass::Conflict;
     }
     if a.object_id.is_some() || a.object_status.is_some() {
@@ -27,4 +27,10 @@ pub fn classify(a: &Attempt, c: &Contract) -> AttemptClass {
 /// Whether the downstream's status says the request executed nothing (`rejected`).
 pub fn rejected(effective_status: Option<u16>, c: &Contract) -> bool {
     effective_status.is_some_and(|s| c.not_executed_status.contains(&s))
+}
+
+/// Whether the downstream's status says another request under the same key was in flight
+/// (`conflict`): this one executed nothing either.
+pub fn conflict(effective_status: Option<u16>, c: &Contract) -> bool {
+    effective_status.is_some_and(|s| c.conflict_status.contains(&s))
 }

@@ -420,10 +420,12 @@ impl Ledger {
             }
         }
         let responder = earliest_use(self.responders.get(object), kind)?;
-        // Rule 4: under `replay`, a response under a key is the saved response of the key's
-        // first execution, which another intent's send may have been: the object was created
-        // with that key, so it is the first sender's to execute.
-        if let Some(key) = self.replayed_key(responder, object) {
+        // Rule 4: where the downstream keeps keys, a response under a key is the key's first
+        // execution's object (`replay`: its saved response; `converge`: the operation that key
+        // started, driven on), and another intent's send may have been that execution: the
+        // object was created with the key, so it is the first sender's to execute. (A record
+        // carrying the key says the same above; a response must not say otherwise.)
+        if let Some(key) = self.keyed_response(responder, object) {
             return self.first_to_execute(key, kind).or(Some(responder));
         }
         Some(responder)
@@ -454,8 +456,8 @@ impl Ledger {
     }
 
     /// The key `intent`'s earliest attempt that returned `object` carried, when its tool's
-    /// contract replays saved responses.
-    fn replayed_key(&self, intent: &str, object: &str) -> Option<&str> {
+    /// contract has the downstream keep keys (`replay` or `converge`).
+    fn keyed_response(&self, intent: &str, object: &str) -> Option<&str> {
         let a = self
             .intents
             .get(intent)?
@@ -463,17 +465,18 @@ impl Ledger {
             .iter()
             .filter(|a| a.object_id.as_deref() == Some(object))
             .min_by_key(|a| a.order())?;
-        let replays = self
+        let keeps_keys = self
             .contracts
             .for_tool(&a.tool)
-            .is_some_and(|c| c.idempotency == Idempotency::Replay);
-        a.idempotency_key.as_deref().filter(|_| replays)
+            .is_some_and(|c| c.idempotency != Idempotency::None);
+        a.idempotency_key.as_deref().filter(|_| keeps_keys)
     }
 
-    /// Whether an attempt of intent `e` was an executed send of its write: not `rejected`
-    /// under its tool's contract, and of a contracted tool unless the intent has none (the
-    /// audit's rule: a wrapper span of another tool carrying the executor's attributes is not
-    /// a send).
+    /// Whether an attempt of intent `e` was an executed send of its write: neither `rejected`
+    /// nor a `conflict` (the downstream refused it for a concurrent request under its key, and
+    /// saved nothing) under its tool's contract, and of a contracted tool unless the intent has
+    /// none (the audit's rule: a wrapper span of another tool carrying the executor's
+    /// attributes is not a send).
     fn executed(&self, e: &IntentEvents, a: &KeptAttempt) -> bool {
         let contract = match self.contracts.for_tool(&a.tool) {
             Some(c) => c,
@@ -487,7 +490,7 @@ impl Ledger {
             None => super::fallback_contract(),
         };
         let status = effective_status(a.http_status, a.error_type.as_deref());
-        !super::classify::rejected(status, contract)
+        !super::classify::rejected(status, contract) && !super::classify::conflict(status, contract)
     }
 
     /// Every intent that may see `object` as evidence: named by its records, sender of a key

@@ -3,6 +3,7 @@
 
 mod adversarial;
 mod attribution;
+mod edges;
 mod escalation;
 mod properties;
 mod seed_matrix;
