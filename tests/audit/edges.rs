@@ -642,12 +642,12 @@ fn held_expired_key_retry_at_the_boundary() {
         "unknown / escalate / expired_key_retry, unresolved_unknown",
     );
     // The decision: retry_same_key strictly before the edge, reconcile at it.
-    let v = verdict_under(&set, &[first.clone()], "A", at(edge) + Dur(-1));
+    let v = verdict_under(&set, std::slice::from_ref(&first), "A", at(edge) + Dur(-1));
     assert_eq!(v.decision, Decision::Escalate, "unresolved_unknown by then");
     let mut lenient = refunds();
     lenient.unknown_deadline = Dur::hours(48);
     let set = Arc::new(Contracts::new(vec![lenient, drafts(), email()]));
-    let v = verdict_under(&set, &[first.clone()], "A", at(edge) + Dur(-1));
+    let v = verdict_under(&set, std::slice::from_ref(&first), "A", at(edge) + Dur(-1));
     assert_eq!(v.decision, Decision::RetrySameKey);
     let v = verdict_under(&set, &[first], "A", at(edge));
     assert_eq!(v.decision, Decision::Reconcile);
