@@ -494,7 +494,7 @@ impl Ledger {
     }
 
     /// Every intent that may see `object` as evidence: named by its records, sender of a key
-    /// its records carry, returned it, or read it.
+    /// its records carry or it was returned under, returned it, or read it.
     fn stakeholders(&self, object: &str, into: &mut BTreeSet<String>) {
         for r in self.records.get(object).into_iter().flatten() {
             into.extend(r.intent_id.iter().cloned());
@@ -508,13 +508,26 @@ impl Ledger {
                 );
             }
         }
-        into.extend(
-            self.responders
-                .get(object)
+        for u in self.responders.get(object).into_iter().flatten() {
+            into.insert(u.intent.to_string());
+            // Every sender of a key it was returned under may own it (rule 4).
+            let keys = self
+                .intents
+                .get(&*u.intent)
                 .into_iter()
-                .flatten()
-                .map(|u| u.intent.to_string()),
-        );
+                .flat_map(|e| &e.attempts)
+                .filter(|a| a.object_id.as_deref() == Some(object))
+                .filter_map(|a| a.idempotency_key.as_deref());
+            for k in keys {
+                into.extend(
+                    self.key_senders
+                        .get(k)
+                        .into_iter()
+                        .flatten()
+                        .map(|u| u.intent.to_string()),
+                );
+            }
+        }
         into.extend(
             self.readers
                 .get(object)
@@ -602,6 +615,24 @@ impl Ledger {
         for r in &e.readbacks {
             candidates.extend(r.object_ids.iter().map(String::as_str));
         }
+        // Objects returned to another sender of one of its keys that are its own (rule 4).
+        let mut answered_elsewhere = Vec::new();
+        for k in &keys {
+            for u in self.key_senders.get(*k).into_iter().flatten() {
+                let Some(other) = self.intents.get(&*u.intent).filter(|_| &*u.intent != id) else {
+                    continue;
+                };
+                for a in &other.attempts {
+                    let Some(o) = a.object_id.as_deref() else {
+                        continue;
+                    };
+                    if a.idempotency_key.as_deref() == Some(*k) && self.owner(kind, o) == Some(id) {
+                        candidates.insert(o);
+                        answered_elsewhere.push(a.attempt(&u.intent));
+                    }
+                }
+            }
+        }
 
         let mut records = Vec::new();
         let mut foreign = Vec::new();
@@ -656,6 +687,7 @@ impl Ledger {
             foreign,
             provisional,
             shared_keys,
+            answered_elsewhere,
         })
     }
 

@@ -37,6 +37,11 @@ pub struct History {
     pub provisional: Vec<String>,
     /// Keys this intent sent that other intents sent too.
     pub shared_keys: Vec<SharedKey>,
+    /// Other intents' sends of this intent's keys whose responses returned an object this
+    /// intent owns (DESIGN.md "Evidence attribution" 4: where the downstream keeps keys, such a
+    /// response is this intent's first execution's object). Observations of its objects, never
+    /// its attempts.
+    pub answered_elsewhere: Vec<Attempt>,
 }
 
 /// An idempotency key sent by attempts of two or more intents.
@@ -85,7 +90,11 @@ impl History {
             .windows(2)
             .all(|w| record_order(&w[0]) < record_order(&w[1]))
             && !has_duplicate(&self.records, RecordObservation::identity);
-        if attempts_ok && readbacks_ok && records_ok {
+        let elsewhere_ok = self
+            .answered_elsewhere
+            .windows(2)
+            .all(|w| attempt_order(&w[0]) < attempt_order(&w[1]));
+        if attempts_ok && readbacks_ok && records_ok && elsewhere_ok {
             std::borrow::Cow::Borrowed(self)
         } else {
             std::borrow::Cow::Owned(self.normalized())
@@ -111,6 +120,11 @@ impl History {
         records.dedup_by(|b, a| a.identity() == b.identity());
         records.sort_by(|a, b| record_order(a).cmp(&record_order(b)));
 
+        let mut answered_elsewhere = self.answered_elsewhere.clone();
+        answered_elsewhere.sort();
+        answered_elsewhere.dedup_by(|b, a| a.span == b.span);
+        answered_elsewhere.sort_by_key(attempt_order);
+
         History {
             intent_id: self.intent_id.clone(),
             attempts,
@@ -119,6 +133,7 @@ impl History {
             foreign: self.foreign.clone(),
             provisional: self.provisional.clone(),
             shared_keys: self.shared_keys.clone(),
+            answered_elsewhere,
         }
     }
 

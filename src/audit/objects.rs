@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use super::History;
+use super::{attempt_order, History};
 use crate::contract::{Contract, Idempotency};
-use crate::model::{Decimal, ObjectView, Timestamp};
+use crate::model::{Attempt, Decimal, ObjectView, Timestamp};
 
 /// Where an observation came from. Ordered by how far it is trusted when two observations of
 /// one object carry the same instant.
@@ -108,7 +108,14 @@ impl Objects {
         // Under `replay` a same-key retry that returns an object already returned under that key
         // is the saved first response, not a fresh observation of the object.
         let mut returned: std::collections::HashSet<(&str, &str)> = Default::default();
-        for a in &h.attempts {
+        // Its own responses and those to other senders of its keys that returned its objects,
+        // in time order: of one key's responses the first is the observation.
+        let mut responses: Vec<&Attempt> = h.attempts.iter().collect();
+        if !h.answered_elsewhere.is_empty() {
+            responses.extend(&h.answered_elsewhere);
+            responses.sort_by_key(|a| attempt_order(a));
+        }
+        for a in responses {
             let Some(id) = a.object_id.as_deref().filter(|id| !h.is_foreign(id)) else {
                 continue;
             };

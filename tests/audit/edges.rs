@@ -355,7 +355,6 @@ fn control_second_refund_of_a_shared_key_seen_in_a_record() {
 /// verdict shows one refund and no duplicate_effect: the critical finding is missed while
 /// re_2 is known to be A's second refund.
 #[test]
-#[ignore = "open: an object an intent owns only through another sender's replayed response does not reach its history (Ledger::history); until its record arrives the duplicate is escalated as key_shared_across_intents only"]
 fn a_second_refund_replayed_to_another_sender_of_its_key_is_a_duplicate_effect() {
     let set = Arc::new(contracts());
     let events = [
