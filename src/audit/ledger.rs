@@ -496,16 +496,17 @@ impl Ledger {
     /// Every intent that may see `object` as evidence: named by its records, sender of a key
     /// its records carry or it was returned under, returned it, or read it.
     fn stakeholders(&self, object: &str, into: &mut BTreeSet<String>) {
+        let senders = |k: &str| {
+            self.key_senders
+                .get(k)
+                .into_iter()
+                .flatten()
+                .map(|u| u.intent.to_string())
+        };
         for r in self.records.get(object).into_iter().flatten() {
             into.extend(r.intent_id.iter().cloned());
             if let Some(k) = &r.idempotency_key {
-                into.extend(
-                    self.key_senders
-                        .get(k)
-                        .into_iter()
-                        .flatten()
-                        .map(|u| u.intent.to_string()),
-                );
+                into.extend(senders(k));
             }
         }
         for u in self.responders.get(object).into_iter().flatten() {
@@ -519,13 +520,7 @@ impl Ledger {
                 .filter(|a| a.object_id.as_deref() == Some(object))
                 .filter_map(|a| a.idempotency_key.as_deref());
             for k in keys {
-                into.extend(
-                    self.key_senders
-                        .get(k)
-                        .into_iter()
-                        .flatten()
-                        .map(|u| u.intent.to_string()),
-                );
+                into.extend(senders(k));
             }
         }
         into.extend(

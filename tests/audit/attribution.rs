@@ -8,26 +8,9 @@ use reckon::model::*;
 
 const R: &str = "issue_refund";
 
-fn refund(intent: &str, start: f64, key: &str, amount: &str) -> Attempt {
-    attempt(intent, R, start, 0.4)
-        .key(key)
-        .args(refund_args(amount))
-}
-
-fn timed_out(intent: &str, start: f64, key: &str, amount: &str) -> Attempt {
-    attempt(intent, R, start, 30.0)
-        .key(key)
-        .args(refund_args(amount))
-        .timeout()
-}
-
 /// Stripe's record of a refund in major units on order 1042.
 fn refund_record(intent: Option<&str>, object: &str, status: &str, at: f64, minor: i128) -> Event {
     ev(stripe_refund(intent, object, status, at, minor, "usd"))
-}
-
-fn object_ids(v: &Verdict) -> Vec<&str> {
-    v.objects.iter().map(|o| o.object_id.as_str()).collect()
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! an expectation written as text; and the builders every suite shares (`src/test_builders.rs`).
 
 use reckon::audit::{self, Ledger};
+use reckon::contract::Contracts;
 use reckon::escalation::EscalationBook;
 use reckon::model::*;
 
@@ -12,7 +13,16 @@ pub use builders::*;
 /// Run every event through a ledger, audit `intent` at `now`, and pass the verdict through an
 /// escalation book, as the engine does.
 pub fn verdict_of(events: &[Event], intent: &str, now: Timestamp) -> (Verdict, EscalationBook) {
-    let contracts = std::sync::Arc::new(contracts());
+    verdict_under(&std::sync::Arc::new(contracts()), events, intent, now)
+}
+
+/// [`verdict_of`] under the given contracts.
+pub fn verdict_under(
+    contracts: &std::sync::Arc<Contracts>,
+    events: &[Event],
+    intent: &str,
+    now: Timestamp,
+) -> (Verdict, EscalationBook) {
     let mut ledger = Ledger::with_contracts(contracts.clone());
     for e in events {
         ledger.add(e.clone());
@@ -20,11 +30,31 @@ pub fn verdict_of(events: &[Event], intent: &str, now: Timestamp) -> (Verdict, E
     let h = ledger
         .history(intent)
         .unwrap_or_else(|| panic!("no events link to intent {intent}"));
-    let mut v = audit::audit(&h, Ledger::contract_for(&h, &contracts), now);
+    let mut v = audit::audit(&h, Ledger::contract_for(&h, contracts), now);
     let mut book = EscalationBook::new();
     book.observe(&v);
     book.apply(&mut v);
     (v, book)
+}
+
+/// A refund of `amount` by `intent` under `key`, sent at `start` and answered 0.4 s later.
+pub fn refund(intent: &str, start: f64, key: &str, amount: &str) -> Attempt {
+    attempt(intent, "issue_refund", start, 0.4)
+        .key(key)
+        .args(refund_args(amount))
+}
+
+/// [`refund`] that timed out after 30 s.
+pub fn timed_out(intent: &str, start: f64, key: &str, amount: &str) -> Attempt {
+    attempt(intent, "issue_refund", start, 30.0)
+        .key(key)
+        .args(refund_args(amount))
+        .timeout()
+}
+
+/// The ids of the objects a verdict links.
+pub fn object_ids(v: &Verdict) -> Vec<&str> {
+    v.objects.iter().map(|o| o.object_id.as_str()).collect()
 }
 
 /// What a verdict shows, as one line: `state / decision / finding, finding` (`-`: none).
