@@ -31,6 +31,7 @@ import calendar
 import dataclasses
 import json
 import os
+import random
 import re
 import shutil
 import socket
@@ -163,9 +164,19 @@ def pairs(scenario: str) -> list:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now, below the kernel's ephemeral range (32768-60999 on Linux). A
+    port bind(0) handed out is back in that range once released, and the kernel may give it to
+    any outgoing connection before the server it was meant for binds it (seen in CI: an
+    Alertmanager's bind refused). A random port below the range is not handed out that way."""
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free loopback port in 20000-32000")
 
 
 class Reckon:

@@ -4,6 +4,7 @@ free ports, the reckon binary, child processes with their logs, and polling."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -16,9 +17,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now, below the kernel's ephemeral range (32768-60999 on Linux). A
+    port bind(0) handed out is back in that range once released, and the kernel may give it to
+    any outgoing connection before the server it was meant for binds it (seen in CI: an
+    Alertmanager's bind refused). A random port below the range is not handed out that way."""
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free loopback port in 20000-32000")
 
 
 def reckon_bin() -> Path:
