@@ -340,9 +340,14 @@ impl Ledger {
         self.records.contains_key(object)
     }
 
-    /// The objects with an observation in memory.
-    pub fn record_objects(&self) -> impl Iterator<Item = &str> {
-        self.records.keys().map(String::as_str)
+    /// The objects with an observation in memory that names no intent: the only ones that can
+    /// ever have been orphans (an object whose every record names an intent was owned from its
+    /// first record on).
+    pub fn objects_ever_unnamed(&self) -> impl Iterator<Item = &str> {
+        self.records
+            .iter()
+            .filter(|(_, rs)| rs.iter().any(|r| r.intent_id.is_none()))
+            .map(|(o, _)| o.as_str())
     }
 
     pub fn is_empty(&self) -> bool {

@@ -254,9 +254,9 @@ impl EngineCore {
         self.ledger.has_records_of(object)
     }
 
-    /// The objects with an observation in memory.
-    pub fn record_objects(&self) -> impl Iterator<Item = &str> {
-        self.ledger.record_objects()
+    /// The objects in memory that can ever have been orphans ([`Ledger::objects_ever_unnamed`]).
+    pub fn objects_ever_unnamed(&self) -> impl Iterator<Item = &str> {
+        self.ledger.objects_ever_unnamed()
     }
 
     /// The filter of routes to intents out of memory, for its gauges.

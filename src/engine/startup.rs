@@ -255,7 +255,8 @@ pub(super) async fn fill_route_filter(engine: std::sync::Weak<Engine>) {
 /// records it holds): an orphan at rest is not loaded, and is not stale for that. One that was
 /// claimed before a crash lost the removal of its row was claimed by an event after the
 /// checkpoint, which the start reads with the records it reaches. The store is asked about those
-/// ids alone, so the check follows what the start read, not the orphans in the store's history.
+/// ids alone (and of objects only those with a record naming no intent: the others never were
+/// orphans), so the check follows what the start read, not the orphans in the store's history.
 /// Done before the engine serves, so no reader sees them once it is ready.
 pub(super) async fn reconcile<'a>(
     store: &AnyStore,
@@ -266,7 +267,7 @@ pub(super) async fn reconcile<'a>(
         .filter(|id| id.starts_with(audit::ORPHAN_PREFIX))
         .map(str::to_string)
         .chain(
-            core.record_objects()
+            core.objects_ever_unnamed()
                 .map(|object| format!("{}{object}", audit::ORPHAN_PREFIX)),
         )
         .filter(|id| !core.holds(id))
