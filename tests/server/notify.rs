@@ -306,10 +306,7 @@ async fn webhooks_are_signed_retried_under_one_id_and_in_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pending_webhooks_survive_a_restart() {
     // A port nobody listens on yet: connections are refused until the receiver starts there.
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let addr = addr_for_later();
     let s = start_notifying(tempfile::tempdir().unwrap(), &hook_url(addr)).await;
     let intent = unique("int");
     let id = duplicate_refund(&s, &intent).await;

@@ -586,6 +586,25 @@ pub fn free_addr() -> SocketAddr {
         .unwrap()
 }
 
+/// A loopback address nobody listens on now, for a listener a test starts much later: a port
+/// below the kernel's ephemeral range (32768-60999 on Linux). One that bind(0) hands out is in
+/// that range, and any outgoing connection may be given it in between.
+pub fn addr_for_later() -> SocketAddr {
+    let seed = u64::from(std::process::id())
+        ^ u64::from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .subsec_nanos(),
+        );
+    (0..12_000u64)
+        .map(|i| 20_000 + ((seed + i * 7_919) % 12_000) as u16)
+        .find_map(|port| TcpListener::bind(("127.0.0.1", port)).ok())
+        .expect("a free loopback port in 20000-32000")
+        .local_addr()
+        .unwrap()
+}
+
 /// How a spawned `reckon serve` came up.
 enum Ready {
     Yes,
