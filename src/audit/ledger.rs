@@ -460,6 +460,30 @@ impl Ledger {
             .map(|(_, intent)| intent)
     }
 
+    /// The objects made under `key` as far as the ledger knows: those whose records carry it,
+    /// and those a send of it returned.
+    fn objects_under(&self, key: &str) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .key_objects
+            .get(key)
+            .into_iter()
+            .flat_map(|f| f.iter().cloned())
+            .collect();
+        for u in self.key_senders.get(key).into_iter().flatten() {
+            let attempts = self
+                .intents
+                .get(&*u.intent)
+                .into_iter()
+                .flat_map(|e| &e.attempts);
+            out.extend(
+                attempts
+                    .filter(|a| a.idempotency_key.as_deref() == Some(key))
+                    .filter_map(|a| a.object_id.as_deref().map(str::to_string)),
+            );
+        }
+        out
+    }
+
     /// The key `intent`'s earliest attempt that returned `object` carried, when its tool's
     /// contract has the downstream keep keys (`replay` or `converge`).
     fn keyed_response(&self, intent: &str, object: &str) -> Option<&str> {
@@ -978,7 +1002,19 @@ impl Ledger {
                     touched.push(o.clone());
                 }
                 let kept = KeptAttempt::keep(a, &mut self.names);
-                push_small(&mut self.intents.entry(id).or_default().attempts, kept);
+                let e = self.intents.entry(id).or_default();
+                push_small(&mut e.attempts, kept);
+                // Whether the intent's other sends count as sends can change with this one (a
+                // wrapper is not a send once a contracted one is there), and with it who owns
+                // what was made under any of its keys.
+                let keys: BTreeSet<String> = e
+                    .attempts
+                    .iter()
+                    .filter_map(|a| a.idempotency_key.as_deref().map(str::to_string))
+                    .collect();
+                for k in &keys {
+                    touched.extend(self.objects_under(k));
+                }
             }
             Event::Readback(r) => {
                 if !self.readback_spans.insert(r.span) {

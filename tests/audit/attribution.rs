@@ -970,3 +970,38 @@ fn a_reload_of_not_executed_status_moves_ownership_as_a_restart_would() {
     };
     assert_eq!(verdicts(&moved), verdicts(&fresh));
 }
+
+/// Whether a span of an uncontracted tool is a send depends on the intent's other attempts (a
+/// wrapper is not, once the intent has a contracted send), so a contracted attempt that
+/// touches no object still changes who owns the objects under the intent's keys: the verdicts
+/// must not depend on which came first (found by the audit fuzzer: the orphan set kept the
+/// owner of the first arrival).
+#[test]
+fn a_contracted_send_arriving_after_a_keyed_wrapper_moves_the_keys_object_in_any_order() {
+    use reckon::audit::Ledger;
+    let record = ev(with_key(
+        stripe_refund(None, "re_9", "succeeded", 100.0, 4500, "usd"),
+        "k0",
+    ));
+    let wrapper = ev(attempt("A", "list_refunds", 200.0, 5.0).key("k0").http(200));
+    let send = ev(attempt("A", R, 0.0, 0.0));
+    let ids = |events: &[Event]| {
+        let mut ledger = Ledger::with_contracts(std::sync::Arc::new(contracts()));
+        for e in events {
+            ledger.add(e.clone());
+        }
+        let mut ids: Vec<String> = ledger.ids().collect();
+        ids.sort();
+        ids
+    };
+    let in_order = [record.clone(), wrapper.clone(), send.clone()];
+    assert_eq!(ids(&in_order), ["A", "orphan:re_9"], "re_9 is nobody's");
+    assert_eq!(ids(&[send, record, wrapper]), ids(&in_order));
+    check(
+        "A",
+        &in_order,
+        "A",
+        at(5.0 * MIN),
+        "unknown / reconcile / -",
+    );
+}
