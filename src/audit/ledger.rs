@@ -1001,17 +1001,27 @@ impl Ledger {
                     );
                     touched.push(o.clone());
                 }
+                let contracted = self.contracts.for_tool(&a.tool).is_some();
                 let kept = KeptAttempt::keep(a, &mut self.names);
+                let contracts = &self.contracts;
                 let e = self.intents.entry(id).or_default();
+                // The intent's first contracted send makes its spans of uncontracted tools no
+                // sends (wrappers), and with that may change who owns what was made under any
+                // of their keys: those objects are decided again.
+                let wrappers_turn = contracted
+                    && e.attempts
+                        .iter()
+                        .all(|x| contracts.for_tool(&x.tool).is_none())
+                    && !e.attempts.is_empty();
+                let keys: BTreeSet<String> = if wrappers_turn {
+                    e.attempts
+                        .iter()
+                        .filter_map(|a| a.idempotency_key.as_deref().map(str::to_string))
+                        .collect()
+                } else {
+                    BTreeSet::new()
+                };
                 push_small(&mut e.attempts, kept);
-                // Whether the intent's other sends count as sends can change with this one (a
-                // wrapper is not a send once a contracted one is there), and with it who owns
-                // what was made under any of its keys.
-                let keys: BTreeSet<String> = e
-                    .attempts
-                    .iter()
-                    .filter_map(|a| a.idempotency_key.as_deref().map(str::to_string))
-                    .collect();
                 for k in &keys {
                     touched.extend(self.objects_under(k));
                 }
