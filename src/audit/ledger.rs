@@ -11,8 +11,10 @@
 //! An object owned by one intent is never another's effect: it is *foreign* to every other intent
 //! that saw it (a read-back of "refunds for order 1042", a replayed response under a shared key).
 //! An object with no owner that a read-back listed links to the reader *provisionally*, and moves
-//! to its owner the moment one shows up. An object that links to nothing is audited under a
-//! pseudo-intent `orphan:{object_id}` until something claims it.
+//! to its owner the moment one shows up; only to a reader that may have made it (it sent before
+//! the object was there) and only while no other reader may have (one refund is not two
+//! intents' effect). An object that links to nothing is audited under a pseudo-intent
+//! `orphan:{object_id}` until something claims it: an old refund a reader listed is one.
 //!
 //! Object identity is (kind, id): the kind from the record, or from the contract of the attempt
 //! that returned or read it. An observation whose kind is not known matches any kind, so a record
@@ -26,13 +28,19 @@ use foldhash::{HashMap, HashSet};
 use super::{attempt_order, readback_order, record_order, History, SharedKey};
 use crate::contract::{Contract, Contracts, Idempotency};
 use crate::model::{
-    effective_status, Attempt, Event, Readback, RecordObservation, ReportedOutcome, SpanRef,
+    effective_status, Attempt, Dur, Event, Readback, RecordObservation, ReportedOutcome, SpanRef,
     Timestamp,
 };
 
 pub use crate::model::ORPHAN_PREFIX;
 
 type Order = (Timestamp, Timestamp, SpanRef);
+
+/// How much earlier than a send the downstream's own time for an object must be to show that the
+/// object was there first. Its clock is not the executor's, and Stripe's times are whole seconds:
+/// a refund created 0.2 s after a send at 100.7 s says `created: 100`. Within the margin it stays
+/// a candidate; a check-then-act's old refund is minutes or days older.
+const DOWNSTREAM_CLOCK_MARGIN: Dur = Dur::secs(5);
 
 /// A small set of strings kept sorted. Most keys and objects belong to one intent, and a
 /// one-element B-tree set costs a node of a few hundred bytes; per open intent that adds up.
@@ -522,6 +530,29 @@ impl Ledger {
         !super::classify::rejected(status, contract) && !super::classify::conflict(status, contract)
     }
 
+    /// Whether an attempt of intent `e` is a send of the intent's write, which the audit judges:
+    /// a span of its contract's tools (the contract of its earliest contracted attempt), or of
+    /// another contract's that makes objects of the same record kind (the downstream's second
+    /// endpoint for one refund: a retry through it is a second send, and its refund the
+    /// intent's). A wrapper span of an uncontracted tool that carries the executor's attributes
+    /// is not, nor is a span of a contract for another kind of object. With no contracted
+    /// attempt, every attempt is.
+    fn sends_its_write(&self, e: &IntentEvents, a: &KeptAttempt) -> bool {
+        let Some(primary) = e
+            .attempts
+            .iter()
+            .filter_map(|x| self.contracts.for_tool(&x.tool).map(|c| (x.order(), c)))
+            .min_by_key(|(order, _)| *order)
+            .map(|(_, c)| c)
+        else {
+            return true;
+        };
+        self.contracts.for_tool(&a.tool).is_some_and(|c| {
+            c.name == primary.name
+                || (primary.record_kind.is_some() && c.record_kind == primary.record_kind)
+        })
+    }
+
     /// Every intent that may see `object` as evidence: named by its records, sender of a key
     /// its records carry or it was returned under, returned it, or read it.
     fn stakeholders(&self, object: &str, into: &mut BTreeSet<String>) {
@@ -560,10 +591,23 @@ impl Ledger {
         );
     }
 
+    /// Whether `object` (or its observations of one kind) links to no intent: it has records
+    /// of a kind no intent owns and no reader may have made (audited as `orphan:{object}`).
     fn is_orphan(&self, object: &str) -> bool {
-        self.records.get(object).is_some_and(|r| !r.is_empty())
-            && !self.readers.contains_key(object)
-            && self.owner(None, object).is_none()
+        self.records
+            .get(object)
+            .is_some_and(|rs| rs.iter().any(|r| self.unclaimed(r.kind.as_deref(), object)))
+    }
+
+    /// Whether `object` seen with kind `kind` has no owner and no reader that may have made it.
+    fn unclaimed(&self, kind: Option<&str>, object: &str) -> bool {
+        self.owner(kind, object).is_none()
+            && !self
+                .readers
+                .get(object)
+                .into_iter()
+                .flat_map(|f| f.iter())
+                .any(|r| self.may_have_made(r, kind, object))
     }
 
     /// Bring the orphan set up to date for objects an event touched.
@@ -584,12 +628,71 @@ impl Ledger {
         }
     }
 
+    /// DESIGN.md "Evidence attribution" 3, in time: whether the unowned `object` (seen with
+    /// kind `kind`) can be the effect of `reader`, an intent whose read-back listed it. Only
+    /// an intent of its kind that executed a send can have made it, and not when the evidence
+    /// shows it was there first: a read-back of the reader's that ended before its first send
+    /// began (one clock, the executor's: check-then-act's "refunds for order 1042"), or the
+    /// downstream's own observation or creation time more than [`DOWNSTREAM_CLOCK_MARGIN`]
+    /// before it (an old refund listed again after the send). Linked, such an object made a
+    /// send that timed out `completed`.
+    fn may_have_made(&self, reader: &str, kind: Option<&str>, object: &str) -> bool {
+        let Some(e) = self.intents.get(reader) else {
+            return false;
+        };
+        let Some(sent) = e
+            .attempts
+            .iter()
+            .filter(|a| self.executed(e, a))
+            .map(|a| a.start)
+            .min()
+        else {
+            return false;
+        };
+        if !kinds_match(self.intent_kind(reader).as_deref(), kind) {
+            return false;
+        }
+        let listed_before = e
+            .readbacks
+            .iter()
+            .any(|r| r.end <= sent && r.object_ids.iter().any(|o| o == object));
+        let downstream_before = sent - DOWNSTREAM_CLOCK_MARGIN;
+        let there_before = self
+            .records
+            .get(object)
+            .into_iter()
+            .flatten()
+            .filter(|r| kinds_match(r.kind.as_deref(), kind))
+            .any(|r| {
+                r.observed_at < downstream_before
+                    || r.created_at.is_some_and(|t| t < downstream_before)
+            });
+        !listed_before && !there_before
+    }
+
+    /// Whether another reader of the unowned `object` may as well have made it
+    /// ([`Ledger::may_have_made`]). One object is at most one intent's effect, and nothing
+    /// says whose: it is none of theirs until its owner shows up (DESIGN.md "Evidence
+    /// attribution" 3).
+    fn contested(&self, id: &str, kind: Option<&str>, object: &str) -> bool {
+        self.readers.get(object).is_some_and(|readers| {
+            readers
+                .iter()
+                .any(|r| r.as_str() != id && self.may_have_made(r, kind, object))
+        })
+    }
+
     /// How `object` relates to intent `id` (whose objects have kind `kind`).
     fn link(&self, id: &str, kind: Option<&str>, object: &str) -> Link {
         match self.owner(kind, object) {
             Some(owner) if owner == id => Link::Own,
             Some(_) => Link::Foreign,
-            None if self.readers.get(object).is_some_and(|r| r.contains(id)) => Link::Provisional,
+            None if self.readers.get(object).is_some_and(|r| r.contains(id))
+                && self.may_have_made(id, kind, object)
+                && !self.contested(id, kind, object) =>
+            {
+                Link::Provisional
+            }
             // Seen by this intent (a key it sent, a response it got) but owned by nobody of
             // its kind: cannot happen for a key or a response, which make their sender the
             // owner; kept apart rather than guessed.
@@ -603,7 +706,15 @@ impl Ledger {
             if !self.orphans.contains(object) {
                 return None;
             }
-            let records = self.records.get(object)?.clone();
+            // Only its unclaimed observations: one downstream's draft 1001 may be an intent's
+            // while another's refund 1001 links to nothing.
+            let records: Vec<RecordObservation> = self
+                .records
+                .get(object)?
+                .iter()
+                .filter(|r| self.unclaimed(r.kind.as_deref(), object))
+                .cloned()
+                .collect();
             return Some(History {
                 intent_id: id.to_string(),
                 records,
@@ -683,13 +794,17 @@ impl Ledger {
 
         let mut shared_keys = Vec::new();
         for k in keys {
-            let Some(senders) = self.key_senders.get(k) else {
-                continue;
-            };
-            if senders.len() < 2 {
+            // Keys are the downstream's: one string sent to two downstreams is two keys.
+            let mut by_order: Vec<&Use> = self
+                .key_senders
+                .get(k)
+                .into_iter()
+                .flatten()
+                .filter(|u| kinds_match(u.kind.as_deref(), kind))
+                .collect();
+            if by_order.len() < 2 {
                 continue;
             }
-            let mut by_order: Vec<&Use> = senders.iter().collect();
             by_order.sort_by(|a, b| (a.order, &a.intent).cmp(&(b.order, &b.intent)));
             shared_keys.push(SharedKey {
                 key: k.to_string(),
@@ -705,7 +820,12 @@ impl Ledger {
 
         Some(History {
             intent_id: id.to_string(),
-            attempts: e.attempts.iter().map(|a| a.attempt(id)).collect(),
+            attempts: e
+                .attempts
+                .iter()
+                .filter(|a| self.sends_its_write(e, a))
+                .map(|a| a.attempt(id))
+                .collect(),
             readbacks: e.readbacks.clone(),
             records,
             foreign,
@@ -819,16 +939,19 @@ impl Ledger {
     }
 
     /// Whether nothing this intent may see concerns another intent in memory: it can leave
-    /// memory without changing anyone else's evidence. An orphan record always can: being an
-    /// orphan means no intent in memory owns, sent the key of, or read its object.
+    /// memory without changing anyone else's evidence. An orphan record can when no intent in
+    /// memory sees its object (a read-back that listed it before its send, another
+    /// downstream's object of the same id).
     pub fn is_isolated(&self, id: &str) -> bool {
-        if let Some(object) = id.strip_prefix(ORPHAN_PREFIX) {
-            return self.orphans.contains(object) && self.is_orphan(object);
+        let group = BTreeSet::from([id]);
+        match id.strip_prefix(ORPHAN_PREFIX) {
+            Some(object) => self.orphan_isolated_within(object, &group),
+            None => self.is_isolated_within(id, &group),
         }
-        self.is_isolated_within(id, &BTreeSet::from([id]))
     }
 
-    /// Whether everything this intent may see concerns only intents of `group`.
+    /// Whether everything this intent may see concerns only members of `group` (intents, and
+    /// the pseudo-intents of orphan records in its reach).
     fn is_isolated_within(&self, id: &str, group: &BTreeSet<&str>) -> bool {
         if !self.intents.contains_key(id) {
             return false;
@@ -843,18 +966,35 @@ impl Ledger {
             && objects.iter().all(|o| {
                 let mut others = BTreeSet::new();
                 self.stakeholders(o, &mut others);
-                others.iter().all(|x| group.contains(x.as_str())) && !self.orphans.contains(*o)
+                others.iter().all(|x| group.contains(x.as_str()))
+                    && (!self.orphans.contains(*o)
+                        || group.contains(format!("{ORPHAN_PREFIX}{o}").as_str()))
             })
     }
 
+    /// Whether `object` is an orphan record that only members of `group` (or intents not in
+    /// memory) see.
+    fn orphan_isolated_within(&self, object: &str, group: &BTreeSet<&str>) -> bool {
+        let mut others = BTreeSet::new();
+        self.stakeholders(object, &mut others);
+        self.orphans.contains(object)
+            && self.is_orphan(object)
+            && others
+                .iter()
+                .all(|x| group.contains(x.as_str()) || !self.intents.contains_key(x.as_str()))
+    }
+
     /// The intents linked to `id` in memory, itself included: those that share a key or an
-    /// object with it, and theirs in turn. `None` past `limit` intents, or when an object in
-    /// reach is an orphan's (no intent may take the evidence of a pseudo-intent with it).
+    /// object with it, and theirs in turn, and the pseudo-intents of orphan records among
+    /// those objects (an old refund its reader set aside). `None` past `limit` members.
     pub fn linked(&self, id: &str, limit: usize) -> Option<BTreeSet<String>> {
         let mut group = BTreeSet::from([id.to_string()]);
         let mut todo = vec![id.to_string()];
         while let Some(x) = todo.pop() {
-            let (objects, keys) = self.reach(&x);
+            let (objects, keys) = match x.strip_prefix(ORPHAN_PREFIX) {
+                Some(object) => (BTreeSet::from([object]), BTreeSet::new()),
+                None => self.reach(&x),
+            };
             let mut next = BTreeSet::new();
             for k in keys {
                 next.extend(
@@ -867,13 +1007,17 @@ impl Ledger {
             }
             for o in objects {
                 if self.orphans.contains(o) {
-                    return None;
+                    next.insert(format!("{ORPHAN_PREFIX}{o}"));
                 }
                 self.stakeholders(o, &mut next);
             }
             for y in next {
                 // A record may name an intent that sent nothing (yet): not in memory, not held.
-                if self.intents.contains_key(y.as_str()) && group.insert(y.clone()) {
+                let here = match y.strip_prefix(ORPHAN_PREFIX) {
+                    Some(o) => self.orphans.contains(o),
+                    None => self.intents.contains_key(y.as_str()),
+                };
+                if here && group.insert(y.clone()) {
                     if group.len() > limit {
                         return None;
                     }
@@ -895,22 +1039,29 @@ impl Ledger {
     /// the others (one read the refund another made, two sent one key), none with an intent
     /// that stays. Returns false (and changes nothing) otherwise.
     pub fn evict_group(&mut self, ids: &BTreeSet<String>) -> bool {
-        if let [id] = ids.iter().collect::<Vec<_>>()[..] {
-            if let Some(object) = id.strip_prefix(ORPHAN_PREFIX) {
-                return self.evict_orphan(object);
-            }
-        }
         let group: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
-        if group.is_empty() || !group.iter().all(|id| self.is_isolated_within(id, &group)) {
+        let (orphans, intents): (BTreeSet<&str>, BTreeSet<&str>) =
+            group.iter().partition(|id| id.starts_with(ORPHAN_PREFIX));
+        let orphans: BTreeSet<&str> = orphans
+            .iter()
+            .filter_map(|id| id.strip_prefix(ORPHAN_PREFIX))
+            .collect();
+        if group.is_empty()
+            || !intents.iter().all(|id| self.is_isolated_within(id, &group))
+            || !orphans
+                .iter()
+                .all(|o| self.orphan_isolated_within(o, &group))
+        {
             return false;
         }
         let (mut objects, mut keys) = (BTreeSet::new(), BTreeSet::new());
-        for id in &group {
+        objects.extend(orphans.iter().map(|o| o.to_string()));
+        for id in &intents {
             let (o, k) = self.reach(id);
             objects.extend(o.into_iter().map(str::to_string));
             keys.extend(k.into_iter().map(str::to_string));
         }
-        for id in &group {
+        for id in &intents {
             if let Some(e) = self.intents.remove(*id) {
                 for a in &e.attempts {
                     self.attempt_spans.remove(&a.span);
@@ -925,20 +1076,11 @@ impl Ledger {
             self.key_senders.remove(k);
         }
         for o in &objects {
+            self.orphans.remove(o.as_str());
             self.responders.remove(o);
             self.readers.remove(o);
             self.forget_records(o);
         }
-        true
-    }
-
-    /// Take an orphan record (every observation of `object`) out of memory, when it is one.
-    fn evict_orphan(&mut self, object: &str) -> bool {
-        if !(self.orphans.contains(object) && self.is_orphan(object)) {
-            return false;
-        }
-        self.orphans.remove(object);
-        self.forget_records(object);
         true
     }
 
@@ -1022,6 +1164,13 @@ impl Ledger {
                     BTreeSet::new()
                 };
                 push_small(&mut e.attempts, kept);
+                // A send can make its intent a candidate for what its read-backs listed, which
+                // contests that object for every other reader (`contested`).
+                touched.extend(
+                    e.readbacks
+                        .iter()
+                        .flat_map(|r| r.object_ids.iter().cloned()),
+                );
                 for k in &keys {
                     touched.extend(self.objects_under(k));
                 }
@@ -1034,7 +1183,17 @@ impl Ledger {
                 for o in &r.object_ids {
                     self.readers.entry(o.clone()).or_default().insert(&id);
                 }
-                // Provisional links go to every reader, so another reader's view is unchanged.
+                // An unowned object another reader holds provisionally may now be contested
+                // (`contested`): every reader of what it lists looks again. Owners do not: a
+                // read-back never changes who owns what.
+                for o in &r.object_ids {
+                    change.affected.extend(
+                        self.readers
+                            .get(o)
+                            .into_iter()
+                            .flat_map(|f| f.iter().cloned()),
+                    );
+                }
                 touched.extend(r.object_ids.iter().cloned());
                 change.affected.insert(id.clone());
                 let key = self.intent_key(&id);

@@ -193,16 +193,8 @@ pub fn audit(history: &History, contract: Option<&Contract>, now: Timestamp) -> 
         None => fallback_contract(),
     };
     let h = history.canonical();
-    // Sends of the intent's write are spans of the contract's tools; a wrapper span of another
-    // tool that carries the executor's attributes too is not a second send to the downstream.
-    let h = match contract {
-        Some(c) if h.attempts.iter().any(|a| !c.tools.contains(&a.tool)) => {
-            let mut only = h.into_owned();
-            only.attempts.retain(|a| c.tools.contains(&a.tool));
-            std::borrow::Cow::Owned(only)
-        }
-        _ => h,
-    };
+    // Its attempts are the sends of its write (`Ledger::history` leaves out wrapper spans and
+    // spans of contracts for other kinds of object), judged under its contract.
     let classes: Vec<AttemptClass> = h.attempts.iter().map(|a| classify(a, c)).collect();
     // A rejected attempt executed nothing: the intent's parameters and its key window start at
     // the first attempt that was not rejected (fixing the input under the same key is correct).
@@ -211,8 +203,8 @@ pub fn audit(history: &History, contract: Option<&Contract>, now: Timestamp) -> 
         .iter()
         .zip(&classes)
         .position(|(_, &k)| k != AttemptClass::Rejected);
-    let first_send = first_executed.map(|i| h.attempts[i].start);
-    let h = set_aside_what_predates(h, first_send);
+    // What a read-back listed that was there before the intent's first send is no candidate
+    // for its effect: the ledger keeps it out of `provisional` (`Ledger::may_have_made`).
     let params = Params::of_intent(&h.attempts, &classes, c);
     let objects = Objects::fold(&h, c, params.currency.as_deref());
     let state = intent_state(&h, &classes, &objects, &params, c);
@@ -311,56 +303,6 @@ pub fn audit(history: &History, contract: Option<&Contract>, now: Timestamp) -> 
         first_seen: first_seen.unwrap_or(now),
         last_event: last_event.unwrap_or(now),
     }
-}
-
-/// How much earlier than a send the downstream's own time for an object must be to show that the
-/// object was there first. Its clock is not the executor's, and Stripe's times are whole seconds:
-/// a refund created 0.2 s after a send at 100.7 s says `created: 100`. Within the margin it stays
-/// a candidate, as before; a check-then-act's old refund is minutes or days older.
-const DOWNSTREAM_CLOCK_MARGIN: Dur = Dur::secs(5);
-
-/// DESIGN.md "Evidence attribution" 3, in time. A read-back links an object nobody owns to its
-/// reader as a candidate for the reader's own effect; an object that was there before the reader
-/// first executed a send cannot be that effect (check-then-act: "refunds for order 1042" listed
-/// before the refund, an old refund listed again after it). Linked, it made a send that timed
-/// out `completed`. It says nothing about the reader, as if another intent owned it: it moves
-/// from `provisional` to `foreign`, and its records leave the history.
-///
-/// "Before" is what the evidence shows: a read-back of the intent's that ended before the send
-/// began (one clock, the executor's), or the downstream's own observation or creation time more
-/// than [`DOWNSTREAM_CLOCK_MARGIN`] before it. With no executed send there is no effect to find.
-fn set_aside_what_predates(
-    h: std::borrow::Cow<'_, History>,
-    first_send: Option<Timestamp>,
-) -> std::borrow::Cow<'_, History> {
-    let predates = |object: &str| {
-        let Some(send) = first_send else {
-            return true;
-        };
-        let downstream_before = send - DOWNSTREAM_CLOCK_MARGIN;
-        h.readbacks
-            .iter()
-            .any(|r| r.end <= send && r.object_ids.iter().any(|o| o == object))
-            || h.records.iter().any(|r| {
-                r.object_id == object
-                    && (r.observed_at < downstream_before
-                        || r.created_at.is_some_and(|t| t < downstream_before))
-            })
-    };
-    let earlier: Vec<String> = h
-        .provisional
-        .iter()
-        .filter(|o| predates(o))
-        .cloned()
-        .collect();
-    if earlier.is_empty() {
-        return h;
-    }
-    let mut h = h.into_owned();
-    h.provisional.retain(|o| !earlier.contains(o));
-    h.records.retain(|r| !earlier.contains(&r.object_id));
-    h.foreign.extend(earlier);
-    std::borrow::Cow::Owned(h)
 }
 
 /// DESIGN.md "Intent state". Downstream records outrank the attempts' view of them.

@@ -1607,6 +1607,70 @@ mod tests {
         assert!(core.ingest(Vec::new(), t(9_003)).removed.is_empty(), "once");
     }
 
+    /// An old refund that a reader listed after its send is an orphan record, not the reader's
+    /// (`Ledger::may_have_made`). The two see one object, so neither leaves memory alone (it
+    /// would take evidence the other is judged with): they leave together once both are at
+    /// rest, and a late record of the old refund brings both back, judged as an engine that
+    /// never let go judges them.
+    #[test]
+    fn an_orphan_its_reader_listed_leaves_memory_with_the_reader() {
+        let old = record("re_old", None, "succeeded", 0);
+        let Event::Attempt(mut sent) = timeout("a", 1, 3_600, "ka") else {
+            unreachable!()
+        };
+        (sent.error_type, sent.span_error, sent.end) = (None, false, t(3_601));
+        (sent.http_status, sent.object_id) = (Some(200), Some("re_new".into()));
+        sent.object_status = Some("succeeded".into());
+        let read = Event::Readback(Readback {
+            span: SpanRef {
+                trace_id: [9; 16],
+                span_id: [9; 8],
+            },
+            intent_id: "a".into(),
+            tool: "list_refunds".into(),
+            at: t(3_700),
+            end: t(3_701),
+            object_ids: vec!["re_new".into(), "re_old".into()],
+            reported_outcome: None,
+        });
+        let events = vec![old.clone(), Event::Attempt(sent), read];
+        let mut reference = EngineCore::new(contracts());
+        let mut core = EngineCore::new(contracts()).with_eviction(Some(Dur::secs(60)));
+        let first = core.ingest(events.clone(), t(3_720));
+        reference.ingest(events.clone(), t(3_720));
+        assert_eq!(
+            core.verdict("a").map(|v| v.state),
+            Some(IntentState::Completed)
+        );
+        let orphan = core.verdict("orphan:re_old").unwrap();
+        assert!(orphan
+            .findings
+            .iter()
+            .any(|f| f.kind == FindingKind::OrphanRecord));
+        core.mark_durable(first.seq);
+        assert_eq!(core.evict_idle(t(3_790)), 2, "the two leave together");
+        assert_eq!(core.intents(), 0);
+        assert!(!core.holds_records_of("re_old"));
+
+        let late = record("re_old", None, "succeeded", 7_300);
+        assert_eq!(
+            core.routes_to_check(std::slice::from_ref(&late)),
+            ["o:re_old"]
+        );
+        core.rehydrate(
+            &["a".to_string(), "orphan:re_old".to_string()],
+            events,
+            Vec::new(),
+            std::slice::from_ref(&late),
+            t(7_310),
+        );
+        let out = core.ingest(vec![late.clone()], t(7_310));
+        assert_eq!(core.intents(), 2, "both back");
+        reference.ingest(vec![late], t(7_310));
+        assert!(out.removed.is_empty());
+        assert_eq!(sorted_verdicts(&core), sorted_verdicts(&reference));
+    }
+
     /// An intent at rest that gains a route (here an orphan's new record with a new key) may
     /// leave only once the step that handed that route out is durable: its older entry in the
     /// eviction queue, durable and due, is stale. (It used to leave on the older entry, so an

@@ -1005,3 +1005,161 @@ fn a_contracted_send_arriving_after_a_keyed_wrapper_moves_the_keys_object_in_any
         "unknown / reconcile / -",
     );
 }
+
+#[test]
+fn two_timed_out_readers_of_one_unowned_refund_are_not_both_completed() {
+    // Two intents each meant to refund 22.50 on order 1042; both timed out, and each read the
+    // order back. The one refund listed names no intent and carries no key: it is at most one
+    // of them's effect, and nothing says whose. Neither is `completed` on it (before: both
+    // were, and the second refund that was still owed went unseen). Their keys are still
+    // fresh, so a same-key retry asks the downstream whose it is.
+    let events = [
+        ev(timed_out("A", 0.0, "kA", "22.50")),
+        ev(timed_out("B", 5.0, "kB", "22.50")),
+        refund_record(None, "re_X", "succeeded", 20.0, 2250),
+        ev(readback("A", "list_refunds", 90.0, &["re_X"])),
+        ev(readback("B", "list_refunds", 95.0, &["re_X"])),
+    ];
+    for intent in ["A", "B"] {
+        let v = check(
+            "two readers",
+            &events,
+            intent,
+            at(2.0 * MIN),
+            "unknown / retry_same_key / -",
+        );
+        assert!(object_ids(&v).is_empty(), "{intent}: {v:#?}");
+    }
+
+    // A reader that had not sent when it listed the refund is no candidate: A keeps it.
+    let mut checked_first = events[..4].to_vec();
+    checked_first.push(ev(readback("B", "list_refunds", 3.0, &["re_X"])));
+    let a = check(
+        "B checked before its send",
+        &checked_first,
+        "A",
+        at(2.0 * MIN),
+        "completed / none / -",
+    );
+    assert_eq!(object_ids(&a), ["re_X"]);
+
+    // Its owner shows up (a later record names B): it is B's, and A is unknown.
+    let mut claimed = events.to_vec();
+    claimed.push(refund_record(Some("B"), "re_X", "succeeded", 21.0, 2250));
+    check(
+        "claimed",
+        &claimed,
+        "B",
+        at(3.0 * MIN),
+        "completed / none / -",
+    );
+    check(
+        "A after the claim",
+        &claimed,
+        "A",
+        at(3.0 * MIN),
+        "unknown / retry_same_key / -",
+    );
+}
+
+#[test]
+fn one_key_string_on_two_downstreams_is_not_shared_across_intents() {
+    // An executor that derives keys from the order sends "order-1042" to the refunds API for
+    // A and to the invoicing API for D. The two downstreams keep their keys apart: no intent
+    // shares a key, and neither one's retry is unsafe because of the other.
+    let events = [
+        ev(timed_out("A", 0.0, "order-1042", "45.00")),
+        ev(attempt("D", "create_bill_draft", 1.0, 0.3)
+            .key("order-1042")
+            .args(draft_args("ACME", "120.00"))
+            .http(201)
+            .object("1001", "created")),
+    ];
+    check(
+        "refund",
+        &events,
+        "A",
+        at(MIN),
+        "unknown / retry_same_key / -",
+    );
+    check("draft", &events, "D", at(MIN), "completed / none / -");
+}
+
+#[test]
+fn an_old_refund_its_only_reader_sets_aside_is_an_orphan_record() {
+    // A refund someone made by hand on order 1042 an hour ago, naming no intent. A's send
+    // timed out; A's read-back of the order lists the old refund. It is not A's effect (it
+    // was there before the send), and it links to no other intent: after its grace it is an
+    // `orphan_record` (before: listed by a reader, it counted as linked and was never
+    // reported).
+    let events = [
+        refund_record(None, "re_OLD", "succeeded", 0.0, 2250),
+        ev(timed_out("A", 3600.0, "kA", "22.50")),
+        ev(readback("A", "list_refunds", 3700.0, &["re_OLD"])),
+    ];
+    let a = check(
+        "A",
+        &events,
+        "A",
+        at(3720.0),
+        "unknown / retry_same_key / -",
+    );
+    assert!(object_ids(&a).is_empty(), "{a:#?}");
+    check(
+        "the old refund",
+        &events,
+        "orphan:re_OLD",
+        at(3720.0),
+        "completed / none / orphan_record",
+    );
+
+    // A reader that can have made it holds it (provisionally): no orphan.
+    let fresh = [
+        ev(timed_out("A", 0.0, "kA", "22.50")),
+        refund_record(None, "re_X", "succeeded", 20.0, 2250),
+        ev(readback("A", "list_refunds", 90.0, &["re_X"])),
+    ];
+    check("A's", &fresh, "A", at(20.0 * MIN), "completed / none / -");
+    assert_eq!(ids_of(&fresh), ["A"], "re_X is A's, not an orphan");
+}
+
+#[test]
+fn an_unowned_refund_numbered_like_another_downstreams_draft_is_an_orphan_record() {
+    // Draft 1001 is D's (its response returned it). Refund 1001, made by hand, names no
+    // intent: another object (DESIGN.md "Evidence attribution" 1), linked to nothing, so an
+    // `orphan_record` after its grace. Before, the draft's owner hid it.
+    let events = [
+        ev(attempt("D", "create_bill_draft", 1.0, 0.3)
+            .key("kD")
+            .args(draft_args("ACME", "120.00"))
+            .http(201)
+            .object("1001", "created")),
+        ev(stripe_refund(None, "1001", "succeeded", 2.0, 4500, "usd")),
+    ];
+    let orphan = check(
+        "refund 1001",
+        &events,
+        "orphan:1001",
+        at(11.0 * MIN),
+        "completed / none / orphan_record",
+    );
+    assert_eq!(orphan.contract.as_deref(), Some("payments.refund"));
+    check(
+        "draft 1001",
+        &events,
+        "D",
+        at(11.0 * MIN),
+        "completed / none / -",
+    );
+}
+
+/// The intents and pseudo-intents a ledger of `events` holds, sorted.
+fn ids_of(events: &[Event]) -> Vec<String> {
+    let mut ledger = reckon::audit::Ledger::with_contracts(std::sync::Arc::new(contracts()));
+    for e in events {
+        ledger.add(e.clone());
+    }
+    let mut ids: Vec<String> = ledger.ids().collect();
+    ids.sort();
+    ids
+}

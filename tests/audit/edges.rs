@@ -250,15 +250,14 @@ fn control_new_key_retry_with_the_same_tool() {
     );
 }
 
-/// Defect: the same retry sent through the downstream's second contracted refund tool (its v2
+/// The same retry sent through the downstream's second contracted refund tool (its v2
 /// endpoint; both contracts' record kind is `refund`). Both spans are audited tool spans of
-/// intent A ("A tool span is audited when its tool name matches a contract"), two sends under
-/// two keys: new_key_retry, and re_2 is A's refund. The audit keeps only the sends of the first
-/// tool's contract (the wrapper-span filter), so it sees one timed-out send and no refund:
-/// `unknown / retry_same_key`, which invites a second refund under k1 while re_2 exists
-/// ("Once an object is linked, retry_same_key is never the decision").
+/// intent A ("A tool span is audited when its tool name matches a contract"): two sends under
+/// two keys, new_key_retry, and re_2 is A's refund. (The audit used to keep only the sends of
+/// the first tool's contract, as if the second were a wrapper span, and saw one timed-out send
+/// and no refund: `unknown / retry_same_key`, inviting a second refund under k1 while re_2
+/// existed.)
 #[test]
-#[ignore = "open: the audit judges an intent under one contract and drops attempts of another contracted tool"]
 fn a_retry_through_a_second_contracted_tool_is_a_send_of_the_intent() {
     let set = two_tool_set();
     let events = [
