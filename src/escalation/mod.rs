@@ -4,9 +4,10 @@
 //! (or claimed) escalation and later findings join it. An escalation keeps the findings that
 //! opened it, as they read then, even when later evidence removes them from the verdict. A person
 //! claims and resolves it; the resolution covers the evidence the verdict held at that moment.
-//! After it, the intent's decision is `none` until new evidence arrives, and a new attempt or
-//! object that comes with a high or critical finding (of any kind, a resolved one included), or a
-//! finding no escalation of the intent has held, opens a new escalation. Every transition takes
+//! After it, the intent's decision is `none` until new evidence arrives. A new attempt that comes
+//! with a high or critical finding (of any kind, a resolved one included), or a new object that
+//! comes with one no escalation of the intent has held, opens a new escalation; time alone (a
+//! deadline passing over what the person settled) does not. Every transition takes
 //! its time as an input, and ids are derived from the intent, so a rebuilt book reaches the same
 //! state.
 
@@ -201,12 +202,20 @@ impl EscalationBook {
                 Escalation::clone(e)
             }
             None => {
-                // A resolution covers what it saw; new evidence that comes with a high finding
-                // needs a person again, whatever the finding's kind.
-                let new_evidence = self
-                    .latest_for(&verdict.intent_id)
-                    .is_some_and(|latest| has_new_evidence(verdict, &latest.covered, false));
-                if fresh.is_empty() && !new_evidence {
+                // A resolution covers what it saw. A new send with a high finding present
+                // needs a person again, whatever the finding's kind (the agent acted on what
+                // was settled: another email may have gone out). A new object needs one only
+                // with a finding no escalation held (a second refund), not for one the person
+                // saw and resolved (the refund they waited for). Time alone asks nobody again:
+                // a deadline passing over evidence a person settled is not new evidence.
+                let reopens = match self.latest_for(&verdict.intent_id) {
+                    None => !fresh.is_empty(),
+                    Some(latest) => {
+                        let (send, object) = new_evidence(verdict, &latest.covered);
+                        send || (object && !fresh.is_empty())
+                    }
+                };
+                if !reopens {
                     return None;
                 }
                 let n = self
@@ -407,6 +416,21 @@ pub fn evidence_of(v: &Verdict, statuses: bool) -> Vec<String> {
     out.sort();
     out.dedup();
     out
+}
+
+/// Whether the verdict holds an attempt, and whether it holds an object, that a resolution did
+/// not cover.
+fn new_evidence(v: &Verdict, covered: &[String]) -> (bool, bool) {
+    let uncovered = evidence_of(v, false);
+    let uncovered = uncovered
+        .iter()
+        .filter(|x| covered.binary_search(x).is_err());
+    let (mut send, mut object) = (false, false);
+    for x in uncovered {
+        send |= x.starts_with("a:");
+        object |= x.starts_with("o:");
+    }
+    (send, object)
 }
 
 /// Whether the verdict holds evidence a resolution did not cover. Attempts and objects always

@@ -421,15 +421,15 @@ fn control_a_second_refund_after_resolution_escalates_again() {
     assert_eq!(v.decision, Decision::Escalate);
 }
 
-/// Defect: after the resolution, the one refund the person waited for arrives: re_1,
+/// After the resolution, the one refund the person waited for arrives: re_1,
 /// succeeded, for the intended amount. It brings no high or critical finding (the verdict's
 /// only one, new_key_retry on k2, is from the attempts the person saw and resolved). DESIGN:
 /// "a new attempt or object after it that brings a high or critical finding ... opens a new
 /// escalation. After a resolution the decision is `none` until new evidence arrives"; with the
-/// new evidence the intent is `completed` and its decision `none`. The book opens a second
-/// escalation because any new object arrives beside an old high finding: a false escalation.
+/// new evidence the intent is `completed` and its decision `none`. (The book used to open a
+/// second escalation because a new object arrived beside an old high finding: a false page. A
+/// new *send* beside an old finding still reopens: `an_email_timing_out_again_after_a_resolution_escalates_again`.)
 #[test]
-#[ignore = "design question: whether new evidence reopens only for findings it brings, or for any high finding present"]
 fn the_awaited_refund_after_a_resolution_asks_nobody_again() {
     let (mut book, mut events) = two_keys_resolved();
     events.push(ev(stripe_refund(
@@ -477,15 +477,14 @@ fn control_after_resolution_no_new_evidence_before_the_deadline() {
     assert!(book.open_for("E").is_none());
 }
 
-/// Defect: no new event at all, only time: at first unknown + unknown_deadline the verdict
+/// No new event at all, only time: at first unknown + unknown_deadline the verdict
 /// gains unresolved_unknown (high) about the very timeout the person resolved. DESIGN: "A
 /// resolution covers the evidence it saw: a new attempt or object after it that brings a high
 /// or critical finding ... opens a new escalation. After a resolution the decision is `none`
-/// until new evidence arrives." The book opens a second escalation with no new evidence
-/// (`observe`: "a finding no escalation of the intent has held") and the decision is
-/// `escalate`: the person is asked again about what they settled.
+/// until new evidence arrives." (The book used to open a second escalation with no new evidence,
+/// for "a finding no escalation of the intent has held", and say `escalate`: the person was
+/// asked again about what they settled.)
 #[test]
-#[ignore = "design question: DESIGN's 'a new attempt or object after it that brings a finding' against the book's reopening on a finding no escalation held"]
 fn after_a_resolution_a_deadline_alone_does_not_ask_a_person_again() {
     let (mut book, events) = email_resolved();
     let v = step(&mut book, &events, "E", at(20.0 * MIN));
