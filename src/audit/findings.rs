@@ -57,6 +57,55 @@ impl Ctx<'_> {
         }
     }
 
+    /// The sends whose outcome is open and that may have made an effect the records do not
+    /// show yet. Under a key-keeping contract each key makes at most one object, and without
+    /// one each send may: while fewer objects are linked than keys (sends) executed, any
+    /// unknown send may be the one whose effect is missing (a retry under a new key). With
+    /// every key accounted for, only `converge` can still act: a same-key retry after the
+    /// key's work was answered may drive failed work on to completion.
+    pub fn open_sends(&self) -> Vec<&Attempt> {
+        let unknown = || {
+            self.attempts()
+                .filter(|(_, k)| *k == AttemptClass::Unknown)
+                .map(|(a, _)| a)
+        };
+        if unknown().next().is_none() {
+            return Vec::new();
+        }
+        let executed = || {
+            self.attempts()
+                .filter(|(_, k)| !matches!(k, AttemptClass::Rejected | AttemptClass::Conflict))
+                .map(|(a, _)| a)
+        };
+        let slots = match self.c.idempotency {
+            Idempotency::None => executed().count(),
+            Idempotency::Replay | Idempotency::Converge => {
+                let keys: HashSet<&str> = executed()
+                    .filter_map(|a| a.idempotency_key.as_deref())
+                    .collect();
+                keys.len() + executed().filter(|a| a.idempotency_key.is_none()).count()
+            }
+        };
+        if self.objects.current().len() < slots {
+            return unknown().collect();
+        }
+        if self.c.idempotency != Idempotency::Converge {
+            return Vec::new();
+        }
+        let answered_before = |a: &Attempt| {
+            self.attempts().any(|(b, k)| {
+                b.start < a.start
+                    && b.idempotency_key.is_some()
+                    && b.idempotency_key == a.idempotency_key
+                    && matches!(
+                        k,
+                        AttemptClass::Succeeded | AttemptClass::Failed | AttemptClass::Recorded
+                    )
+            })
+        };
+        unknown().filter(|a| answered_before(a)).collect()
+    }
+
     /// Objects attributed to this intent for certain, not provisionally.
     pub fn owned_objects(&self) -> impl Iterator<Item = &Object> {
         self.objects

@@ -340,7 +340,18 @@ fn intent_state(
 fn decide(x: &findings::Ctx) -> Decision {
     match x.state {
         IntentState::Completed => Decision::None,
-        IntentState::FailedAfterExecution => Decision::NewIntent,
+        // A failed effect makes anything new a new intent, unless a send whose outcome is open
+        // may have made an effect of its own (`Ctx::open_sends`: a retry under a new key, or
+        // under `converge` the same key driving the failed work on): a new intent now could be
+        // a second refund. Wait while it may still commit, then read the downstream.
+        IntentState::FailedAfterExecution => {
+            let open = x.open_sends();
+            match x.c.max_in_flight {
+                _ if open.is_empty() => Decision::NewIntent,
+                Some(d) if open.iter().any(|a| x.now < a.start + d) => Decision::Wait,
+                _ => Decision::Reconcile,
+            }
+        }
         IntentState::FailedBeforeExecution => Decision::FixInput,
         IntentState::Pending => Decision::Wait,
         IntentState::Unknown => {
@@ -405,6 +416,13 @@ fn next_change(x: &findings::Ctx) -> Option<Timestamp> {
                 }
             }
             at.extend(x.first_unknown().map(|a| a.start + x.c.unknown_deadline));
+        }
+        IntentState::FailedAfterExecution => {
+            let open = x.open_sends();
+            at.extend(
+                open.iter()
+                    .filter_map(|a| x.c.max_in_flight.map(|d| a.start + d)),
+            );
         }
         IntentState::Pending => at.extend(
             x.objects

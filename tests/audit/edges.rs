@@ -528,17 +528,65 @@ fn control_replay_failed_refund_same_key_retry_in_flight() {
     );
 }
 
-/// Defect (reading-dependent): under converge ("retries failed or partially failed work to
-/// completion when possible") the same-key retry sent at 100 s may still complete the key's
-/// refund until max_in_flight (60 s) has passed. DESIGN: `wait` when "the original may still
-/// commit"; `new_intent` tells the executor to start a second refund under a new key now,
-/// while the first may still turn succeeded: two refunds.
+/// Under converge ("retries failed or partially failed work to completion when possible") the
+/// same-key retry sent at 100 s may still complete the key's refund until max_in_flight (60 s)
+/// has passed. DESIGN: `wait` when "the original may still commit"; `new_intent` (as the
+/// audit said before) told the executor to start a second refund under a new key now, while
+/// the first might still turn succeeded: two refunds.
 #[test]
-#[ignore = "design question: under converge, whether a same-key retry in flight may still turn a failed object into a success"]
 fn converge_failed_refund_with_a_same_key_retry_in_flight_says_wait() {
     let set = converge_set();
     let v = verdict_under(&set, &failed_then_retry_in_flight(), "A", at(140.0)).0;
     assert_eq!(v.decision, Decision::Wait, "{}", summary(&v));
+}
+
+/// Under replay, after the first refund failed the agent retried under a new key and that send
+/// timed out: it may have made the refund the customer was owed. `new_intent` would start a
+/// third send beside it, possibly a second refund. The new key escalates (a person decides
+/// first); under that, the audit's own decision (what stands once the escalation is resolved
+/// and new evidence arrives) waits while the send may still commit, then reads the downstream.
+#[test]
+fn a_failed_refund_with_a_new_key_retry_in_flight_is_not_a_new_intent_yet() {
+    let set = Arc::new(contracts());
+    let mut events = vec![
+        ev(refund("A", 0.0, "k1", "45.00")
+            .http(200)
+            .object("re_1", "failed")),
+        ev(timed_out("A", 100.0, "k2", "45.00")),
+    ];
+    let audited = |events: &[Event], now: Timestamp| {
+        let mut ledger = Ledger::with_contracts(set.clone());
+        for e in events {
+            ledger.add(e.clone());
+        }
+        let h = ledger.history("A").expect("A");
+        audit::audit(&h, Ledger::contract_for(&h, &set), now)
+    };
+    let in_flight = audited(&events, at(140.0));
+    assert_eq!(
+        (in_flight.state, in_flight.decision, in_flight.next_change),
+        (
+            IntentState::FailedAfterExecution,
+            Decision::Wait,
+            Some(at(160.0))
+        )
+    );
+    let past = audited(&events, at(200.0));
+    assert_eq!(past.decision, Decision::Reconcile);
+    check_under(
+        &set,
+        "escalated",
+        &events,
+        "A",
+        at(140.0),
+        "failed_after_execution / escalate / new_key_retry, resend_after_terminal",
+    );
+    // Its refund shows up: completed.
+    events.push(ev(with_key(
+        stripe_refund(Some("A"), "re_2", "succeeded", 101.0, 4500, "usd"),
+        "k2",
+    )));
+    assert_eq!(audited(&events, at(200.0)).state, IntentState::Completed);
 }
 
 // ------------------------------------------------------------------------------------------
