@@ -250,6 +250,13 @@ fn check(v: &Verdict, now: Timestamp) {
     }
     let expected = match v.state {
         IntentState::Completed => Some(Decision::None),
+        // Unless a send with an open outcome may have made an effect of its own: then wait
+        // or reconcile (below).
+        IntentState::FailedAfterExecution
+            if v.attempts.iter().any(|a| a.class == AttemptClass::Unknown) =>
+        {
+            None
+        }
         IntentState::FailedAfterExecution => Some(Decision::NewIntent),
         IntentState::FailedBeforeExecution => Some(Decision::FixInput),
         IntentState::Pending => Some(Decision::Wait),
@@ -264,10 +271,13 @@ fn check(v: &Verdict, now: Timestamp) {
             "an unknown intent escalated without an effect mismatch: {v:#?}"
         ),
         None => assert!(
-            matches!(
-                v.decision,
-                Decision::Wait | Decision::RetrySameKey | Decision::Reconcile
-            ),
+            matches!(v.decision, Decision::Wait | Decision::Reconcile)
+                || v.decision
+                    == if v.state == IntentState::FailedAfterExecution {
+                        Decision::NewIntent
+                    } else {
+                        Decision::RetrySameKey
+                    },
             "{v:#?}"
         ),
     }

@@ -607,7 +607,13 @@ impl Ledger {
                 .get(object)
                 .into_iter()
                 .flat_map(|f| f.iter())
-                .any(|r| self.may_have_made(r, kind, object))
+                .any(|r| self.candidate(r, kind, object))
+    }
+
+    /// Whether reader `r`, an intent of a kind that matches `kind`, may have made `object`.
+    fn candidate(&self, r: &str, kind: Option<&str>, object: &str) -> bool {
+        let own = self.intent_kind(r);
+        kinds_match(own.as_deref(), kind) && self.may_have_made(r, own.as_deref(), object)
     }
 
     /// Bring the orphan set up to date for objects an event touched.
@@ -628,9 +634,9 @@ impl Ledger {
         }
     }
 
-    /// DESIGN.md "Evidence attribution" 3, in time: whether the unowned `object` (seen with
-    /// kind `kind`) can be the effect of `reader`, an intent whose read-back listed it. Only
-    /// an intent of its kind that executed a send can have made it, and not when the evidence
+    /// DESIGN.md "Evidence attribution" 3, in time: whether the unowned `object` can be the
+    /// effect of `reader` (whose objects have kind `kind`), an intent whose read-back listed
+    /// it. Only an intent that executed a send can have made it, and not when the evidence
     /// shows it was there first: a read-back of the reader's that ended before its first send
     /// began (one clock, the executor's: check-then-act's "refunds for order 1042"), or the
     /// downstream's own observation or creation time more than [`DOWNSTREAM_CLOCK_MARGIN`]
@@ -649,9 +655,6 @@ impl Ledger {
         else {
             return false;
         };
-        if !kinds_match(self.intent_kind(reader).as_deref(), kind) {
-            return false;
-        }
         let listed_before = e
             .readbacks
             .iter()
@@ -678,8 +681,40 @@ impl Ledger {
         self.readers.get(object).is_some_and(|readers| {
             readers
                 .iter()
-                .any(|r| r.as_str() != id && self.may_have_made(r, kind, object))
+                .any(|r| r.as_str() != id && self.candidate(r, kind, object))
         })
+    }
+
+    /// Which of `objects` intent `reader` may have made ([`Ledger::may_have_made`], under its
+    /// own kind), as flags in the same order.
+    fn candidacies(&self, reader: &str, objects: &[String]) -> Vec<bool> {
+        let kind = self.intent_kind(reader);
+        objects
+            .iter()
+            .map(|o| self.may_have_made(reader, kind.as_deref(), o))
+            .collect()
+    }
+
+    /// A reader's candidacy for what it listed changed (`before`, `after`): every other reader
+    /// of such an object may have gained or lost it (`contested`). Only those objects fan out,
+    /// so an order every agent reads does not make each read-back re-audit all its readers.
+    fn contest_changed(
+        &self,
+        objects: &[String],
+        before: &[bool],
+        after: &[bool],
+        change: &mut LedgerChange,
+    ) {
+        for ((o, b), a) in objects.iter().zip(before).zip(after) {
+            if *b || *a {
+                change.affected.extend(
+                    self.readers
+                        .get(o)
+                        .into_iter()
+                        .flat_map(|f| f.iter().cloned()),
+                );
+            }
+        }
     }
 
     /// How `object` relates to intent `id` (whose objects have kind `kind`).
@@ -1107,6 +1142,19 @@ impl Ledger {
                 if !self.attempt_spans.insert(a.span) {
                     return change;
                 }
+                // A send can make its intent a candidate for what its read-backs listed (or,
+                // turning its wrappers into no sends, stop it being one).
+                let listed: Vec<String> = self
+                    .intents
+                    .get(a.intent_id.as_str())
+                    .into_iter()
+                    .flat_map(|e| &e.readbacks)
+                    .flat_map(|r| r.object_ids.iter().cloned())
+                    .collect::<BTreeSet<String>>()
+                    .into_iter()
+                    .collect();
+                let before = self.candidacies(&a.intent_id, &listed);
+                let reader = a.intent_id.clone();
                 let id = self.intent_key(&a.intent_id);
                 let kind = self.tool_kind(&a.tool);
                 let order = attempt_order(&a);
@@ -1164,41 +1212,35 @@ impl Ledger {
                     BTreeSet::new()
                 };
                 push_small(&mut e.attempts, kept);
-                // A send can make its intent a candidate for what its read-backs listed, which
-                // contests that object for every other reader (`contested`).
-                touched.extend(
-                    e.readbacks
-                        .iter()
-                        .flat_map(|r| r.object_ids.iter().cloned()),
-                );
                 for k in &keys {
                     touched.extend(self.objects_under(k));
                 }
+                let after = self.candidacies(&reader, &listed);
+                self.contest_changed(&listed, &before, &after, &mut change);
+                self.update_orphans(&listed, &mut change);
             }
             Event::Readback(r) => {
                 if !self.readback_spans.insert(r.span) {
                     return change;
                 }
                 let id = r.intent_id.clone();
-                for o in &r.object_ids {
+                let listed = r.object_ids.clone();
+                // The reader's candidacy for what it listed before (only where it was a reader
+                // already) and after: where either holds, other readers may gain or lose the
+                // object (`contested`). A read-back never changes who owns what.
+                let mut before = self.candidacies(&id, &listed);
+                for (held, o) in before.iter_mut().zip(&listed) {
+                    *held &= self.readers.get(o).is_some_and(|f| f.contains(&id));
+                }
+                for o in &listed {
                     self.readers.entry(o.clone()).or_default().insert(&id);
                 }
-                // An unowned object another reader holds provisionally may now be contested
-                // (`contested`): every reader of what it lists looks again. Owners do not: a
-                // read-back never changes who owns what.
-                for o in &r.object_ids {
-                    change.affected.extend(
-                        self.readers
-                            .get(o)
-                            .into_iter()
-                            .flat_map(|f| f.iter().cloned()),
-                    );
-                }
-                touched.extend(r.object_ids.iter().cloned());
                 change.affected.insert(id.clone());
                 let key = self.intent_key(&id);
                 push_small(&mut self.intents.entry(key).or_default().readbacks, r);
-                self.update_orphans(&touched, &mut change);
+                let after = self.candidacies(&id, &listed);
+                self.contest_changed(&listed, &before, &after, &mut change);
+                self.update_orphans(&listed, &mut change);
                 return change;
             }
             Event::Record(r) => {
