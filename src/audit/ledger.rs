@@ -640,8 +640,8 @@ impl Ledger {
     /// shows it was there first: a read-back of the reader's that ended before its first send
     /// began (one clock, the executor's: check-then-act's "refunds for order 1042"), or the
     /// downstream's own observation or creation time more than [`DOWNSTREAM_CLOCK_MARGIN`]
-    /// before it (an old refund listed again after the send). Linked, such an object made a
-    /// send that timed out `completed`.
+    /// before it (an old refund listed again after the send). Linked to the reader, an object
+    /// that was there first would make its timed-out send `completed`.
     fn may_have_made(&self, reader: &str, kind: Option<&str>, object: &str) -> bool {
         let Some(e) = self.intents.get(reader) else {
             return false;

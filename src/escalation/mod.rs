@@ -5,9 +5,10 @@
 //! opened it, as they read then, even when later evidence removes them from the verdict. A person
 //! claims and resolves it; the resolution covers the evidence the verdict held at that moment.
 //! After it, the intent's decision is `none` until new evidence arrives. A new attempt that comes
-//! with a high or critical finding (of any kind, a resolved one included), or a new object that
-//! comes with one no escalation of the intent has held, opens a new escalation; time alone (a
-//! deadline passing over what the person settled) does not. Every transition takes
+//! with a high or critical finding (of any kind, a resolved one included), or evidence that brings
+//! a finding no escalation of the intent has held (a second refund, another intent sending its
+//! key), opens a new escalation; time alone (a deadline passing over what the person settled)
+//! does not. Every transition takes
 //! its time as an input, and ids are derived from the intent, so a rebuilt book reaches the same
 //! state.
 
@@ -204,15 +205,16 @@ impl EscalationBook {
             None => {
                 // A resolution covers what it saw. A new send with a high finding present
                 // needs a person again, whatever the finding's kind (the agent acted on what
-                // was settled: another email may have gone out). A new object needs one only
-                // with a finding no escalation held (a second refund), not for one the person
-                // saw and resolved (the refund they waited for). Time alone asks nobody again:
-                // a deadline passing over evidence a person settled is not new evidence.
+                // was settled: another email may have gone out). Otherwise only a finding no
+                // escalation held does (a second refund, another intent sending its key), not
+                // one the person saw and resolved (the refund they waited for arriving); and a
+                // deadline's finding only with a new object beside it: time alone, passing
+                // over evidence a person settled, is not new evidence.
                 let reopens = match self.latest_for(&verdict.intent_id) {
                     None => !fresh.is_empty(),
                     Some(latest) => {
                         let (send, object) = new_evidence(verdict, &latest.covered);
-                        send || (object && !fresh.is_empty())
+                        send || fresh.iter().any(|f| object || !comes_with_time(f.kind))
                     }
                 };
                 if !reopens {
@@ -416,6 +418,14 @@ pub fn evidence_of(v: &Verdict, statuses: bool) -> Vec<String> {
     out.sort();
     out.dedup();
     out
+}
+
+/// Whether a finding is raised by a deadline passing rather than by evidence arriving.
+fn comes_with_time(kind: FindingKind) -> bool {
+    matches!(
+        kind,
+        FindingKind::UnresolvedUnknown | FindingKind::StuckPending | FindingKind::OrphanRecord
+    )
 }
 
 /// Whether the verdict holds an attempt, and whether it holds an object, that a resolution did
