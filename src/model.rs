@@ -757,6 +757,11 @@ impl Verdict {
             return Rest::Quiet;
         }
         match self.state {
+            // Failed, but a send whose outcome is open may still have made an effect of its
+            // own: a late record is what it waits for, so its raw events are kept.
+            IntentState::FailedAfterExecution if self.decision == Decision::Reconcile => {
+                Rest::Quiet
+            }
             IntentState::Completed
             | IntentState::FailedAfterExecution
             | IntentState::FailedBeforeExecution => Rest::Settled,

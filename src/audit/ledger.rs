@@ -236,16 +236,19 @@ pub struct LedgerChange {
 }
 
 impl LedgerChange {
+    /// `other` came after `self`: where they disagree, the later state wins (a pseudo-intent
+    /// removed by one event may exist again after the next: an orphan whose only candidate
+    /// reader is set aside by a late read-back).
     pub fn merge(&mut self, other: LedgerChange) {
         for id in &other.removed {
             self.affected.remove(id);
         }
-        self.affected.extend(
-            other
-                .affected
-                .into_iter()
-                .filter(|id| !other.removed.contains(id) && !self.removed.contains(id)),
-        );
+        for id in other.affected {
+            if !other.removed.contains(&id) {
+                self.removed.remove(&id);
+                self.affected.insert(id);
+            }
+        }
         self.removed.extend(other.removed);
     }
 }
@@ -281,11 +284,12 @@ impl Ledger {
         }
     }
 
-    /// The same evidence under other contracts. Contracts reach the links only through the
-    /// record kinds of tools ([`Ledger::tool_kind`], kept in each use of a key or object):
-    /// when no tool's kind changed the links stand and only the contracts are swapped, so a
-    /// reload that changes a window or a limit costs nothing here; otherwise every event is
-    /// linked again.
+    /// The same evidence under other contracts. The indexes depend on contracts only through
+    /// the record kinds of tools ([`Ledger::tool_kind`], kept in each use of a key or object):
+    /// when no tool's kind changed they stand and only the contracts are swapped (ownership
+    /// and candidacy are judged live under the contracts in force; the orphan set is decided
+    /// again), so a reload that changes a window or a limit costs little here; otherwise
+    /// every event is linked again.
     pub fn under(mut self, contracts: Arc<Contracts>) -> Ledger {
         let kind =
             |set: &Contracts, tool: &str| set.for_tool(tool).and_then(|c| c.record_kind.clone());
@@ -298,6 +302,11 @@ impl Ledger {
             .all(|tool| kind(&self.contracts, tool) == kind(&contracts, tool));
         if same_kinds {
             self.contracts = contracts;
+            // What counts as executed may have changed (a status moved in or out of
+            // `not_executed_status`), and with it which reader may have made what: the
+            // orphan set is decided again (ownership is decided live, from the attempts).
+            let objects: Vec<String> = self.objects_ever_unnamed().map(str::to_string).collect();
+            self.update_orphans(&objects, &mut LedgerChange::default());
             return self;
         }
         let mut relinked = Ledger::with_contracts(contracts);
@@ -456,10 +465,16 @@ impl Ledger {
             .filter(|u| kinds_match(u.kind.as_deref(), kind))
             .filter_map(|u| {
                 let e = self.intents.get(&*u.intent)?;
+                // The send's own downstream: an intent's wrapper span carrying the key names
+                // none, so its use of the key matches every kind, but its sends do not.
                 let earliest = e
                     .attempts
                     .iter()
-                    .filter(|a| a.idempotency_key.as_deref() == Some(key) && self.executed(e, a))
+                    .filter(|a| {
+                        a.idempotency_key.as_deref() == Some(key)
+                            && self.executed(e, a)
+                            && kinds_match(self.tool_kind(&a.tool).as_deref(), kind)
+                    })
                     .map(KeptAttempt::order)
                     .min()?;
                 Some((earliest, &*u.intent))
@@ -509,11 +524,11 @@ impl Ledger {
         a.idempotency_key.as_deref().filter(|_| keeps_keys)
     }
 
-    /// Whether an attempt of intent `e` was an executed send of its write: neither `rejected`
-    /// nor a `conflict` (the downstream refused it for a concurrent request under its key, and
-    /// saved nothing) under its tool's contract, and of a contracted tool unless the intent has
-    /// none (the audit's rule: a wrapper span of another tool carrying the executor's
-    /// attributes is not a send).
+    /// Whether an attempt of intent `e` executed, as far as ownership by key goes: neither
+    /// `rejected` nor a `conflict` (the downstream refused it for a concurrent request under
+    /// its key, and saved nothing) under its tool's contract, and of a contracted tool unless
+    /// the intent has none (a wrapper span of another tool carrying the executor's attributes
+    /// is not a send).
     fn executed(&self, e: &IntentEvents, a: &KeptAttempt) -> bool {
         let contract = match self.contracts.for_tool(&a.tool) {
             Some(c) => c,
@@ -530,27 +545,40 @@ impl Ledger {
         !super::classify::rejected(status, contract) && !super::classify::conflict(status, contract)
     }
 
-    /// Whether an attempt of intent `e` is a send of the intent's write, which the audit judges:
-    /// a span of its contract's tools (the contract of its earliest contracted attempt), or of
-    /// another contract's that makes objects of the same record kind (the downstream's second
-    /// endpoint for one refund: a retry through it is a second send, and its refund the
-    /// intent's). A wrapper span of an uncontracted tool that carries the executor's attributes
-    /// is not, nor is a span of a contract for another kind of object. With no contracted
-    /// attempt, every attempt is.
-    fn sends_its_write(&self, e: &IntentEvents, a: &KeptAttempt) -> bool {
-        let Some(primary) = e
-            .attempts
+    /// The contract of an intent's earliest contracted attempt: the one it is audited under.
+    fn primary_contract(&self, e: &IntentEvents) -> Option<&Contract> {
+        e.attempts
             .iter()
             .filter_map(|x| self.contracts.for_tool(&x.tool).map(|c| (x.order(), c)))
             .min_by_key(|(order, _)| *order)
             .map(|(_, c)| c)
-        else {
+    }
+
+    /// Whether an attempt is a send of the write of an intent audited under `primary`, which
+    /// the audit judges: a span of its contract's tools, or of another contract's that makes
+    /// objects of the same record kind (the downstream's second endpoint for one refund: a
+    /// retry through it is a second send, and its refund the intent's). A wrapper span of an
+    /// uncontracted tool that carries the executor's attributes is not, nor is a span of a
+    /// contract for another kind of object. With no contracted attempt, every attempt is.
+    fn sends_its_write(&self, primary: Option<&Contract>, a: &KeptAttempt) -> bool {
+        let Some(primary) = primary else {
             return true;
         };
         self.contracts.for_tool(&a.tool).is_some_and(|c| {
             c.name == primary.name
                 || (primary.record_kind.is_some() && c.record_kind == primary.record_kind)
         })
+    }
+
+    /// When intent `e` first executed a send of its write: the earliest moment an effect of
+    /// its can exist. A send to another downstream (an email before the refund) is not one.
+    fn first_send(&self, e: &IntentEvents) -> Option<Timestamp> {
+        let primary = self.primary_contract(e);
+        e.attempts
+            .iter()
+            .filter(|a| self.sends_its_write(primary, a) && self.executed(e, a))
+            .map(|a| a.start)
+            .min()
     }
 
     /// Every intent that may see `object` as evidence: named by its records, sender of a key
@@ -592,14 +620,18 @@ impl Ledger {
     }
 
     /// Whether `object` (or its observations of one kind) links to no intent: it has records
-    /// of a kind no intent owns and no reader may have made (audited as `orphan:{object}`).
+    /// of a kind that appear in no intent's history (audited as `orphan:{object}`).
     fn is_orphan(&self, object: &str) -> bool {
-        self.records
-            .get(object)
-            .is_some_and(|rs| rs.iter().any(|r| self.unclaimed(r.kind.as_deref(), object)))
+        let Some(records) = self.records.get(object) else {
+            return false;
+        };
+        let kinds: BTreeSet<Option<&str>> = records.iter().map(|r| r.kind.as_deref()).collect();
+        kinds.into_iter().any(|kind| self.unclaimed(kind, object))
     }
 
-    /// Whether `object` seen with kind `kind` has no owner and no reader that may have made it.
+    /// Whether `object`'s records of kind `kind` reach no intent: no owner, and no reader of a
+    /// matching kind holds it provisionally (none may have made it, or two may have: one
+    /// refund is not two intents' effect, and nothing says whose).
     fn unclaimed(&self, kind: Option<&str>, object: &str) -> bool {
         self.owner(kind, object).is_none()
             && !self
@@ -607,13 +639,11 @@ impl Ledger {
                 .get(object)
                 .into_iter()
                 .flat_map(|f| f.iter())
-                .any(|r| self.candidate(r, kind, object))
-    }
-
-    /// Whether reader `r`, an intent of a kind that matches `kind`, may have made `object`.
-    fn candidate(&self, r: &str, kind: Option<&str>, object: &str) -> bool {
-        let own = self.intent_kind(r);
-        kinds_match(own.as_deref(), kind) && self.may_have_made(r, own.as_deref(), object)
+                .any(|r| {
+                    let own = self.intent_kind(r);
+                    kinds_match(own.as_deref(), kind)
+                        && self.link(r, own.as_deref(), object) == Link::Provisional
+                })
     }
 
     /// Bring the orphan set up to date for objects an event touched.
@@ -646,15 +676,18 @@ impl Ledger {
         let Some(e) = self.intents.get(reader) else {
             return false;
         };
-        let Some(sent) = e
-            .attempts
-            .iter()
-            .filter(|a| self.executed(e, a))
-            .map(|a| a.start)
-            .min()
-        else {
-            return false;
-        };
+        self.first_send(e)
+            .is_some_and(|sent| self.made_after(e, sent, kind, object))
+    }
+
+    /// [`Ledger::may_have_made`] for an intent `e` whose first send began at `sent`.
+    fn made_after(
+        &self,
+        e: &IntentEvents,
+        sent: Timestamp,
+        kind: Option<&str>,
+        object: &str,
+    ) -> bool {
         let listed_before = e
             .readbacks
             .iter()
@@ -677,43 +710,50 @@ impl Ledger {
     /// ([`Ledger::may_have_made`]). One object is at most one intent's effect, and nothing
     /// says whose: it is none of theirs until its owner shows up (DESIGN.md "Evidence
     /// attribution" 3).
+    /// A reader of another kind contests it too when the object has a record that names no
+    /// kind: either may be the one whose effect that record shows.
     fn contested(&self, id: &str, kind: Option<&str>, object: &str) -> bool {
-        self.readers.get(object).is_some_and(|readers| {
-            readers
-                .iter()
-                .any(|r| r.as_str() != id && self.candidate(r, kind, object))
+        let Some(readers) = self.readers.get(object) else {
+            return false;
+        };
+        let kindless = self
+            .records
+            .get(object)
+            .is_some_and(|rs| rs.iter().any(|r| r.kind.is_none()));
+        readers.iter().filter(|r| r.as_str() != id).any(|r| {
+            let own = self.intent_kind(r);
+            (kindless || kinds_match(own.as_deref(), kind))
+                && self.may_have_made(r, own.as_deref(), object)
         })
     }
 
     /// Which of `objects` intent `reader` may have made ([`Ledger::may_have_made`], under its
-    /// own kind), as flags in the same order.
+    /// own kind), as flags in the same order. Whether someone owns the object does not enter:
+    /// an object owned under one kind may be unowned under another reader's.
     fn candidacies(&self, reader: &str, objects: &[String]) -> Vec<bool> {
-        let kind = self.intent_kind(reader);
+        let (Some(e), kind) = (self.intents.get(reader), self.intent_kind(reader)) else {
+            return vec![false; objects.len()];
+        };
+        let kind = kind.as_deref();
+        let sent = self.first_send(e);
         objects
             .iter()
-            .map(|o| self.may_have_made(reader, kind.as_deref(), o))
+            .map(|o| sent.is_some_and(|sent| self.made_after(e, sent, kind, o)))
             .collect()
     }
 
-    /// A reader's candidacy for what it listed changed (`before`, `after`): every other reader
-    /// of such an object may have gained or lost it (`contested`). Only those objects fan out,
-    /// so an order every agent reads does not make each read-back re-audit all its readers.
-    fn contest_changed(
-        &self,
-        objects: &[String],
-        before: &[bool],
-        after: &[bool],
-        change: &mut LedgerChange,
-    ) {
-        for ((o, b), a) in objects.iter().zip(before).zip(after) {
-            if *b || *a {
-                change.affected.extend(
-                    self.readers
-                        .get(o)
-                        .into_iter()
-                        .flat_map(|f| f.iter().cloned()),
-                );
-            }
+    /// A reader's candidacy for these objects may have changed (`changed`, in the same order):
+    /// every other reader of such an object may have gained or lost it (`contested`). Only
+    /// those objects fan out, so an order every agent reads does not make each read-back
+    /// re-audit all its readers.
+    fn contest_changed(&self, objects: &[String], changed: &[bool], change: &mut LedgerChange) {
+        for (o, _) in objects.iter().zip(changed).filter(|(_, c)| **c) {
+            change.affected.extend(
+                self.readers
+                    .get(o)
+                    .into_iter()
+                    .flat_map(|f| f.iter().cloned()),
+            );
         }
     }
 
@@ -728,9 +768,9 @@ impl Ledger {
             {
                 Link::Provisional
             }
-            // Seen by this intent (a key it sent, a response it got) but owned by nobody of
-            // its kind: cannot happen for a key or a response, which make their sender the
-            // owner; kept apart rather than guessed.
+            // Listed, but there before its send or contested by another reader; or seen by
+            // this intent otherwise (a key it sent, a response it got) yet owned by nobody of
+            // its kind, which a key or a response cannot be. Kept apart rather than guessed.
             None => Link::Foreign,
         }
     }
@@ -829,13 +869,15 @@ impl Ledger {
 
         let mut shared_keys = Vec::new();
         for k in keys {
-            // Keys are the downstream's: one string sent to two downstreams is two keys.
+            // Keys are the downstream's: one string sent to two downstreams is two keys. A
+            // sender's downstream is its intent's kind, not its span's (a wrapper span carrying
+            // the key names none).
             let mut by_order: Vec<&Use> = self
                 .key_senders
                 .get(k)
                 .into_iter()
                 .flatten()
-                .filter(|u| kinds_match(u.kind.as_deref(), kind))
+                .filter(|u| kinds_match(self.intent_kind(&u.intent).as_deref(), kind))
                 .collect();
             if by_order.len() < 2 {
                 continue;
@@ -855,12 +897,14 @@ impl Ledger {
 
         Some(History {
             intent_id: id.to_string(),
-            attempts: e
-                .attempts
-                .iter()
-                .filter(|a| self.sends_its_write(e, a))
-                .map(|a| a.attempt(id))
-                .collect(),
+            attempts: {
+                let primary = self.primary_contract(e);
+                e.attempts
+                    .iter()
+                    .filter(|a| self.sends_its_write(primary, a))
+                    .map(|a| a.attempt(id))
+                    .collect()
+            },
             readbacks: e.readbacks.clone(),
             records,
             foreign,
@@ -975,8 +1019,9 @@ impl Ledger {
 
     /// Whether nothing this intent may see concerns another intent in memory: it can leave
     /// memory without changing anyone else's evidence. An orphan record can when no intent in
-    /// memory sees its object (a read-back that listed it before its send, another
-    /// downstream's object of the same id).
+    /// memory sees its object; one that a reader in memory listed (an old refund a
+    /// check-then-act read), or whose id another downstream's object in memory shares, leaves
+    /// with them ([`Ledger::linked`]).
     pub fn is_isolated(&self, id: &str) -> bool {
         let group = BTreeSet::from([id]);
         match id.strip_prefix(ORPHAN_PREFIX) {
@@ -1154,6 +1199,7 @@ impl Ledger {
                     .into_iter()
                     .collect();
                 let before = self.candidacies(&a.intent_id, &listed);
+                let kind_before = self.intent_kind(&a.intent_id);
                 let reader = a.intent_id.clone();
                 let id = self.intent_key(&a.intent_id);
                 let kind = self.tool_kind(&a.tool);
@@ -1214,10 +1260,45 @@ impl Ledger {
                 push_small(&mut e.attempts, kept);
                 for k in &keys {
                     touched.extend(self.objects_under(k));
+                    // Its kind is decided now, and with it whom its keys are shared with.
+                    change.affected.extend(
+                        self.key_senders
+                            .get(k)
+                            .into_iter()
+                            .flatten()
+                            .map(|u| u.intent.to_string()),
+                    );
                 }
-                let after = self.candidacies(&reader, &listed);
-                self.contest_changed(&listed, &before, &after, &mut change);
+                // A send may change its intent's kind too, which decides whom it contests:
+                // where it is a candidate before or after, the other readers look again.
+                let changed: Vec<bool> = self
+                    .candidacies(&reader, &listed)
+                    .into_iter()
+                    .zip(&before)
+                    .map(|(a, b)| a || *b)
+                    .collect();
+                self.contest_changed(&listed, &changed, &mut change);
                 self.update_orphans(&listed, &mut change);
+                // Its kind decides whom its keys are shared with (`history`'s shared keys):
+                // when it changes, every sender of every key of its looks again.
+                if self.intent_kind(&reader) != kind_before {
+                    let keys: BTreeSet<&str> = self
+                        .intents
+                        .get(reader.as_str())
+                        .into_iter()
+                        .flat_map(|e| &e.attempts)
+                        .filter_map(|a| a.idempotency_key.as_deref())
+                        .collect();
+                    for k in keys {
+                        change.affected.extend(
+                            self.key_senders
+                                .get(k)
+                                .into_iter()
+                                .flatten()
+                                .map(|u| u.intent.to_string()),
+                        );
+                    }
+                }
             }
             Event::Readback(r) => {
                 if !self.readback_spans.insert(r.span) {
@@ -1226,7 +1307,7 @@ impl Ledger {
                 let id = r.intent_id.clone();
                 let listed = r.object_ids.clone();
                 // The reader's candidacy for what it listed before (only where it was a reader
-                // already) and after: where either holds, other readers may gain or lose the
+                // already) and after: where it changed, other readers may gain or lose the
                 // object (`contested`). A read-back never changes who owns what.
                 let mut before = self.candidacies(&id, &listed);
                 for (held, o) in before.iter_mut().zip(&listed) {
@@ -1238,8 +1319,15 @@ impl Ledger {
                 change.affected.insert(id.clone());
                 let key = self.intent_key(&id);
                 push_small(&mut self.intents.entry(key).or_default().readbacks, r);
-                let after = self.candidacies(&id, &listed);
-                self.contest_changed(&listed, &before, &after, &mut change);
+                // Its kind is what it was (a read-back gives an intent with sends no kind):
+                // only a candidacy that changed changes anyone else's view.
+                let changed: Vec<bool> = self
+                    .candidacies(&id, &listed)
+                    .into_iter()
+                    .zip(&before)
+                    .map(|(a, b)| a != *b)
+                    .collect();
+                self.contest_changed(&listed, &changed, &mut change);
                 self.update_orphans(&listed, &mut change);
                 return change;
             }

@@ -1671,6 +1671,46 @@ mod tests {
         assert_eq!(sorted_verdicts(&core), sorted_verdicts(&reference));
     }
 
+    /// One batch can remove a pseudo-intent and make it again: a read-back makes the refund
+    /// its reader's candidate (the orphan goes), and the reader's earlier check, arriving late
+    /// in the same batch, shows the refund was there before the send (the orphan is back). The
+    /// later state wins, as it does across two batches.
+    #[test]
+    fn an_orphan_removed_and_made_again_in_one_batch_is_audited() {
+        let listing = |n: u8, at: i64| {
+            Event::Readback(Readback {
+                span: SpanRef {
+                    trace_id: [n; 16],
+                    span_id: [n; 8],
+                },
+                intent_id: "a".into(),
+                tool: "list_refunds".into(),
+                at: t(at),
+                end: t(at + 1),
+                object_ids: vec!["re_o".into()],
+                reported_outcome: None,
+            })
+        };
+        let first = vec![
+            timeout("a", 1, 1_000, "ka"),
+            record("re_o", None, "succeeded", 1_010),
+        ];
+        let (after, check) = (listing(7, 1_100), listing(8, 990));
+        let mut one = EngineCore::new(contracts());
+        let mut two = EngineCore::new(contracts());
+        for c in [&mut one, &mut two] {
+            c.ingest(first.clone(), t(1_020));
+            assert!(c.holds("orphan:re_o"));
+        }
+        let out = one.ingest(vec![after.clone(), check.clone()], t(1_200));
+        assert!(out.removed.is_empty(), "{:?}", out.removed);
+        assert!(one.holds("orphan:re_o"), "the orphan is back");
+        two.ingest(vec![after], t(1_200));
+        assert!(!two.holds("orphan:re_o"), "a's candidate for a moment");
+        two.ingest(vec![check], t(1_200));
+        assert_eq!(sorted_verdicts(&one), sorted_verdicts(&two));
+    }
+
     /// An intent at rest that gains a route (here an orphan's new record with a new key) may
     /// leave only once the step that handed that route out is durable: its older entry in the
     /// eviction queue, durable and due, is stale. (It used to leave on the older entry, so an

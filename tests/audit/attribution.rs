@@ -1031,6 +1031,15 @@ fn two_timed_out_readers_of_one_unowned_refund_are_not_both_completed() {
         assert!(object_ids(&v).is_empty(), "{intent}: {v:#?}");
     }
 
+    // Linked to no intent, it is an orphan record (past its grace, its finding).
+    check(
+        "the refund",
+        &events,
+        "orphan:re_X",
+        at(20.0 * MIN),
+        "completed / none / orphan_record",
+    );
+
     // A reader that had not sent when it listed the refund is no candidate: A keeps it.
     let mut checked_first = events[..4].to_vec();
     checked_first.push(ev(readback("B", "list_refunds", 3.0, &["re_X"])));
@@ -1083,6 +1092,18 @@ fn one_key_string_on_two_downstreams_is_not_shared_across_intents() {
         "unknown / retry_same_key / -",
     );
     check("draft", &events, "D", at(MIN), "completed / none / -");
+
+    // The same with A's send wrapped in a framework span that carries the key too and starts
+    // first: a sender's downstream is its intent's, not its earliest span's.
+    let mut wrapped = vec![ev(attempt("A", "agent.step", -1.0, 40.0).key("order-1042"))];
+    wrapped.extend(events.iter().cloned());
+    check(
+        "draft, wrapped refund",
+        &wrapped,
+        "D",
+        at(MIN),
+        "completed / none / -",
+    );
 }
 
 #[test]
@@ -1162,4 +1183,64 @@ fn ids_of(events: &[Event]) -> Vec<String> {
     let mut ids: Vec<String> = ledger.ids().collect();
     ids.sort();
     ids
+}
+
+#[test]
+fn an_email_sent_before_the_refund_makes_no_listed_refund_the_intents() {
+    // R's refund was rejected (nothing executed); R's email went out; R then listed the order
+    // and saw a refund someone made by hand in between. The email is a send to another
+    // downstream, not of R's write: the refund cannot be R's effect (before, the email's time
+    // made R a candidate and R was `completed` by a refund it never made).
+    let events = [
+        ev(attempt("R", R, 100.0, 0.3)
+            .key("kR")
+            .args(refund_args("22.50"))
+            .http(422)),
+        ev(attempt("R", "send_email", 110.0, 0.3).http(200)),
+        refund_record(None, "re_X", "succeeded", 200.0, 2250),
+        ev(readback("R", "list_refunds", 300.0, &["re_X"])),
+    ];
+    let r = check(
+        "R",
+        &events,
+        "R",
+        at(20.0 * MIN),
+        "failed_before_execution / fix_input / -",
+    );
+    assert!(object_ids(&r).is_empty(), "{r:#?}");
+    check(
+        "the refund",
+        &events,
+        "orphan:re_X",
+        at(20.0 * MIN),
+        "completed / none / orphan_record",
+    );
+}
+
+#[test]
+fn a_record_naming_no_kind_listed_by_two_downstreams_readers_is_neither_ones() {
+    // Object 1001, posted without a kind. A refund and a draft both timed out, then each
+    // reader listed 1001. Either may be the one whose effect it is, so it is neither's (before,
+    // both were `completed` by one record) and reported as an orphan record.
+    let events = [
+        ev(timed_out("A", 0.0, "kA", "120.00")),
+        ev(attempt("D", "create_bill_draft", 1.0, 30.0)
+            .key("kD")
+            .args(draft_args("ACME", "120.00"))
+            .timeout()),
+        ev(record(None, "1001", "succeeded", 40.0)),
+        ev(readback("A", "list_refunds", 90.0, &["1001"])),
+        ev(readback("D", "list_drafts", 95.0, &["1001"])),
+    ];
+    for intent in ["A", "D"] {
+        let v = check(
+            "kind-less",
+            &events,
+            intent,
+            at(2.0 * MIN),
+            "unknown / retry_same_key / -",
+        );
+        assert!(object_ids(&v).is_empty(), "{intent}: {v:#?}");
+    }
+    assert!(ids_of(&events).contains(&"orphan:1001".to_string()));
 }

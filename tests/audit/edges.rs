@@ -573,6 +573,8 @@ fn a_failed_refund_with_a_new_key_retry_in_flight_is_not_a_new_intent_yet() {
     );
     let past = audited(&events, at(200.0));
     assert_eq!(past.decision, Decision::Reconcile);
+    // Not settled: a late record is what it waits for, so retention keeps its raw events.
+    assert_eq!(past.rest(), reckon::model::Rest::Quiet);
     check_under(
         &set,
         "escalated",
