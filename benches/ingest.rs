@@ -229,6 +229,103 @@ fn main() {
         fresh_rate,
     );
 
+    // An order every agent reads: 2,000 intents each time out on a refund and then list the
+    // order's 20 refunds, none of which names an intent or carries a key (made by hand, or by
+    // a downstream that echoes neither), all made after every send: each reader may have made
+    // each, so all are contested (DESIGN.md "Evidence attribution" 3). Against the same
+    // intents each listing 20 refunds of an order of its own. A read-back re-audits another
+    // reader only where its own candidacy changes that reader's link, so the shared order
+    // must stay near the baseline rather than fall with the number of readers.
+    let order_readers = |shared: bool| -> Vec<Vec<Event>> {
+        use reckon::model::{Attempt, Readback, RecordObservation, SpanRef, Timestamp};
+        let t = |s: i64| Timestamp::from_secs(1_780_000_000 + s);
+        let span = |n: u64| SpanRef {
+            trace_id: (u128::from(n) + 1).to_be_bytes(),
+            span_id: (n + 1).to_be_bytes(),
+        };
+        let refunds =
+            |order: u64| -> Vec<String> { (0..20).map(|r| format!("re-{order}-{r}")).collect() };
+        let (intents, mut batches) = (2_000u64, Vec::new());
+        let mut records = Vec::new();
+        for i in 0..intents {
+            let order = if shared { 0 } else { i };
+            if shared && i > 0 {
+                continue;
+            }
+            for id in refunds(order) {
+                records.push(Event::Record(RecordObservation {
+                    source: "api".into(),
+                    kind: None,
+                    object_id: id,
+                    intent_id: None,
+                    idempotency_key: None,
+                    status: "succeeded".into(),
+                    amount: None,
+                    currency: None,
+                    target: None,
+                    created_at: None,
+                    observed_at: t(10_000),
+                }));
+            }
+        }
+        batches.push(records);
+        for chunk in (0..intents)
+            .collect::<Vec<_>>()
+            .chunks(SPANS_PER_EXPORT / 2)
+        {
+            let mut events = Vec::new();
+            for &i in chunk {
+                let order = if shared { 0 } else { i };
+                events.push(Event::Attempt(Attempt {
+                    span: span(2 * i),
+                    intent_id: format!("reader-{i}"),
+                    tool: "issue_refund".into(),
+                    start: t(i as i64),
+                    end: t(i as i64 + 30),
+                    idempotency_key: Some(format!("reader-key-{i}")),
+                    http_status: None,
+                    error_type: Some("timeout".into()),
+                    span_error: true,
+                    object_id: None,
+                    object_status: None,
+                    reported_outcome: None,
+                    arguments: None,
+                }));
+                events.push(Event::Readback(Readback {
+                    span: span(2 * i + 1),
+                    intent_id: format!("reader-{i}"),
+                    tool: "list_refunds".into(),
+                    at: t(20_000 + i as i64),
+                    end: t(20_000 + i as i64),
+                    object_ids: refunds(order),
+                    reported_outcome: None,
+                }));
+            }
+            batches.push(events);
+        }
+        batches
+    };
+    let timed_events = |batches: Vec<Vec<Event>>| {
+        let events: usize = batches.iter().map(Vec::len).sum();
+        let mut core = reckon::engine::core::EngineCore::new(Arc::new(contracts.clone()));
+        let began = Instant::now();
+        for events in batches {
+            core.ingest(events, reckon::model::Timestamp::from_secs(1_780_030_000));
+        }
+        events as f64 / began.elapsed().as_secs_f64()
+    };
+    let own_orders = timed_events(order_readers(false));
+    line(
+        "baseline: 2,000 readers, an order each",
+        own_orders,
+        own_orders,
+    );
+    line(
+        "2,000 readers of one order's 20 refunds",
+        timed_events(order_readers(true)),
+        own_orders,
+    );
+
     // Durable paths: 8 concurrent exporters, fresh intents every batch, a real SQLite file.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -758,8 +758,9 @@ impl Verdict {
         }
         match self.state {
             // Failed, but a send whose outcome is open may still have made an effect of its
-            // own: a late record is what it waits for, so its raw events are kept.
-            IntentState::FailedAfterExecution if self.decision == Decision::Reconcile => {
+            // own (the audit says reconcile; once a person resolved its escalation, none): a
+            // late record is what it waits for, so its raw events are kept.
+            IntentState::FailedAfterExecution if self.decision != Decision::NewIntent => {
                 Rest::Quiet
             }
             IntentState::Completed

@@ -713,6 +713,17 @@ impl Ledger {
     /// A reader of another kind contests it too when the object has a record that names no
     /// kind: either may be the one whose effect that record shows.
     fn contested(&self, id: &str, kind: Option<&str>, object: &str) -> bool {
+        self.contested_apart_from(id, kind, object, None)
+    }
+
+    /// [`Ledger::contested`] by a reader other than `id` and `apart`.
+    fn contested_apart_from(
+        &self,
+        id: &str,
+        kind: Option<&str>,
+        object: &str,
+        apart: Option<&str>,
+    ) -> bool {
         let Some(readers) = self.readers.get(object) else {
             return false;
         };
@@ -720,7 +731,15 @@ impl Ledger {
             .records
             .get(object)
             .is_some_and(|rs| rs.iter().any(|r| r.kind.is_none()));
-        readers.iter().filter(|r| r.as_str() != id).any(|r| {
+        // A record naming no kind that an intent of another kind owns is in that owner's
+        // history already: it is not this reader's to hold as well.
+        if kindless && self.owner(None, object).is_some_and(|w| w != id) {
+            return true;
+        }
+        let mut others = readers
+            .iter()
+            .filter(|r| r.as_str() != id && Some(r.as_str()) != apart);
+        others.any(|r| {
             let own = self.intent_kind(r);
             (kindless || kinds_match(own.as_deref(), kind))
                 && self.may_have_made(r, own.as_deref(), object)
@@ -731,9 +750,11 @@ impl Ledger {
     /// own kind), as flags in the same order. Whether someone owns the object does not enter:
     /// an object owned under one kind may be unowned under another reader's.
     fn candidacies(&self, reader: &str, objects: &[String]) -> Vec<bool> {
-        let (Some(e), kind) = (self.intents.get(reader), self.intent_kind(reader)) else {
-            return vec![false; objects.len()];
+        let e = match self.intents.get(reader) {
+            Some(e) if !objects.is_empty() => e,
+            _ => return vec![false; objects.len()],
         };
+        let kind = self.intent_kind(reader);
         let kind = kind.as_deref();
         let sent = self.first_send(e);
         objects
@@ -742,18 +763,27 @@ impl Ledger {
             .collect()
     }
 
-    /// A reader's candidacy for these objects may have changed (`changed`, in the same order):
-    /// every other reader of such an object may have gained or lost it (`contested`). Only
-    /// those objects fan out, so an order every agent reads does not make each read-back
-    /// re-audit all its readers.
-    fn contest_changed(&self, objects: &[String], changed: &[bool], change: &mut LedgerChange) {
+    /// `reader`'s candidacy for these objects may have changed (`changed`, in the same order).
+    /// Another reader's link to such an object changes with it only if that reader may have
+    /// made it too and nobody else contests it: only those look again, so the thousandth agent
+    /// to list an order's refunds does not re-audit the other 999.
+    fn contest_changed(
+        &self,
+        reader: &str,
+        objects: &[String],
+        changed: &[bool],
+        change: &mut LedgerChange,
+    ) {
         for (o, _) in objects.iter().zip(changed).filter(|(_, c)| **c) {
-            change.affected.extend(
-                self.readers
-                    .get(o)
-                    .into_iter()
-                    .flat_map(|f| f.iter().cloned()),
-            );
+            let others = self.readers.get(o).into_iter().flat_map(|f| f.iter());
+            for x in others.filter(|x| x.as_str() != reader) {
+                let own = self.intent_kind(x);
+                if self.may_have_made(x, own.as_deref(), o)
+                    && !self.contested_apart_from(x, own.as_deref(), o, Some(reader))
+                {
+                    change.affected.insert(x.clone());
+                }
+            }
         }
     }
 
@@ -1199,7 +1229,20 @@ impl Ledger {
                     .into_iter()
                     .collect();
                 let before = self.candidacies(&a.intent_id, &listed);
-                let kind_before = self.intent_kind(&a.intent_id);
+                // Its kind is its earliest contracted attempt's (else its first attempt's):
+                // only a first attempt, or a contracted one earlier than every contracted one
+                // it has, can change it. Checked without a scan in a retry storm, where the
+                // first attempt is earlier than each new one.
+                let contracted = self.contracts.for_tool(&a.tool).is_some();
+                let kind_before = self.intents.get(a.intent_id.as_str()).and_then(|e| {
+                    let may_change = e.attempts.is_empty()
+                        || (contracted
+                            && !e.attempts.iter().any(|x| {
+                                x.order() < attempt_order(&a)
+                                    && self.contracts.for_tool(&x.tool).is_some()
+                            }));
+                    may_change.then(|| self.intent_kind(&a.intent_id))
+                });
                 let reader = a.intent_id.clone();
                 let id = self.intent_key(&a.intent_id);
                 let kind = self.tool_kind(&a.tool);
@@ -1237,7 +1280,6 @@ impl Ledger {
                     );
                     touched.push(o.clone());
                 }
-                let contracted = self.contracts.for_tool(&a.tool).is_some();
                 let kept = KeptAttempt::keep(a, &mut self.names);
                 let contracts = &self.contracts;
                 let e = self.intents.entry(id).or_default();
@@ -1277,11 +1319,11 @@ impl Ledger {
                     .zip(&before)
                     .map(|(a, b)| a || *b)
                     .collect();
-                self.contest_changed(&listed, &changed, &mut change);
+                self.contest_changed(&reader, &listed, &changed, &mut change);
                 self.update_orphans(&listed, &mut change);
                 // Its kind decides whom its keys are shared with (`history`'s shared keys):
                 // when it changes, every sender of every key of its looks again.
-                if self.intent_kind(&reader) != kind_before {
+                if kind_before.is_some_and(|k| self.intent_kind(&reader) != k) {
                     let keys: BTreeSet<&str> = self
                         .intents
                         .get(reader.as_str())
@@ -1327,7 +1369,7 @@ impl Ledger {
                     .zip(&before)
                     .map(|(a, b)| a != *b)
                     .collect();
-                self.contest_changed(&listed, &changed, &mut change);
+                self.contest_changed(&id, &listed, &changed, &mut change);
                 self.update_orphans(&listed, &mut change);
                 return change;
             }

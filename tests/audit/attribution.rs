@@ -1244,3 +1244,35 @@ fn a_record_naming_no_kind_listed_by_two_downstreams_readers_is_neither_ones() {
     }
     assert!(ids_of(&events).contains(&"orphan:1001".to_string()));
 }
+
+#[test]
+fn a_record_naming_no_kind_that_another_kinds_intent_owns_is_not_a_readers_as_well() {
+    // A's refund 1001 (its key's record says refund) and a second record of 1001 naming no
+    // kind, intent or key. D, a draft intent that timed out, lists 1001. The kind-less record
+    // is in A's history already (A owns 1001): D must not hold it provisionally too.
+    let events = [
+        ev(attempt("A", R, 0.0, 0.3)
+            .key("kA")
+            .args(refund_args("45.00"))
+            .http(200)
+            .object("1001", "succeeded")),
+        ev(with_key(
+            stripe_refund(None, "1001", "succeeded", 40.0, 4500, "usd"),
+            "kA",
+        )),
+        ev(attempt("D", "create_bill_draft", 1.0, 30.0)
+            .key("kD")
+            .args(draft_args("ACME", "120.00"))
+            .timeout()),
+        ev(record(None, "1001", "succeeded", 40.0)),
+        ev(readback("D", "list_drafts", 95.0, &["1001"])),
+    ];
+    let d = check(
+        "D",
+        &events,
+        "D",
+        at(2.0 * MIN),
+        "unknown / retry_same_key / -",
+    );
+    assert!(object_ids(&d).is_empty(), "{d:#?}");
+}
