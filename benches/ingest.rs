@@ -8,6 +8,8 @@
 //! | decode + recognise non-tool spans | prost decode of the same bytes | the cost of recognition on the drop path |
 //! | decode + recognise tool spans | prost decode of the same bytes | the cost of building events |
 //! | engine ingest (durable + audited) | store append alone (durable) | the cost of the audit on the hot path |
+//! | retry storm (10,240 attempts, one intent) | as many fresh intents | whether an intent's cost stays linear in its attempts |
+//! | 2,000 readers of one order's unowned refunds | the same readers, an order each | the cost of contested evidence (DESIGN.md "Evidence attribution" 3) |
 //!
 //! Each line also prints spans/s on this machine, for comparison with DESIGN.md's targets.
 
