@@ -620,7 +620,9 @@ impl Ledger {
     }
 
     /// Whether `object` (or its observations of one kind) links to no intent: it has records
-    /// of a kind that appear in no intent's history (audited as `orphan:{object}`).
+    /// of a kind that no intent owns and no reader holds (audited as `orphan:{object}`). Not
+    /// quite "in no intent's history": an owner whose own kind excludes those records holds
+    /// them nowhere (the ignored test `a_refund_owned_through_another_kinds_record_is_still_reported`).
     fn is_orphan(&self, object: &str) -> bool {
         let Some(records) = self.records.get(object) else {
             return false;
