@@ -15,6 +15,9 @@
 
 use std::sync::Arc;
 
+#[path = "../src/test_builders.rs"]
+mod test_builders;
+
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::time::{Duration, Instant};
@@ -239,69 +242,39 @@ fn main() {
     // reader only where its own candidacy changes that reader's link, so the shared order
     // must stay near the baseline rather than fall with the number of readers.
     let order_readers = |shared: bool| -> Vec<Vec<Event>> {
-        use reckon::model::{Attempt, Readback, RecordObservation, SpanRef, Timestamp};
-        let t = |s: i64| Timestamp::from_secs(1_780_000_000 + s);
-        let span = |n: u64| SpanRef {
-            trace_id: (u128::from(n) + 1).to_be_bytes(),
-            span_id: (n + 1).to_be_bytes(),
-        };
+        use test_builders::{attempt, ev, readback, record, AttemptExt};
+        let intents = 2_000u64;
+        let order_of = |i: u64| if shared { 0 } else { i };
         let refunds =
             |order: u64| -> Vec<String> { (0..20).map(|r| format!("re-{order}-{r}")).collect() };
-        let (intents, mut batches) = (2_000u64, Vec::new());
-        let mut records = Vec::new();
-        for i in 0..intents {
-            let order = if shared { 0 } else { i };
-            if shared && i > 0 {
-                continue;
-            }
-            for id in refunds(order) {
-                records.push(Event::Record(RecordObservation {
-                    source: "api".into(),
-                    kind: None,
-                    object_id: id,
-                    intent_id: None,
-                    idempotency_key: None,
-                    status: "succeeded".into(),
-                    amount: None,
-                    currency: None,
-                    target: None,
-                    created_at: None,
-                    observed_at: t(10_000),
-                }));
-            }
-        }
-        batches.push(records);
+        let orders: Vec<u64> = if shared {
+            vec![0]
+        } else {
+            (0..intents).collect()
+        };
+        let mut batches = vec![orders
+            .iter()
+            .flat_map(|&o| refunds(o))
+            .map(|id| ev(record(None, &id, "succeeded", 10_000.0)))
+            .collect::<Vec<Event>>()];
         for chunk in (0..intents)
             .collect::<Vec<_>>()
             .chunks(SPANS_PER_EXPORT / 2)
         {
             let mut events = Vec::new();
             for &i in chunk {
-                let order = if shared { 0 } else { i };
-                events.push(Event::Attempt(Attempt {
-                    span: span(2 * i),
-                    intent_id: format!("reader-{i}"),
-                    tool: "issue_refund".into(),
-                    start: t(i as i64),
-                    end: t(i as i64 + 30),
-                    idempotency_key: Some(format!("reader-key-{i}")),
-                    http_status: None,
-                    error_type: Some("timeout".into()),
-                    span_error: true,
-                    object_id: None,
-                    object_status: None,
-                    reported_outcome: None,
-                    arguments: None,
-                }));
-                events.push(Event::Readback(Readback {
-                    span: span(2 * i + 1),
-                    intent_id: format!("reader-{i}"),
-                    tool: "list_refunds".into(),
-                    at: t(20_000 + i as i64),
-                    end: t(20_000 + i as i64),
-                    object_ids: refunds(order),
-                    reported_outcome: None,
-                }));
+                let intent = format!("reader-{i}");
+                events.push(ev(attempt(&intent, "issue_refund", i as f64, 30.0)
+                    .key(&format!("reader-key-{i}"))
+                    .timeout()));
+                let listed = refunds(order_of(i));
+                let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
+                events.push(ev(readback(
+                    &intent,
+                    "list_refunds",
+                    20_000.0 + i as f64,
+                    &listed,
+                )));
             }
             batches.push(events);
         }

@@ -581,20 +581,22 @@ impl Ledger {
             .min()
     }
 
+    /// The intents that sent `key`.
+    fn senders_of<'a>(&'a self, key: &str) -> impl Iterator<Item = String> + 'a {
+        self.key_senders
+            .get(key)
+            .into_iter()
+            .flatten()
+            .map(|u| u.intent.to_string())
+    }
+
     /// Every intent that may see `object` as evidence: named by its records, sender of a key
     /// its records carry or it was returned under, returned it, or read it.
     fn stakeholders(&self, object: &str, into: &mut BTreeSet<String>) {
-        let senders = |k: &str| {
-            self.key_senders
-                .get(k)
-                .into_iter()
-                .flatten()
-                .map(|u| u.intent.to_string())
-        };
         for r in self.records.get(object).into_iter().flatten() {
             into.extend(r.intent_id.iter().cloned());
             if let Some(k) = &r.idempotency_key {
-                into.extend(senders(k));
+                into.extend(self.senders_of(k));
             }
         }
         for u in self.responders.get(object).into_iter().flatten() {
@@ -608,7 +610,7 @@ impl Ledger {
                 .filter(|a| a.object_id.as_deref() == Some(object))
                 .filter_map(|a| a.idempotency_key.as_deref());
             for k in keys {
-                into.extend(senders(k));
+                into.extend(self.senders_of(k));
             }
         }
         into.extend(
@@ -1109,13 +1111,7 @@ impl Ledger {
             };
             let mut next = BTreeSet::new();
             for k in keys {
-                next.extend(
-                    self.key_senders
-                        .get(k)
-                        .into_iter()
-                        .flatten()
-                        .map(|u| u.intent.to_string()),
-                );
+                next.extend(self.senders_of(k));
             }
             for o in objects {
                 if self.orphans.contains(o) {
@@ -1304,14 +1300,6 @@ impl Ledger {
                 push_small(&mut e.attempts, kept);
                 for k in &keys {
                     touched.extend(self.objects_under(k));
-                    // Its kind is decided now, and with it whom its keys are shared with.
-                    change.affected.extend(
-                        self.key_senders
-                            .get(k)
-                            .into_iter()
-                            .flatten()
-                            .map(|u| u.intent.to_string()),
-                    );
                 }
                 // A send may change its intent's kind too, which decides whom it contests:
                 // where it is a candidate before or after, the other readers look again.
@@ -1334,13 +1322,7 @@ impl Ledger {
                         .filter_map(|a| a.idempotency_key.as_deref())
                         .collect();
                     for k in keys {
-                        change.affected.extend(
-                            self.key_senders
-                                .get(k)
-                                .into_iter()
-                                .flatten()
-                                .map(|u| u.intent.to_string()),
-                        );
+                        change.affected.extend(self.senders_of(k));
                     }
                 }
             }

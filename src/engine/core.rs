@@ -1621,18 +1621,14 @@ mod tests {
         (sent.error_type, sent.span_error, sent.end) = (None, false, t(3_601));
         (sent.http_status, sent.object_id) = (Some(200), Some("re_new".into()));
         sent.object_status = Some("succeeded".into());
-        let read = Event::Readback(Readback {
-            span: SpanRef {
-                trace_id: [9; 16],
-                span_id: [9; 8],
-            },
-            intent_id: "a".into(),
-            tool: "list_refunds".into(),
-            at: t(3_700),
-            end: t(3_701),
-            object_ids: vec!["re_new".into(), "re_old".into()],
-            reported_outcome: None,
-        });
+        let read = Event::Readback(crate::test_builders::readback_at(
+            crate::test_builders::span(9),
+            "a",
+            "list_refunds",
+            t(3_700),
+            t(3_701),
+            &["re_new", "re_old"],
+        ));
         let events = vec![old.clone(), Event::Attempt(sent), read];
         let mut reference = EngineCore::new(contracts());
         let mut core = EngineCore::new(contracts()).with_eviction(Some(Dur::secs(60)));
@@ -1677,19 +1673,15 @@ mod tests {
     /// later state wins, as it does across two batches.
     #[test]
     fn an_orphan_removed_and_made_again_in_one_batch_is_audited() {
-        let listing = |n: u8, at: i64| {
-            Event::Readback(Readback {
-                span: SpanRef {
-                    trace_id: [n; 16],
-                    span_id: [n; 8],
-                },
-                intent_id: "a".into(),
-                tool: "list_refunds".into(),
-                at: t(at),
-                end: t(at + 1),
-                object_ids: vec!["re_o".into()],
-                reported_outcome: None,
-            })
+        let listing = |n: u64, at: i64| {
+            Event::Readback(crate::test_builders::readback_at(
+                crate::test_builders::span(n),
+                "a",
+                "list_refunds",
+                t(at),
+                t(at + 1),
+                &["re_o"],
+            ))
         };
         let first = vec![
             timeout("a", 1, 1_000, "ka"),
