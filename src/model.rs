@@ -665,6 +665,12 @@ pub struct Verdict {
     pub readbacks: Vec<ReadbackView>,
     pub objects: Vec<ObjectView>,
     pub findings: Vec<Finding>,
+    /// High and critical findings that held after an earlier prefix of the evidence in event
+    /// time and not in `findings` (DESIGN.md "Findings"): the escalation book counts them as
+    /// held, so whether one opened an escalation does not depend on arrival order. Derived from
+    /// the same evidence as `findings`; not stored (the escalation is), but part of the
+    /// fingerprint, so the verdict handed out is the one a recomputation gives.
+    pub held_before: Vec<Finding>,
     /// The next instant at which this verdict can change with no new event.
     pub next_change: Option<Timestamp>,
     /// The `now` the verdict was computed for.
@@ -711,6 +717,7 @@ impl Verdict {
             readbacks,
             objects,
             findings,
+            held_before,
             next_change,
             audited_at: _,
             first_seen,
@@ -730,6 +737,7 @@ impl Verdict {
         readbacks.hash(&mut h);
         objects.hash(&mut h);
         findings.hash(&mut h);
+        held_before.hash(&mut h);
         next_change.hash(&mut h);
         first_seen.hash(&mut h);
         last_event.hash(&mut h);
@@ -800,8 +808,17 @@ named!(
         Open = "open",
         Claimed = "claimed",
         Resolved = "resolved",
+        Withdrawn = "withdrawn",
     }
 );
+
+impl EscalationStatus {
+    /// Open or claimed: someone has to act. A resolved one was settled by a person, a
+    /// withdrawn one by evidence showing its findings never held.
+    pub fn unresolved(self) -> bool {
+        matches!(self, EscalationStatus::Open | EscalationStatus::Claimed)
+    }
+}
 
 /// An item in the queue for a person.
 #[derive(Clone, Debug, PartialEq, Eq)]

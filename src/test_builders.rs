@@ -392,6 +392,7 @@ pub fn verdict(id: &str, tool: Option<&str>, state: IntentState, last_event: Tim
             last_seen: at(50),
         }],
         findings: vec![],
+        held_before: vec![],
         next_change: None,
         audited_at: last_event + Dur::secs(1),
         first_seen: at(1),

@@ -4,6 +4,8 @@
 
 #[path = "server/api.rs"]
 mod api;
+#[path = "server/audit_truth.rs"]
+mod audit_truth;
 #[path = "server/bad_input.rs"]
 mod bad_input;
 #[path = "server/eviction.rs"]

@@ -86,7 +86,7 @@ impl Ctx<'_> {
                 keys.len() + executed().filter(|a| a.idempotency_key.is_none()).count()
             }
         };
-        if self.objects.current().len() < slots {
+        if self.owned_objects().count() < slots {
             return unknown().collect();
         }
         if self.c.idempotency != Idempotency::Converge {
@@ -112,6 +112,38 @@ impl Ctx<'_> {
             .current()
             .into_iter()
             .filter(|o| !self.h.is_provisional(&o.object_id))
+    }
+
+    /// `b` repeats a key an earlier send of this intent executed under, where the downstream
+    /// keeps keys (`replay`, `converge`), while the key is still kept (first executed send +
+    /// `key_retention`; no retention set means kept for good).
+    pub fn same_key_retry_inside_retention(&self, b: &Attempt) -> bool {
+        if self.c.idempotency == Idempotency::None {
+            return false;
+        }
+        let Some(key) = b.idempotency_key.as_deref() else {
+            return false;
+        };
+        let Some(first) = self.first_executed.map(|i| &self.h.attempts[i]) else {
+            return false;
+        };
+        let repeats = self.attempts().any(|(a, k)| {
+            a.start < b.start
+                && a.idempotency_key.as_deref() == Some(key)
+                && !matches!(k, AttemptClass::Rejected)
+        });
+        repeats
+            && self
+                .c
+                .key_retention
+                .is_none_or(|r| b.start < first.start + r)
+    }
+
+    /// The first instant an owned object was seen not terminal.
+    pub fn first_pending(&self) -> Option<Timestamp> {
+        self.owned_objects()
+            .filter_map(|o| o.first_nonterminal())
+            .min()
     }
 
     /// An owned object's amount, currency or target differs from the intent's.
@@ -373,24 +405,74 @@ fn expired_key_retry(x: &Ctx, out: &mut Vec<Finding>) {
     }
 }
 
+/// Per send whose outcome is unknown, on a tool with no idempotency promise: it may have made
+/// an effect of its own, and a later resend that settles does not say it did not (both may
+/// have gone out). It holds until a record of the downstream accounts for that send's effect:
+/// a record under the send's key, or else one no response of the intent named. With fewer such
+/// records than open sends nobody can tell which send made which, so every open send still
+/// unaccounted for keeps it. Whatever the state: a completed intent can still have a second
+/// wire out.
 fn no_idempotency_contract(x: &Ctx, out: &mut Vec<Finding>) {
     if x.contract_known && x.c.idempotency != Idempotency::None {
         return;
     }
-    if x.state != IntentState::Unknown {
+    let unknown: Vec<&Attempt> = x
+        .attempts()
+        .filter(|(_, k)| *k == AttemptClass::Unknown)
+        .map(|(a, _)| a)
+        .collect();
+    if unknown.is_empty() {
         return;
     }
-    if let Some(a) = x.first_unknown() {
-        let why = if x.contract_known {
-            "the contract promises no idempotency"
-        } else {
-            "no contract covers this tool"
-        };
+    // Objects the downstream's records show that the intent owns (a lead is no proof).
+    let mut recorded: Vec<&RecordObservation> = Vec::new();
+    for r in &x.h.records {
+        if !x.h.is_provisional(&r.object_id) && !recorded.iter().any(|o| o.object_id == r.object_id)
+        {
+            recorded.push(r);
+        }
+    }
+    let named: HashSet<&str> =
+        x.h.attempts
+            .iter()
+            .filter_map(|a| a.object_id.as_deref())
+            .collect();
+    let mut by_key: HashSet<&str> = HashSet::new();
+    let unaccounted: Vec<&Attempt> = unknown
+        .into_iter()
+        .filter(|a| {
+            let own = a.idempotency_key.as_deref().and_then(|k| {
+                recorded
+                    .iter()
+                    .find(|r| r.idempotency_key.as_deref() == Some(k))
+            });
+            match own {
+                Some(r) => {
+                    by_key.insert(&r.object_id);
+                    false
+                }
+                None => true,
+            }
+        })
+        .collect();
+    let free = recorded
+        .iter()
+        .filter(|r| !named.contains(r.object_id.as_str()) && !by_key.contains(r.object_id.as_str()))
+        .count();
+    if free >= unaccounted.len() {
+        return;
+    }
+    let why = if x.contract_known {
+        "the contract promises no idempotency"
+    } else {
+        "no contract covers this tool"
+    };
+    for a in unaccounted {
         out.push(Finding::new(
             FindingKind::NoIdempotencyContract,
             a.end,
-            "",
-            format!("outcome unknown and {why}: no retry is safe"),
+            span_subject(a),
+            format!("outcome of this send unknown and {why}: no record shows its effect, and no retry is safe"),
         ));
     }
 }
@@ -457,8 +539,15 @@ fn misreported_outcome(x: &Ctx, out: &mut Vec<Finding>) {
         let Some(told) = a.reported_outcome else {
             continue;
         };
+        // A 2xx that named no object is the downstream saying it took the request: telling
+        // the model `succeeded` then is no contradiction (DESIGN.md "Findings").
+        let accepted_without_object = k == K::Unknown
+            && a.object_id.is_none()
+            && a.effective_status()
+                .is_some_and(|s| (200..=299).contains(&s));
         let wrong = match told {
             R::Failed => matches!(k, K::Unknown | K::Conflict | K::Recorded | K::Succeeded),
+            R::Succeeded if accepted_without_object => false,
             R::Succeeded => matches!(
                 k,
                 K::Rejected | K::Failed | K::Unknown | K::Conflict | K::Recorded
@@ -503,6 +592,11 @@ fn resend_while_pending_or_after_terminal(x: &Ctx, out: &mut Vec<Finding>) {
             next += 1;
         }
         if let Some((id, status)) = latest.iter().find(|(_, s)| x.c.is_terminal(s)) {
+            if x.same_key_retry_inside_retention(b) {
+                // The downstream keeps the key: it answers with the saved outcome and makes no
+                // second effect (the seed's 409 loser retrying its key is this case).
+                continue;
+            }
             out.push(Finding::new(
                 FindingKind::ResendAfterTerminal,
                 b.start,
@@ -569,7 +663,7 @@ fn stuck_pending(x: &Ctx, out: &mut Vec<Finding>) {
     if x.state != IntentState::Pending {
         return;
     }
-    if let Some(first) = x.objects.first_pending(x.c) {
+    if let Some(first) = x.first_pending() {
         let deadline = first + x.c.pending_deadline;
         if x.now >= deadline {
             out.push(Finding::new(

@@ -6,6 +6,7 @@
 //! same verdict whatever order they arrived in and however often they were re-sent.
 
 mod classify;
+mod event_time;
 mod findings;
 mod ledger;
 mod objects;
@@ -186,8 +187,18 @@ pub fn fallback_contract() -> &'static Contract {
     &FALLBACK
 }
 
-/// Audit one intent. `contract` is `None` when no contract covers its tool.
+/// Audit one intent. `contract` is `None` when no contract covers its tool. The verdict's
+/// `held_before` says which high and critical findings held earlier in event time
+/// ([`event_time::held_before`]): what its escalation carries beside the verdict's own.
 pub fn audit(history: &History, contract: Option<&Contract>, now: Timestamp) -> Verdict {
+    let h = history.canonical();
+    let mut v = audit_at(&h, contract, now);
+    v.held_before = event_time::held_before(&h, contract, &v);
+    v
+}
+
+/// The verdict of the whole history at `now`, findings in event time left out.
+fn audit_at(history: &History, contract: Option<&Contract>, now: Timestamp) -> Verdict {
     let c: &Contract = match contract {
         Some(c) => c,
         None => fallback_contract(),
@@ -298,6 +309,7 @@ pub fn audit(history: &History, contract: Option<&Contract>, now: Timestamp) -> 
             .collect(),
         objects: objects.views(),
         findings,
+        held_before: Vec::new(),
         next_change,
         audited_at: now,
         first_seen: first_seen.unwrap_or(now),
@@ -313,7 +325,14 @@ fn intent_state(
     params: &Params,
     c: &Contract,
 ) -> IntentState {
-    let current = objects.current();
+    // A provisional object (only a read-back links it) is a lead, not proof (DESIGN.md
+    // "Evidence attribution" 3): it never makes the intent completed, pending or failed, and
+    // never outranks what the intent owns. Only owned objects decide the state.
+    let current: Vec<_> = objects
+        .current()
+        .into_iter()
+        .filter(|o| !h.is_provisional(&o.object_id))
+        .collect();
     let succeeded: Vec<_> = current.iter().filter(|o| c.is_success(&o.status)).collect();
     if succeeded.iter().any(|o| params.matches(o)) {
         return IntentState::Completed;
@@ -359,8 +378,11 @@ fn decide(x: &findings::Ctx) -> Decision {
                 return Decision::Reconcile;
             };
             // An object is linked but the state is not positive: the effect differs from the
-            // intent. No retry can fix that; only a person decides what is next.
-            if !x.objects.current().is_empty() {
+            // intent. No retry can fix that; only a person decides what is next. A lead (an
+            // object only a read-back links) is no such object: while it is the only candidate
+            // for the effect, a same-key retry is what settles whose it is (its replayed
+            // response names the object), so the decision falls through to the retry rules.
+            if x.owned_objects().next().is_some() {
                 return if x.params_differ_from_an_object() {
                     Decision::Escalate
                 } else {
@@ -424,11 +446,7 @@ fn next_change(x: &findings::Ctx) -> Option<Timestamp> {
                     .filter_map(|a| x.c.max_in_flight.map(|d| a.start + d)),
             );
         }
-        IntentState::Pending => at.extend(
-            x.objects
-                .first_pending(x.c)
-                .map(|t| t + x.c.pending_deadline),
-        ),
+        IntentState::Pending => at.extend(x.first_pending().map(|t| t + x.c.pending_deadline)),
         _ => {}
     }
     if x.h.attempts.is_empty() {

@@ -186,14 +186,6 @@ impl Objects {
         self.by_id.get(id)
     }
 
-    /// The first instant any object was seen not terminal.
-    pub fn first_pending(&self, _c: &Contract) -> Option<Timestamp> {
-        self.by_id
-            .values()
-            .filter_map(|o| o.first_nonterminal())
-            .min()
-    }
-
     pub fn views(&self) -> Vec<ObjectView> {
         self.current()
             .into_iter()

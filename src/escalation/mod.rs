@@ -38,9 +38,9 @@ pub struct EscalationBook {
     by_id: HashMap<String, Box<Escalation>>,
     /// What the book keeps per intent with escalations in memory.
     intents: HashMap<String, IntentEscalations>,
-    /// Escalations by status (open, claimed, resolved), kept current so gauges cost nothing:
-    /// those of intents out of memory too (see [`EscalationBook::forget`]).
-    counts: [usize; 3],
+    /// Escalations by status (open, claimed, resolved, withdrawn), kept current so gauges cost
+    /// nothing: those of intents out of memory too (see [`EscalationBook::forget`]).
+    counts: [usize; 4],
 }
 
 /// An intent's escalations, as small as they go: most intents with one have exactly one, with
@@ -78,6 +78,7 @@ fn slot(status: EscalationStatus) -> usize {
         EscalationStatus::Open => 0,
         EscalationStatus::Claimed => 1,
         EscalationStatus::Resolved => 2,
+        EscalationStatus::Withdrawn => 3,
     }
 }
 
@@ -99,7 +100,7 @@ impl EscalationBook {
     /// whose intents are not in memory included (a start loads only the escalations of the
     /// intents it loads).
     pub fn count_stored(&mut self, stored: impl IntoIterator<Item = (EscalationStatus, u64)>) {
-        self.counts = [0; 3];
+        self.counts = [0; 4];
         for (status, n) in stored {
             self.counts[slot(status)] += n as usize;
         }
@@ -130,8 +131,11 @@ impl EscalationBook {
             Some(intent) => intent,
             None => self.intents.entry(e.intent_id.clone()).or_default(),
         };
-        for f in &e.findings {
-            intent.see(f);
+        // A withdrawn escalation's findings never held: nothing was seen.
+        if e.status != EscalationStatus::Withdrawn {
+            for f in &e.findings {
+                intent.see(f);
+            }
         }
         if !intent.ids.contains(&e.id) {
             intent.ids.reserve_exact(1);
@@ -139,7 +143,8 @@ impl EscalationBook {
         }
         self.counts[slot(e.status)] += 1;
         if let Some(old) = self.by_id.insert(e.id.clone(), Box::new(e)) {
-            self.counts[slot(old.status)] -= 1;
+            let counted = &mut self.counts[slot(old.status)];
+            *counted = counted.saturating_sub(1);
         }
     }
 
@@ -163,7 +168,38 @@ impl EscalationBook {
             .ids
             .iter()
             .filter_map(|id| self.get(id))
-            .find(|e| e.status != EscalationStatus::Resolved)
+            .find(|e| e.status.unresolved())
+    }
+
+    /// The latest escalation of an intent a person resolved: what a resolution covered.
+    fn last_resolved(&self, intent_id: &str) -> Option<&Escalation> {
+        self.intents
+            .get(intent_id)?
+            .ids
+            .iter()
+            .rev()
+            .filter_map(|id| self.get(id))
+            .find(|e| e.status == EscalationStatus::Resolved)
+    }
+
+    /// What the intent's escalations hold, again from the escalations themselves: after one
+    /// was withdrawn or lost findings that never held.
+    fn reseen(&mut self, intent_id: &str) {
+        let Some(intent) = self.intents.get(intent_id) else {
+            return;
+        };
+        let mut seen: Vec<(FindingKind, String)> = intent
+            .ids
+            .iter()
+            .filter_map(|id| self.by_id.get(id))
+            .filter(|e| e.status != EscalationStatus::Withdrawn)
+            .flat_map(|e| e.findings.iter().map(|f| (f.kind, f.subject.clone())))
+            .collect();
+        seen.sort();
+        seen.dedup();
+        if let Some(intent) = self.intents.get_mut(intent_id) {
+            intent.seen = seen;
+        }
     }
 
     pub fn latest_for(&self, intent_id: &str) -> Option<&Escalation> {
@@ -174,68 +210,100 @@ impl EscalationBook {
             .and_then(|id| self.get(id))
     }
 
-    /// Take in a fresh verdict: open or join with its high and critical findings. Returns the
-    /// escalation that changed, if any.
+    /// Take in a fresh verdict: open, join or withdraw with the high and critical findings that
+    /// held after any prefix of its evidence in event time (`findings` and `held_before`:
+    /// DESIGN.md "Findings"). Returns the escalation that changed, if any.
+    ///
+    /// An open escalation nobody has claimed is a function of the evidence alone: it carries
+    /// exactly the findings that held, and when late evidence (earlier in event time) shows none
+    /// of them ever did, it is withdrawn. One a person claimed stays as the person left it;
+    /// findings that held join it.
     pub fn observe(&mut self, verdict: &Verdict) -> Option<Escalation> {
-        let escalating: Vec<&Finding> = verdict
+        let mut held: Vec<&Finding> = verdict
             .findings
             .iter()
             .filter(|f| f.severity.escalates())
+            .chain(&verdict.held_before)
             .collect();
-        if escalating.is_empty() {
+        held.sort_by(|a, b| (a.at, a.kind, &a.subject).cmp(&(b.at, b.kind, &b.subject)));
+        let intent_id = verdict.intent_id.as_str();
+        if let Some(open) = self.open_for(intent_id) {
+            let e = match open.status {
+                EscalationStatus::Open => unclaimed_as_held(open, &held, verdict)?,
+                _ => {
+                    let fresh: Vec<&Finding> = held
+                        .iter()
+                        .copied()
+                        .filter(|f| !holds(&open.findings, f))
+                        .collect();
+                    if fresh.is_empty() {
+                        return None;
+                    }
+                    let mut e = open.clone();
+                    e.findings.extend(fresh.iter().map(|f| (*f).clone()));
+                    e.severity = e.severity.max(max_severity(&fresh));
+                    e.version += 1;
+                    e
+                }
+            };
+            self.insert(e.clone());
+            self.reseen(intent_id);
+            return Some(e);
+        }
+        if held.is_empty() {
             return None;
         }
-        let seen = self.intents.get(&verdict.intent_id);
-        let fresh: Vec<&Finding> = escalating
+        let seen = self.intents.get(intent_id);
+        let fresh: Vec<&Finding> = held
             .iter()
             .copied()
             .filter(|f| !seen.is_some_and(|s| s.has_seen(f)))
             .collect();
-        let e = match self.open_for(&verdict.intent_id).map(|e| e.id.clone()) {
-            Some(id) => {
-                if fresh.is_empty() {
-                    return None;
-                }
-                let e = self.by_id.get_mut(&id)?;
-                e.findings.extend(fresh.iter().map(|f| (*f).clone()));
-                e.severity = e.severity.max(max_severity(&fresh));
-                e.version += 1;
-                Escalation::clone(e)
+        // A resolution covers what it saw. A new send with a high finding present needs a person
+        // again, whatever the finding's kind (the agent acted on what was settled: another email
+        // may have gone out). Otherwise only a finding no escalation held does (a second refund,
+        // another intent sending its key), not one the person saw and resolved (the refund they
+        // waited for arriving); and a deadline's finding only with a new object beside it: time
+        // alone, passing over evidence a person settled, is not new evidence.
+        let reopens = match self.last_resolved(intent_id) {
+            None => true,
+            Some(resolved) => {
+                let (send, object) = new_evidence(verdict, &resolved.covered);
+                send || fresh.iter().any(|f| object || !comes_with_time(f.kind))
             }
-            None => {
-                // A resolution covers what it saw. A new send with a high finding present
-                // needs a person again, whatever the finding's kind (the agent acted on what
-                // was settled: another email may have gone out). Otherwise only a finding no
-                // escalation held does (a second refund, another intent sending its key), not
-                // one the person saw and resolved (the refund they waited for arriving); and a
-                // deadline's finding only with a new object beside it: time alone, passing
-                // over evidence a person settled, is not new evidence.
-                let reopens = match self.latest_for(&verdict.intent_id) {
-                    None => !fresh.is_empty(),
-                    Some(latest) => {
-                        let (send, object) = new_evidence(verdict, &latest.covered);
-                        send || fresh.iter().any(|f| object || !comes_with_time(f.kind))
-                    }
-                };
-                if !reopens {
-                    return None;
-                }
-                let n = self
-                    .intents
-                    .get(&verdict.intent_id)
-                    .map_or(0, |v| v.ids.len())
-                    + 1;
+        };
+        if !reopens {
+            return None;
+        }
+        let opened_at = fresh
+            .iter()
+            .map(|f| f.at)
+            .min()
+            .unwrap_or(verdict.last_event);
+        let e = match self.latest_for(intent_id) {
+            // Withdrawn last: its findings never held, but these do. The same escalation again,
+            // so an intent's escalations do not depend on what arrived first.
+            Some(w) if w.status == EscalationStatus::Withdrawn => Escalation {
+                status: EscalationStatus::Open,
+                opened_at,
+                severity: max_severity(&held),
+                findings: held.iter().map(|f| (*f).clone()).collect(),
+                covered: Vec::new(),
+                resolved_at: None,
+                resolution: None,
+                note: None,
+                version: w.version + 1,
+                ..w.clone()
+            },
+            _ => {
+                let n = self.intents.get(intent_id).map_or(0, |v| v.ids.len()) + 1;
                 Escalation {
-                    id: escalation_id(&verdict.intent_id, n),
-                    intent_id: verdict.intent_id.clone(),
+                    id: escalation_id(intent_id, n),
+                    intent_id: intent_id.to_string(),
                     status: EscalationStatus::Open,
-                    opened_at: fresh
-                        .iter()
-                        .map(|f| f.at)
-                        .min()
-                        .unwrap_or(verdict.last_event),
-                    severity: max_severity(&escalating),
-                    findings: escalating.iter().map(|f| (*f).clone()).collect(),
+                    opened_at,
+                    severity: max_severity(&held),
+                    findings: held.iter().map(|f| (*f).clone()).collect(),
                     covered: Vec::new(),
                     claimed_by: None,
                     claimed_at: None,
@@ -248,6 +316,7 @@ impl EscalationBook {
             }
         };
         self.insert(e.clone());
+        self.reseen(intent_id);
         Some(e)
     }
 
@@ -256,7 +325,7 @@ impl EscalationBook {
         if let Some(open) = self.open_for(&verdict.intent_id) {
             verdict.escalation_id = Some(open.id.clone());
             verdict.decision = Decision::Escalate;
-        } else if let Some(latest) = self.latest_for(&verdict.intent_id) {
+        } else if let Some(latest) = self.last_resolved(&verdict.intent_id) {
             verdict.escalation_id = Some(latest.id.clone());
             // A person settled what the evidence showed; until something new arrives there is
             // nothing for an executor to do.
@@ -322,7 +391,9 @@ impl EscalationBook {
             .get(id)
             .ok_or_else(|| EscalationError::NotFound(id.into()))?;
         match e.status {
-            EscalationStatus::Resolved => return Err(EscalationError::AlreadyResolved(id.into())),
+            EscalationStatus::Resolved | EscalationStatus::Withdrawn => {
+                return Err(EscalationError::AlreadyResolved(id.into()))
+            }
             // Claiming twice by the same person is a retry, not a conflict.
             EscalationStatus::Claimed if e.claimed_by.as_deref() == Some(by) => {
                 return Ok(e.clone())
@@ -363,7 +434,7 @@ impl EscalationBook {
         let e = self
             .get(id)
             .ok_or_else(|| EscalationError::NotFound(id.into()))?;
-        if e.status == EscalationStatus::Resolved {
+        if !e.status.unresolved() {
             return Err(EscalationError::AlreadyResolved(id.into()));
         }
         let mut e = e.clone();
@@ -389,6 +460,63 @@ fn oldest_first(escalations: impl IntoIterator<Item = Escalation>) -> Vec<Escala
 pub fn escalation_id(intent_id: &str, n: usize) -> String {
     let digest = Sha256::digest(intent_id.as_bytes());
     format!("esc_{}_{n}", hex::encode(&digest[..8]))
+}
+
+/// Whether `findings` holds one with the identity (kind, subject) of `f`.
+fn holds(findings: &[Finding], f: &Finding) -> bool {
+    findings
+        .iter()
+        .any(|x| x.kind == f.kind && x.subject == f.subject)
+}
+
+/// An unclaimed escalation as the evidence has it: the findings that held (those it carried
+/// keep their first reading), or withdrawn when none did. `None` when nothing changes.
+fn unclaimed_as_held(
+    open: &Escalation,
+    held: &[&Finding],
+    verdict: &Verdict,
+) -> Option<Escalation> {
+    let same = open.findings.len() == held.len() && held.iter().all(|f| holds(&open.findings, f));
+    if same {
+        return None;
+    }
+    let mut e = open.clone();
+    e.version += 1;
+    if held.is_empty() {
+        // Late evidence, earlier in event time, shows that none of its findings ever held.
+        e.status = EscalationStatus::Withdrawn;
+        e.resolved_at = Some(verdict.audited_at);
+        e.resolution = Some("withdrawn".to_string());
+        e.covered = evidence_of(verdict, true);
+        e.note = Some(format!(
+            "withdrawn by reckon: with the evidence now known ({}), none of its findings ever held",
+            e.covered.join(", ")
+        ));
+        return Some(e);
+    }
+    let mut findings: Vec<Finding> = open
+        .findings
+        .iter()
+        .filter(|f| {
+            held.iter()
+                .any(|h| h.kind == f.kind && h.subject == f.subject)
+        })
+        .cloned()
+        .collect();
+    findings.extend(
+        held.iter()
+            .filter(|f| !holds(&open.findings, f))
+            .map(|f| (*f).clone()),
+    );
+    findings.sort_by(|a, b| (a.at, a.kind, &a.subject).cmp(&(b.at, b.kind, &b.subject)));
+    e.opened_at = findings.iter().map(|f| f.at).min().unwrap_or(e.opened_at);
+    e.severity = findings
+        .iter()
+        .map(|f| f.severity)
+        .max()
+        .unwrap_or(e.severity);
+    e.findings = findings;
+    Some(e)
 }
 
 fn max_severity(findings: &[&Finding]) -> Severity {

@@ -70,6 +70,9 @@ pub fn draft(e: &Escalation, tool: Option<&str>) -> Draft {
             e.resolved_by.as_deref().unwrap_or("someone"),
             e.resolution.as_deref().unwrap_or("")
         ),
+        EscalationStatus::Withdrawn => {
+            "withdrawn: later evidence shows its findings never held".to_string()
+        }
     };
     let findings: Vec<String> = e
         .findings
@@ -113,7 +116,9 @@ pub fn draft(e: &Escalation, tool: Option<&str>) -> Draft {
         annotations,
         starts_at: rfc3339(e.opened_at),
         ends_at: match e.status {
-            EscalationStatus::Resolved => Some(rfc3339(e.resolved_at.unwrap_or(e.opened_at))),
+            EscalationStatus::Resolved | EscalationStatus::Withdrawn => {
+                Some(rfc3339(e.resolved_at.unwrap_or(e.opened_at)))
+            }
             _ => None,
         },
     }

@@ -20,7 +20,7 @@ pub const RESOLVED: &str = "escalation.resolved";
 /// everything between (a finding joined, a claim) updates it.
 pub fn event_type(e: &Escalation) -> &'static str {
     match (e.status, e.version) {
-        (EscalationStatus::Resolved, _) => RESOLVED,
+        (EscalationStatus::Resolved | EscalationStatus::Withdrawn, _) => RESOLVED,
         (_, 0 | 1) => OPENED,
         _ => UPDATED,
     }

@@ -154,12 +154,14 @@ fn resend_after_terminal() {
             .object("re_1", "failed")
             .told("failed")),
     ];
+    // A same-key retry under replay inside the key's retention can make no second effect: it
+    // gets the saved `failed` back (DESIGN.md "Findings": no resend_after_terminal).
     check(
         "resend after failure",
         &events,
         "i1",
         at(MIN),
-        "failed_after_execution / new_intent / resend_after_terminal",
+        "failed_after_execution / new_intent / -",
     );
 }
 
@@ -589,12 +591,22 @@ fn an_object_a_read_found_links_its_records() {
             "usd",
         )),
     ];
+    // The read is a lead, not proof (DESIGN.md "Evidence attribution" 3): while the key is
+    // fresh a same-key retry settles whose refund it is; past the unknown deadline a person
+    // looks.
     check(
         "found by a read",
         &events,
         "i1",
+        at(5.0 * MIN),
+        "unknown / retry_same_key / -",
+    );
+    check(
+        "found by a read, later",
+        &events,
+        "i1",
         at(20.0 * MIN),
-        "completed / none / -",
+        "unknown / escalate / unresolved_unknown",
     );
     let mut ledger = reckon::audit::Ledger::new();
     for e in &events {

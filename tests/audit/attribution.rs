@@ -84,13 +84,15 @@ fn an_unowned_listed_object_links_provisionally_and_moves_to_its_owner() {
         ev(readback("A", "list_refunds", 90.0, &["re_X"])),
         refund_record(None, "re_X", "succeeded", 60.0, 2250),
     ];
-    // Nobody owns re_X yet: it is A's for now (a read that finds what A asked for).
+    // Nobody owns re_X yet: it is A's for now (a read that finds what A asked for), as a lead,
+    // not proof (DESIGN.md "Evidence attribution" 3): A stays unknown, and a same-key retry is
+    // what asks the downstream whose it is.
     let a = check(
         "provisional",
         &before,
         "A",
         at(2.0 * MIN),
-        "completed / none / -",
+        "unknown / retry_same_key / -",
     );
     assert_eq!(object_ids(&a), ["re_X"]);
 
@@ -194,7 +196,7 @@ fn an_object_the_downstream_had_before_the_send_is_not_its_effect() {
         &events,
         "A",
         at(3.0 * MIN),
-        "completed / none / -",
+        "unknown / retry_same_key / -",
     );
     assert_eq!(object_ids(&a), ["re_A"]);
 }
@@ -1040,7 +1042,8 @@ fn two_timed_out_readers_of_one_unowned_refund_are_not_both_completed() {
         "completed / none / orphan_record",
     );
 
-    // A reader that had not sent when it listed the refund is no candidate: A keeps it.
+    // A reader that had not sent when it listed the refund is no candidate: A keeps it (as a
+    // lead: still unknown).
     let mut checked_first = events[..4].to_vec();
     checked_first.push(ev(readback("B", "list_refunds", 3.0, &["re_X"])));
     let a = check(
@@ -1048,7 +1051,7 @@ fn two_timed_out_readers_of_one_unowned_refund_are_not_both_completed() {
         &checked_first,
         "A",
         at(2.0 * MIN),
-        "completed / none / -",
+        "unknown / retry_same_key / -",
     );
     assert_eq!(object_ids(&a), ["re_X"]);
 
@@ -1140,7 +1143,14 @@ fn an_old_refund_its_only_reader_sets_aside_is_an_orphan_record() {
         refund_record(None, "re_X", "succeeded", 20.0, 2250),
         ev(readback("A", "list_refunds", 90.0, &["re_X"])),
     ];
-    check("A's", &fresh, "A", at(20.0 * MIN), "completed / none / -");
+    // A lead is no proof: past the unknown deadline a person looks.
+    check(
+        "A's",
+        &fresh,
+        "A",
+        at(20.0 * MIN),
+        "unknown / escalate / unresolved_unknown",
+    );
     assert_eq!(ids_of(&fresh), ["A"], "re_X is A's, not an orphan");
 }
 

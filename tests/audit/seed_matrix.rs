@@ -435,14 +435,9 @@ fn drafts_1_same_key_twice_one_draft() {
             "ACME",
         )),
     ];
-    // One draft; the deliberate second send after a success is still worth a note.
-    let v = check(
-        "drafts 1",
-        &events,
-        "d1",
-        at(MIN),
-        "completed / none / resend_after_terminal",
-    );
+    // One draft; a same-key retry inside the key's retention can make no second one, so it
+    // is no resend_after_terminal (DESIGN.md "Findings").
+    let v = check("drafts 1", &events, "d1", at(MIN), "completed / none / -");
     assert_eq!(v.objects.len(), 1);
 }
 
@@ -520,7 +515,7 @@ fn drafts_4_completed_key_reused_with_changed_supplier() {
         &events,
         "d1",
         at(MIN),
-        "completed / escalate / key_reuse_mismatch, resend_after_terminal",
+        "completed / escalate / key_reuse_mismatch",
     );
     assert_eq!(v.objects.len(), 1, "no second draft");
 }

@@ -2,6 +2,7 @@
 
 mod access;
 mod api;
+mod audit_truth;
 mod bad_input;
 mod disk_full;
 mod eviction;

@@ -641,7 +641,7 @@ async fn drafts_1_to_3_same_key_sends_make_one_draft() {
     .await;
 
     let v = s.verdict(&d1).await;
-    assert_verdict(&v, "completed / none / resend_after_terminal");
+    assert_verdict(&v, "completed / none / -");
     assert_eq!(v["objects"].as_array().unwrap().len(), 1);
     assert_verdict(&s.verdict(&d2).await, "completed / none / -");
     let v = s.verdict(&d3).await;
@@ -713,10 +713,7 @@ async fn drafts_4_to_6_mismatch_simultaneous_and_two_keys() {
     );
 
     let v = s.verdict(&d4).await;
-    assert_verdict(
-        &v,
-        "completed / escalate / key_reuse_mismatch, resend_after_terminal",
-    );
+    assert_verdict(&v, "completed / escalate / key_reuse_mismatch");
     assert_eq!(v["objects"].as_array().unwrap().len(), 1, "no second draft");
     assert!(s.escalation_of(&d4, "open").await.is_some());
     assert_verdict(&s.verdict(&d5).await, "completed / none / -");

@@ -139,7 +139,7 @@ impl StatusFilter {
     }
     fn admits(self, s: EscalationStatus) -> bool {
         match self {
-            Self::Unresolved => s != EscalationStatus::Resolved,
+            Self::Unresolved => s.unresolved(),
             Self::Only(x) => x == s,
             Self::All => true,
         }
@@ -222,7 +222,7 @@ async fn queue(
             // stored verdict (its tool, state and decision as of the stop), as the
             // unresolved gauge's label does. Resolved ones of intents that left memory stay
             // without: reading each back would make the page cost a store read per row.
-            None if e.status != EscalationStatus::Resolved => {
+            None if e.status.unresolved() => {
                 match s.store.get_verdict(&e.intent_id).await.ok().flatten() {
                     Some(doc) => (doc.tool, Some((doc.state, doc.decision))),
                     None => (None, None),
@@ -759,6 +759,9 @@ fn actions(b: &mut String, e: &Escalation, principal: &Principal) {
     match e.status {
         EscalationStatus::Resolved => {
             b.push_str("<p>Resolved: nothing left to do here. New evidence with a high or critical finding opens a new escalation.</p>");
+        }
+        EscalationStatus::Withdrawn => {
+            b.push_str("<p>Withdrawn: evidence that arrived late shows its findings never held. Nobody needs to act.</p>");
         }
         _ if !principal.may(Need::Act) => {
             b.push_str("<p id=\"read-only\">Your token may read the queue; claiming and resolving needs an operator token.</p>");
