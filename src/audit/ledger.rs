@@ -416,6 +416,18 @@ impl Ledger {
             .and_then(|r| r.kind.clone())
     }
 
+    /// The kind of object a record observes (DESIGN.md "Evidence attribution" 1): its own, else
+    /// that of the intent it names (the contract of the send that made it), else unknown, which
+    /// matches any kind. Two systems that both number from 1001: the reconciler's draft record
+    /// 1001 naming the draft intent without `kind` is a draft, never the refund 1001 another
+    /// intent's key made.
+    fn record_kind(&self, r: &RecordObservation) -> Option<String> {
+        if let Some(kind) = &r.kind {
+            return Some(kind.clone());
+        }
+        self.intent_kind(r.intent_id.as_deref()?)
+    }
+
     /// The owner of object `object` as seen with kind `kind` (DESIGN.md "Evidence attribution" 2).
     fn owner(&self, kind: Option<&str>, object: &str) -> Option<&str> {
         let records: Vec<&RecordObservation> = self
@@ -423,7 +435,7 @@ impl Ledger {
             .get(object)
             .into_iter()
             .flatten()
-            .filter(|r| kinds_match(r.kind.as_deref(), kind))
+            .filter(|r| kinds_match(self.record_kind(r).as_deref(), kind))
             .collect();
         let earliest_with = |has: &dyn Fn(&RecordObservation) -> bool| {
             records
@@ -629,8 +641,10 @@ impl Ledger {
         let Some(records) = self.records.get(object) else {
             return false;
         };
-        let kinds: BTreeSet<Option<&str>> = records.iter().map(|r| r.kind.as_deref()).collect();
-        kinds.into_iter().any(|kind| self.unclaimed(kind, object))
+        let kinds: BTreeSet<Option<String>> = records.iter().map(|r| self.record_kind(r)).collect();
+        kinds
+            .into_iter()
+            .any(|kind| self.unclaimed(kind.as_deref(), object))
     }
 
     /// Whether `object`'s records of kind `kind` reach no intent: no owner, and no reader of a
@@ -702,7 +716,7 @@ impl Ledger {
             .get(object)
             .into_iter()
             .flatten()
-            .filter(|r| kinds_match(r.kind.as_deref(), kind))
+            .filter(|r| kinds_match(self.record_kind(r).as_deref(), kind))
             .any(|r| {
                 r.observed_at < downstream_before
                     || r.created_at.is_some_and(|t| t < downstream_before)
@@ -734,7 +748,7 @@ impl Ledger {
         let kindless = self
             .records
             .get(object)
-            .is_some_and(|rs| rs.iter().any(|r| r.kind.is_none()));
+            .is_some_and(|rs| rs.iter().any(|r| self.record_kind(r).is_none()));
         // A record naming no kind that an intent of another kind owns is in that owner's
         // history already: it is not this reader's to hold as well.
         if kindless && self.owner(None, object).is_some_and(|w| w != id) {
@@ -821,7 +835,7 @@ impl Ledger {
                 .records
                 .get(object)?
                 .iter()
-                .filter(|r| self.unclaimed(r.kind.as_deref(), object))
+                .filter(|r| self.unclaimed(self.record_kind(r).as_deref(), object))
                 .cloned()
                 .collect();
             return Some(History {
@@ -894,7 +908,7 @@ impl Ledger {
                             .get(object)
                             .into_iter()
                             .flatten()
-                            .filter(|r| kinds_match(r.kind.as_deref(), kind))
+                            .filter(|r| kinds_match(self.record_kind(r).as_deref(), kind))
                             .cloned(),
                     );
                 }

@@ -169,7 +169,14 @@ impl Remembered {
             audited_at: v.audited_at,
             at_rest: v.rest().may_leave_memory(),
             since: Since::Audit,
-            findings: v.findings.iter().map(finding_identity).collect(),
+            // Those that held earlier in event time too: a finding is new once, whether it
+            // arrived in the verdict or only in an earlier prefix of one export.
+            findings: v
+                .findings
+                .iter()
+                .chain(&v.held_before)
+                .map(finding_identity)
+                .collect(),
             booked: None,
             rest_seq: 0,
         }
@@ -893,7 +900,7 @@ impl EngineCore {
         let first_since_restore = previous.is_some_and(|old| old.since != Since::Audit);
         if !first_since_restore {
             let before = previous.map(|old| &old.findings);
-            for f in &v.findings {
+            for f in v.findings.iter().chain(&v.held_before) {
                 if before.is_none_or(|b| !b.contains(&finding_identity(f))) {
                     out.new_findings.push((v.tool.clone(), f.clone()));
                 }

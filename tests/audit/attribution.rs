@@ -1288,12 +1288,12 @@ fn a_record_naming_no_kind_that_another_kinds_intent_owns_is_not_a_readers_as_we
 }
 
 #[test]
-#[ignore = "open: an owner whose kind excludes the record (a kind-less record naming a draft intent) keeps a refund in no history and no orphan; the fix (unclaimed counting only owners whose history holds the record) broke order independence in the properties: the orphan set must also be re-decided for objects returned to other senders of the intent's keys when its kind changes"]
 fn a_refund_owned_through_another_kinds_record_is_still_reported() {
-    // W's draft 1001 has a record naming W and no kind, which matches every kind: W "owns"
-    // refund 1001 as well, though its history (a draft's) never holds refund records. A hand-made
-    // refund 1001 that R lists after its send therefore reached no history and was no orphan
-    // either: it went unreported. It is an orphan record now.
+    // W's draft 1001 has a record naming W and no kind. Its kind is W's (a draft: DESIGN.md
+    // "Evidence attribution" 1), so W does not own refund 1001 too (before, a kind-less record
+    // matched every kind, and a hand-made refund 1001 reached no history and no orphan). R sent
+    // before refund 1001 appeared and listed it: it is R's lead, not proof, so R stays unknown
+    // with the refund in view, and W keeps its draft.
     let events = [
         ev(attempt("W", "create_bill_draft", 0.0, 0.3)
             .key("kW")
@@ -1305,14 +1305,18 @@ fn a_refund_owned_through_another_kinds_record_is_still_reported() {
         ev(stripe_refund(None, "1001", "succeeded", 25.0, 4500, "usd")),
         ev(readback("R", "list_refunds", 90.0, &["1001"])),
     ];
-    let orphan = check(
-        "refund 1001",
+    let r = check(
+        "R's lead",
         &events,
-        "orphan:1001",
-        at(20.0 * MIN),
-        "completed / none / orphan_record",
+        "R",
+        at(5.0 * MIN),
+        "unknown / retry_same_key / -",
     );
-    assert_eq!(orphan.contract.as_deref(), Some("payments.refund"));
+    assert_eq!(object_ids(&r), ["1001"]);
+    assert_eq!(
+        r.objects[0].status, "succeeded",
+        "the refund's status, not the draft's"
+    );
     check(
         "W's draft",
         &events,
@@ -1320,4 +1324,14 @@ fn a_refund_owned_through_another_kinds_record_is_still_reported() {
         at(20.0 * MIN),
         "completed / none / -",
     );
+    // Without R's read, nothing links refund 1001: an orphan record.
+    let unread = &events[..4];
+    let orphan = check(
+        "refund 1001",
+        unread,
+        "orphan:1001",
+        at(20.0 * MIN),
+        "completed / none / orphan_record",
+    );
+    assert_eq!(orphan.contract.as_deref(), Some("payments.refund"));
 }
