@@ -224,15 +224,21 @@ async fn a_changed_contract_shows_exactly_the_differences_it_implies() {
 
 // ------------------------------------------------------------------ groups of linked intents
 
-/// `reckon reaudit` of the whole history in `data` under `contracts` against the repository's,
-/// `page` intents at a time: its standard output.
-fn reaudit_paged(data: &Path, contracts: &Path, page: usize, format: &str) -> String {
+/// `reckon reaudit` of the whole history in `data` under `contracts` against `baseline`, `page`
+/// intents at a time: its standard output.
+fn reaudit_paged(
+    data: &Path,
+    baseline: &Path,
+    contracts: &Path,
+    page: usize,
+    format: &str,
+) -> String {
     let out = reckon(&[
         "reaudit",
         "--contracts",
         contracts.to_str().unwrap(),
         "--baseline",
-        repo_contracts().to_str().unwrap(),
+        baseline.to_str().unwrap(),
         "--data-dir",
         data.to_str().unwrap(),
         "--store",
@@ -425,9 +431,9 @@ async fn the_page_size_changes_nothing_since_linked_intents_are_audited_together
         let (data, changed) = (data.clone(), changed.clone());
         tokio::task::spawn_blocking(move || {
             (
-                reaudit_paged(&data, &changed, 1, "json"),
-                reaudit_paged(&data, &changed, 3, "json"),
-                reaudit_paged(&data, &changed, 1000, "json"),
+                reaudit_paged(&data, &repo_contracts(), &changed, 1, "json"),
+                reaudit_paged(&data, &repo_contracts(), &changed, 3, "json"),
+                reaudit_paged(&data, &repo_contracts(), &changed, 1000, "json"),
             )
         })
         .await
@@ -475,8 +481,8 @@ async fn the_page_size_changes_nothing_since_linked_intents_are_audited_together
         let (data, changed) = (data.clone(), changed.clone());
         tokio::task::spawn_blocking(move || {
             (
-                reaudit_paged(&data, &changed, 1, "csv"),
-                reaudit_paged(&data, &changed, 1000, "csv"),
+                reaudit_paged(&data, &repo_contracts(), &changed, 1, "csv"),
+                reaudit_paged(&data, &repo_contracts(), &changed, 1000, "csv"),
             )
         })
         .await
@@ -650,37 +656,59 @@ fn history(seed: u64, tag: &str, t0: SystemTime) -> (Vec<ToolSpan>, Vec<Value>) 
     (spans, records)
 }
 
-/// Generated histories fed to two servers: A under the repository's contracts, B under changed
-/// ones (refund keys kept 90 minutes instead of 24 hours, drafts that converge and allow two
-/// attempts, emails that may commit for two hours). `reckon reaudit` with the changed contracts
-/// on A's store must conclude, for every intent, what B concluded live: contract, state and
-/// findings always, the decision wherever no escalation stands in for it. Its baseline side
-/// must be A's live verdict.
+/// Generated histories fed to two servers: A under the base contracts, B under changed ones
+/// (refund keys kept 90 minutes instead of 24 hours, drafts that converge and allow two attempts,
+/// emails that may commit for two hours). `reckon reaudit` with the changed contracts on A's
+/// store must conclude, for every intent, what B concluded live: contract, state and findings,
+/// and the decision wherever no escalation stands in for it in B's verdict. Its baseline side
+/// must be A's live verdict. The base contracts are the repository's with an unknown outcome
+/// left open for 30 days instead of minutes: otherwise every timeout of these hours-old
+/// histories escalates as `unresolved_unknown`, and the decision (`retry_same_key` or
+/// `reconcile`, the one key retention changes) would be hidden behind `escalate` everywhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_reaudit_under_changed_contracts_equals_a_server_that_ran_them_live() {
-    let server_a = Server::start().await;
-    let changed = server_a.dir.path().join("contracts-changed");
-    edited_contracts(
-        &changed,
-        &[
-            (
-                "refunds.toml",
-                "key_retention = \"24h\"",
-                "key_retention = \"90m\"",
-            ),
-            (
-                "drafts.toml",
-                "idempotency = \"replay\"",
-                "idempotency = \"converge\"",
-            ),
-            ("drafts.toml", "max_attempts = 4", "max_attempts = 2"),
-            (
-                "email.toml",
-                "max_in_flight = \"5m\"",
-                "max_in_flight = \"2h\"",
-            ),
-        ],
-    );
+    let dir_a = tempfile::tempdir().unwrap();
+    let (base, changed) = (dir_a.path().join("contracts"), dir_a.path().join("changed"));
+    let open_unknowns = [
+        (
+            "refunds.toml",
+            "unknown_deadline = \"15m\"",
+            "unknown_deadline = \"30d\"",
+        ),
+        (
+            "drafts.toml",
+            "unknown_deadline = \"15m\"",
+            "unknown_deadline = \"30d\"",
+        ),
+        (
+            "email.toml",
+            "unknown_deadline = \"10m\"",
+            "unknown_deadline = \"30d\"",
+        ),
+    ];
+    edited_contracts(&base, &open_unknowns);
+    let changes = [
+        (
+            "refunds.toml",
+            "key_retention = \"24h\"",
+            "key_retention = \"90m\"",
+        ),
+        (
+            "drafts.toml",
+            "idempotency = \"replay\"",
+            "idempotency = \"converge\"",
+        ),
+        ("drafts.toml", "max_attempts = 4", "max_attempts = 2"),
+        (
+            "email.toml",
+            "max_in_flight = \"5m\"",
+            "max_in_flight = \"2h\"",
+        ),
+    ];
+    edited_contracts(&changed, &[&open_unknowns[..], &changes[..]].concat());
+    let mut config = test_config(dir_a.path().join("data"));
+    config.contracts_dir = base.clone();
+    let server_a = Server::start_with(dir_a, config).await;
     let dir_b = tempfile::tempdir().unwrap();
     let mut config = test_config(dir_b.path().join("data"));
     config.contracts_dir = changed.clone();
@@ -707,11 +735,16 @@ async fn a_reaudit_under_changed_contracts_equals_a_server_that_ran_them_live() 
         "the histories share keys across intents"
     );
 
-    let out = {
-        let (data, changed) = (data_a.clone(), changed.clone());
-        tokio::task::spawn_blocking(move || reaudit_paged(&data, &changed, 4, "json"))
-            .await
-            .unwrap()
+    let (out, whole) = {
+        let (data, base, changed) = (data_a.clone(), base.clone(), changed.clone());
+        tokio::task::spawn_blocking(move || {
+            (
+                reaudit_paged(&data, &base, &changed, 1, "json"),
+                reaudit_paged(&data, &base, &changed, 1000, "json"),
+            )
+        })
+        .await
+        .unwrap()
     };
     let doc: Value = serde_json::from_str(&out).expect("one JSON document");
     assert!(doc["totals"]["changed"].as_u64().unwrap() > 0, "{doc:#}");
@@ -723,6 +756,7 @@ async fn a_reaudit_under_changed_contracts_equals_a_server_that_ran_them_live() 
         .collect();
     let ids: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
     let mut failures = Vec::new();
+    let mut decisions = 0;
     for id in ids {
         let (va, vb) = (a.get(id), b.get(id));
         let field = |v: Option<&Value>, f: &str| v.map_or(Value::Null, |v| v[f].clone());
@@ -766,9 +800,9 @@ async fn a_reaudit_under_changed_contracts_equals_a_server_that_ran_them_live() 
                 findings_of(va),
             ),
         };
-        let decision_differs = decision
-            .as_ref()
-            .is_some_and(|d| free(vb) && *d != field(vb, "decision"));
+        let compared = decision.as_ref().filter(|_| free(vb));
+        decisions += usize::from(compared.is_some());
+        let decision_differs = compared.is_some_and(|d| *d != field(vb, "decision"));
         if contract != field(vb, "contract")
             || state != field(vb, "state")
             || findings != findings_of(vb)
@@ -787,4 +821,10 @@ async fn a_reaudit_under_changed_contracts_equals_a_server_that_ran_them_live() 
         a.len().max(b.len()),
         failures.join("\n\n")
     );
+    assert!(
+        decisions * 4 >= a.len(),
+        "decisions compared for {decisions} of {} intents",
+        a.len()
+    );
+    assert_eq!(out, whole, "--page 1 and --page 1000 differ");
 }
