@@ -732,7 +732,7 @@ async fn a_reaudit_under_changed_contracts_equals_a_server_that_ran_them_live() 
 
     let tag = unique("h");
     let t0 = ago(6.0 * HOUR);
-    for seed in 0..4 {
+    for seed in 0..8 {
         let (spans, records) = history(seed, &tag, t0);
         let spans: Vec<&ToolSpan> = spans.iter().collect();
         for server in [&server_a, &server_b] {
