@@ -249,7 +249,20 @@ fn reaudit_paged(
     page: usize,
     format: &str,
 ) -> String {
-    let out = reckon(&[
+    reaudit_with(data, baseline, contracts, page, format, &[])
+}
+
+/// [`reaudit_paged`] with more arguments.
+fn reaudit_with(
+    data: &Path,
+    baseline: &Path,
+    contracts: &Path,
+    page: usize,
+    format: &str,
+    more: &[&str],
+) -> String {
+    let (store, page_arg) = (store_arg(data), page.to_string());
+    let mut args = vec![
         "reaudit",
         "--contracts",
         contracts.to_str().unwrap(),
@@ -258,12 +271,14 @@ fn reaudit_paged(
         "--data-dir",
         data.to_str().unwrap(),
         "--store",
-        &store_arg(data),
+        &store,
         "--page",
-        &page.to_string(),
+        &page_arg,
         "--format",
         format,
-    ]);
+    ];
+    args.extend_from_slice(more);
+    let out = reckon(&args);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -392,8 +407,9 @@ async fn the_page_size_changes_nothing_since_linked_intents_are_audited_together
     let (re1, re_c, re_e, dr_h, re_j, re_o) =
         (id("re"), id("re"), id("re"), id("dr"), id("re"), id("re"));
     let spans = [
-        // One key, two intents; the record of the key names neither.
-        refund_at(&a, &k1, at(0.0)).timeout(),
+        // One key, two intents; the record of the key names neither. A and the record lie
+        // before the `--since` below, B after it.
+        refund_at(&a, &k1, ago(7.0 * HOUR)).timeout(),
         refund_at(&b, &k1, at(60.0)).timeout(),
         // C's refund, which D read back before its own (timed-out) send.
         refund_at(&c, &k2, at(300.0))
@@ -421,7 +437,14 @@ async fn the_page_size_changes_nothing_since_linked_intents_are_audited_together
     export_grpc(&server, &spans.iter().collect::<Vec<_>>()).await;
     server
         .records(&Value::Array(vec![
-            record("refund", &re1, None, Some(&k1), "succeeded", at(120.0)),
+            record(
+                "refund",
+                &re1,
+                None,
+                Some(&k1),
+                "succeeded",
+                after(ago(7.0 * HOUR), 120.0),
+            ),
             record("refund", &re_e, Some(&e), Some(&k5), "succeeded", at(700.0)),
             record("draft", &dr_h, None, Some(&k6), "created", at(960.0)),
             record(
@@ -491,6 +514,44 @@ async fn the_page_size_changes_nothing_since_linked_intents_are_audited_together
         changes[&b]["before"]["state"], "unknown",
         "{:#}",
         changes[&b]
+    );
+
+    // With `--since` between A's evidence and B's: A is not reported, B is, judged with A.
+    let since = rfc3339(ago(6.0 * HOUR));
+    let windowed: Vec<String> = [1, 1000]
+        .into_iter()
+        .map(|page| {
+            let (data, changed, since) = (data.clone(), changed.clone(), since.clone());
+            std::thread::spawn(move || {
+                let more = ["--since", since.as_str()];
+                reaudit_with(&data, &repo_contracts(), &changed, page, "json", &more)
+            })
+            .join()
+            .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        windowed[0], windowed[1],
+        "--since: --page 1 and --page 1000 differ"
+    );
+    let doc: Value = serde_json::from_str(&windowed[0]).unwrap();
+    let in_window = live
+        .values()
+        .filter(|v| v["last_event"].as_str().unwrap() >= since.as_str())
+        .count();
+    assert!(in_window < live.len(), "A lies before --since");
+    assert_eq!(doc["totals"]["intents"], in_window as u64, "{doc:#}");
+    let windowed: BTreeMap<String, &Value> = doc["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["intent_id"].as_str().unwrap().to_string(), c))
+        .collect();
+    assert!(!windowed.contains_key(&a), "A lies before --since: {doc:#}");
+    assert_eq!(windowed[&b]["before"]["state"], "unknown", "{doc:#}");
+    assert_eq!(
+        windowed[&b], changes[&b],
+        "B judged alike with and without --since"
     );
 
     let (t1, t1000) = {
