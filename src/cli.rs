@@ -717,7 +717,7 @@ struct ReauditCli {
     /// `text`, `json` or `csv` [default: text]
     #[arg(long, value_name = "FORMAT", value_parser = parse_reaudit_format)]
     format: Option<crate::reaudit::Format>,
-    /// Intents read and audited at once (1 to 1000) [default: 500]
+    /// Intents listed at once (1 to 1000), audited with every intent linked to them [default: 500]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1000))]
     page: Option<u16>,
 }

@@ -1,12 +1,15 @@
 //! `reckon reaudit`: stored history audited under other contracts, and what would change.
 //!
-//! Reads the store only. Intents are taken a page at a time from the stored verdicts (newest
-//! first, the `--since` window applied by the store), each page's evidence is loaded with
-//! [`Store::events_touching`] until no new key or object appears (the same closure the engine
-//! uses to bring a settled intent back), and every intent of the page is audited twice at one
-//! `now`: under the baseline contracts and under the proposed ones. Only the contracts differ
-//! between the two verdicts, so every difference reported is the contracts' doing. Memory holds
-//! one page's evidence at a time, whatever the size of the history.
+//! Reads the store only. Intents are listed a page at a time from the stored verdicts (newest
+//! first, the `--since` window applied by the store); the intents of a page not audited yet are
+//! taken with their connected groups ([`connected`]: every intent linked to them by a key, an
+//! object or a record, transitively, and the evidence of all of them), and every intent of the
+//! groups is audited twice at one `now`: under the baseline contracts and under the proposed
+//! ones. Only the contracts differ between the two verdicts, so every difference reported is
+//! the contracts' doing; and since a group is audited whole, as the engine holds it, each
+//! verdict is the one the engine gives, whatever the page size. Memory holds one page's groups
+//! at a time (and the results of group members the listing has not reached yet), whatever the
+//! size of the history.
 //!
 //! The decisions compared are the audit's own: an escalation that is open in the store makes a
 //! live intent's decision `escalate` under either contract set, so it is left out of both.
@@ -15,7 +18,7 @@ mod print;
 
 pub use print::{Format, Printer};
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -23,9 +26,7 @@ use serde::Serialize;
 use crate::audit::{self, Ledger, ORPHAN_PREFIX};
 use crate::contract::Contracts;
 use crate::model::{Event, FindingKind, Timestamp, Verdict};
-use crate::store::{evidence, Store, StoreError, VerdictFilter};
-
-/// Rounds of widening one page's evidence by the keys and objects it names.
+use crate::store::{connected, Store, StoreError, VerdictFilter};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReauditError {
@@ -197,17 +198,28 @@ pub fn diff(id: &str, before: Option<&Verdict>, after: Option<&Verdict>) -> Opti
     })
 }
 
-/// Audit `events` under both contract sets at `now` and return the changes of `ids` (pure: the
-/// page step of [`run`], tested on its own). Intents that exist only under `new` (an object that
-/// no longer links under the new contracts becomes an orphan) are reported too when they are
-/// orphans of an object in `events`.
+/// What [`compare`] found for one intent it was asked about.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Compared {
+    pub intent_id: String,
+    /// `None` when both contract sets agree.
+    pub change: Option<Change>,
+    /// The latest event of the intent's history (under the baseline, else the proposed
+    /// contracts); `None` when the intent exists under neither (a route that outlived it).
+    pub last_event: Option<Timestamp>,
+}
+
+/// Audit `events` under both contract sets at `now` and say, for each of `ids`, how its verdict
+/// changes (pure: the page step of [`run`], tested on its own). The second list holds the
+/// intents that exist only under `new` (an object that no longer links under the new contracts
+/// becomes an orphan), when they are orphans of an object in `events`, by id.
 pub fn compare(
     events: &[Event],
     ids: &[String],
     old: &Arc<Contracts>,
     new: &Arc<Contracts>,
     now: Timestamp,
-) -> (Vec<Change>, Vec<String>) {
+) -> (Vec<Compared>, Vec<Change>) {
     let build = |contracts: &Arc<Contracts>| {
         let mut l = Ledger::with_contracts(contracts.clone());
         for e in events {
@@ -222,13 +234,15 @@ pub fn compare(
             audit::audit(&h, contract, now)
         })
     };
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(ids.len());
     for id in ids {
         let before = verdict(&lo, old, id);
         let after = verdict(&ln, new, id);
-        if let Some(c) = diff(id, before.as_ref(), after.as_ref()) {
-            out.push(c);
-        }
+        out.push(Compared {
+            intent_id: id.clone(),
+            change: diff(id, before.as_ref(), after.as_ref()),
+            last_event: before.as_ref().or(after.as_ref()).map(|v| v.last_event),
+        });
     }
     let asked: HashSet<&str> = ids.iter().map(String::as_str).collect();
     let old_ids: HashSet<String> = lo.ids().collect();
@@ -239,17 +253,24 @@ pub fn compare(
         })
         .collect();
     appeared.sort();
-    for id in &appeared {
-        let after = verdict(&ln, new, id);
-        if let Some(c) = diff(id, None, after.as_ref()) {
-            out.push(c);
-        }
-    }
+    let appeared = appeared
+        .iter()
+        .filter_map(|id| diff(id, None, verdict(&ln, new, id).as_ref()))
+        .collect();
     (out, appeared)
 }
 
-/// Re-audit the stored history under `new` against `old`, page by page, handing each change to
-/// `emit` as soon as its page is done. Returns the totals.
+/// Re-audit the stored history under `new` against `old`, handing each change to `emit` in the
+/// order the store lists the intents (newest first), whatever `options.page`. Returns the
+/// totals.
+///
+/// Intents are audited in whole connected groups ([`connected`]: every intent linked to one
+/// by a key, an object or a record, transitively), as the engine holds them: a verdict judged
+/// without the intent that shares its key or made the object it read is not the engine's. A
+/// page is the groups of `options.page` listed intents not audited yet, so it may hold more
+/// intents than that. A group's members that the listing has not reached yet keep their result
+/// until it does (those outside `--since` are not reported); members it never reaches (a verdict
+/// not written yet) and orphans that appear only under `new` follow at the end, by id.
 pub async fn run<S: Store>(
     store: &S,
     old: Arc<Contracts>,
@@ -259,9 +280,23 @@ pub async fn run<S: Store>(
 ) -> Result<Totals, ReauditError> {
     let mut totals = Totals::new();
     let mut cursor: Option<String> = None;
-    // Orphans that appear under the new contracts, reported once even when two pages load the
-    // same object.
-    let mut appeared: BTreeSet<String> = BTreeSet::new();
+    // Results of intents audited with an earlier page's groups, until the listing reaches them.
+    let mut ahead: HashMap<String, Option<Change>> = HashMap::new();
+    // Orphans that appear under the new contracts (a group is audited once, so each once).
+    let mut appeared: BTreeMap<String, Change> = BTreeMap::new();
+    let in_window = |t: Option<Timestamp>| match (options.since, t) {
+        (None, _) => true,
+        (Some(since), Some(t)) => t >= since,
+        (Some(_), None) => false,
+    };
+    let mut report = |totals: &mut Totals, change: Option<&Change>| -> Result<(), ReauditError> {
+        totals.intents += 1;
+        if let Some(c) = change {
+            totals.count(c);
+            emit(c)?;
+        }
+        Ok(())
+    };
     loop {
         let page = store
             .list_verdicts(&VerdictFilter {
@@ -272,31 +307,45 @@ pub async fn run<S: Store>(
             })
             .await?;
         let ids: Vec<String> = page.items.iter().map(|v| v.intent_id.clone()).collect();
-        let (mut intents, mut objects) = (Vec::new(), Vec::new());
-        for id in &ids {
-            match id.strip_prefix(ORPHAN_PREFIX) {
-                Some(object) => objects.push(object.to_string()),
-                None => intents.push(id.clone()),
+        let listed: HashSet<&str> = ids.iter().map(String::as_str).collect();
+        let seeds: Vec<String> = ids
+            .iter()
+            .filter(|id| !ahead.contains_key(id.as_str()))
+            .cloned()
+            .collect();
+        if !seeds.is_empty() {
+            let (members, events) = connected(store, seeds).await?;
+            let (results, fresh) = compare(&events, &members, &old, &new, options.now);
+            for r in results {
+                let here = listed.contains(r.intent_id.as_str());
+                // A route that outlived its intent (an orphan record since linked) names
+                // nothing to report, unless the listing holds it.
+                let exists = r.last_event.is_some();
+                if here || (exists && in_window(r.last_event)) {
+                    ahead.insert(r.intent_id, r.change);
+                }
+            }
+            for c in fresh {
+                appeared.entry(c.intent_id.clone()).or_insert(c);
             }
         }
-        let events = evidence(store, intents, objects).await?;
-        let (changes, fresh) = compare(&events, &ids, &old, &new, options.now);
-        totals.intents += ids.len() as u64;
-        for c in changes {
-            let orphan_here = fresh.contains(&c.intent_id);
-            if orphan_here && !appeared.insert(c.intent_id.clone()) {
-                continue;
+        for id in &ids {
+            if let Some(change) = ahead.remove(id) {
+                report(&mut totals, change.as_ref())?;
             }
-            if orphan_here {
-                totals.intents += 1;
-            }
-            totals.count(&c);
-            emit(&c)?;
         }
         match page.next_cursor {
             Some(next) => cursor = Some(next),
             None => break,
         }
+    }
+    let mut rest: Vec<(String, Option<Change>)> = ahead.into_iter().collect();
+    rest.sort_by(|a, b| a.0.cmp(&b.0));
+    for (_, change) in rest {
+        report(&mut totals, change.as_ref())?;
+    }
+    for change in appeared.values() {
+        report(&mut totals, Some(change))?;
     }
     Ok(totals)
 }

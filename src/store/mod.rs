@@ -745,6 +745,16 @@ pub async fn evidence<S: Store + ?Sized>(
     intents: Vec<String>,
     objects: Vec<String>,
 ) -> Result<Vec<Event>, StoreError> {
+    evidence_within(store, intents, objects, EVIDENCE_ROUNDS).await
+}
+
+/// [`evidence`] widened at most `rounds` times.
+async fn evidence_within<S: Store + ?Sized>(
+    store: &S,
+    intents: Vec<String>,
+    objects: Vec<String>,
+    rounds: usize,
+) -> Result<Vec<Event>, StoreError> {
     let mut asked_objects: foldhash::HashSet<String> = objects.iter().cloned().collect();
     let mut asked_keys: foldhash::HashSet<String> = Default::default();
     let loaded = store
@@ -755,7 +765,7 @@ pub async fn evidence<S: Store + ?Sized>(
         })
         .await?;
     let mut loaded = EventSet::from(loaded);
-    for _ in 0..EVIDENCE_ROUNDS {
+    for _ in 0..rounds {
         let (keys, objects) = crate::model::keys_and_objects(loaded.as_slice());
         let keys: Vec<String> = keys
             .into_iter()
@@ -890,12 +900,36 @@ pub async fn reached_from<S: Store + ?Sized>(
     routes: Vec<String>,
     here: impl Fn(&str) -> bool,
 ) -> Result<(Vec<String>, Vec<Event>), StoreError> {
+    reached_within(store, intents, routes, here, EVIDENCE_ROUNDS).await
+}
+
+/// The connected groups of `intents` (orphan pseudo-intents included): every intent linked to
+/// one of them by a key, an object or a record, transitively (by [`Store::route_owners`], the
+/// routes `i:`, `k:`, `o:`), with everything their audit reads. Not cut after a number of
+/// rounds as [`reached_from`] is: `reckon reaudit` audits a group only whole, since a verdict
+/// judged without an intent that shares its key or object is not the one the engine gives.
+/// Sorted ids, events in no particular order.
+pub async fn connected<S: Store + ?Sized>(
+    store: &S,
+    intents: Vec<String>,
+) -> Result<(Vec<String>, Vec<Event>), StoreError> {
+    reached_within(store, intents, Vec::new(), |_| false, usize::MAX).await
+}
+
+/// [`reached_from`] widened at most `rounds` times (each round one question to the store).
+async fn reached_within<S: Store + ?Sized>(
+    store: &S,
+    intents: Vec<String>,
+    routes: Vec<String>,
+    here: impl Fn(&str) -> bool,
+    rounds: usize,
+) -> Result<(Vec<String>, Vec<Event>), StoreError> {
     let mut ids: std::collections::BTreeSet<String> = Default::default();
     let mut asked: foldhash::HashSet<String> = Default::default();
     let mut events = EventSet::default();
     let mut routes = routes;
     let mut fresh: Vec<String> = intents.into_iter().filter(|id| !here(id)).collect();
-    for _ in 0..EVIDENCE_ROUNDS {
+    for _ in 0..rounds {
         if fresh.is_empty() {
             // An intent's own id reaches only itself: one loaded already is not asked about.
             routes.retain(|r| {
@@ -924,7 +958,7 @@ pub async fn reached_from<S: Store + ?Sized>(
             .filter_map(|id| id.strip_prefix(crate::model::ORPHAN_PREFIX))
             .map(str::to_string)
             .collect();
-        for e in evidence(store, intents, objects).await? {
+        for e in evidence_within(store, intents, objects, rounds).await? {
             let routes_of = e.routes();
             if events.insert(e) {
                 routes.extend(routes_of);

@@ -65,3 +65,60 @@ async fn http_protobuf_export_and_three_resends_make_one_attempt() {
     assert_eq!(summary(&v), "pending / wait / stuck_pending");
     server.stop().await;
 }
+
+/// A baggage processor copies `reckon.intent.id` and `reckon.idempotency_key` onto every span
+/// of the trace, the model's `chat gpt-4o` span too, and that span is exported before the tool
+/// span. The chat span is context (its convention marks it as a model call): the clean refund
+/// stays `completed`, with no finding and no escalation (not `no_idempotency_contract` for a
+/// "write" of unknown outcome on a tool no contract covers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_span_carrying_the_intent_and_key_is_context() {
+    let server = Server::start().await;
+    let intent = unique("refund");
+    let key = unique("key");
+    let object = unique("re");
+    let start = SystemTime::now() - Duration::from_secs(300);
+    let chat = ToolSpan {
+        name: "chat gpt-4o".into(),
+        attributes: vec![
+            opentelemetry::KeyValue::new("gen_ai.operation.name", "chat"),
+            opentelemetry::KeyValue::new("gen_ai.system", "openai"),
+            opentelemetry::KeyValue::new("gen_ai.request.model", "gpt-4o"),
+            opentelemetry::KeyValue::new("reckon.intent.id", intent.clone()),
+            opentelemetry::KeyValue::new("reckon.idempotency_key", key.clone()),
+        ],
+        ..ToolSpan::new("chat", start, 1.5)
+    };
+    export_grpc(&server, &[&chat]).await;
+    let (status, body) = server.get(&format!("/api/v1/intents/{intent}")).await;
+    assert_eq!(status, 404, "the chat span made an intent: {body}");
+
+    let refund = ToolSpan::new("issue_refund", after(start, 2.0), 0.4)
+        .intent(&intent)
+        .key(&key)
+        .args(refund_args("45.00"))
+        .http(200)
+        .object(&object, "succeeded")
+        .told("succeeded");
+    export_grpc(&server, &[&refund]).await;
+    server
+        .records(
+            &serde_json::json!({"kind": "refund", "object_id": object, "intent_id": intent,
+            "idempotency_key": key, "status": "succeeded", "amount": "45.00", "currency": "usd",
+            "target": "1042", "observed_at": rfc3339(after(start, 3.0)), "source": "stripe"}),
+        )
+        .await;
+
+    let v = server.verdict(&intent).await;
+    assert_verdict(&v, "completed / none / -");
+    assert_eq!(v["attempts"].as_array().unwrap().len(), 1, "{v:#}");
+    assert_eq!(v["tool"], "issue_refund", "{v:#}");
+    assert_eq!(v["escalation_id"], serde_json::Value::Null, "{v:#}");
+    let (status, queue) = server.get("/api/v1/escalations").await;
+    assert_eq!(status, 200, "{queue}");
+    assert!(
+        !queue.to_string().contains(intent.as_str()),
+        "no escalation names the intent: {queue:#}"
+    );
+    server.stop().await;
+}

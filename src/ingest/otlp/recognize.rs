@@ -59,35 +59,43 @@ fn span_ref(span: &Span) -> Result<SpanRef, String> {
 /// The hot path. Keys are dispatched on their first byte so that the usual attribute
 /// (`http.*`, `net.*`, `service.*`, `llm.*`...) costs one byte comparison.
 ///
+/// A span is a tool span when an emitter convention marks it as one (whatever another marks it
+/// as: instrumentations mark the spans they make, so a tool mark is the word of the one that made
+/// the span, and dropping a real write would hide its effects), or when no convention marks it
+/// as anything else and it carries the executor's `reckon.intent.id` with
+/// `reckon.idempotency_key` or `reckon.action`.
+///
 /// `reckon.intent.id` alone does not make a tool span: baggage processors copy it onto every
-/// span of a trace (agent steps, HTTP client spans). With no emitter convention, the span must
-/// also carry the executor's `reckon.idempotency_key` or `reckon.action`.
+/// span of a trace (agent steps, HTTP client spans). Nor do `reckon.*` attributes on a span its
+/// own convention marks as something else (a model call, an agent run, a workflow): baggage
+/// processors copy the key too, and a chat span is never a write, nor a read-back (DESIGN.md
+/// "Recognising tool spans"; the read-back decision in ARCHITECTURE.md).
 fn is_tool_span(span: &Span) -> bool {
     let name = span.name.as_str();
     if name == "ai.toolCall" || name == "running tool" || is_execute_tool_name(name) {
         return true;
     }
+    let mut other = is_vercel_non_tool_name(name);
     let (mut intent, mut executor) = (false, false);
-    let marked = span.attributes.iter().any(|kv| {
+    for kv in &span.attributes {
         let key = kv.key.as_bytes();
-        match key.first() {
-            Some(b'g') => key == b"gen_ai.operation.name" && value_is(kv, "execute_tool"),
-            Some(b'm') => key == b"mcp.method.name" && value_is(kv, "tools/call"),
-            // OpenInference writes "TOOL"; hand-rolled emitters write "tool".
-            Some(b'o') => {
-                key == b"openinference.span.kind"
-                    && kv
-                        .value
-                        .as_ref()
-                        .and_then(str_of)
-                        .is_some_and(|v| v.eq_ignore_ascii_case("TOOL"))
+        let mark = match key.first() {
+            Some(b'g') if key == b"gen_ai.operation.name" => {
+                Convention::GenAi.mark(kv.value.as_ref())
             }
-            Some(b't') => key == b"traceloop.span.kind" && value_is(kv, "tool"),
+            Some(b'm') if key == b"mcp.method.name" => Convention::Mcp.mark(kv.value.as_ref()),
+            Some(b'o') if key == b"openinference.span.kind" => {
+                Convention::OpenInference.mark(kv.value.as_ref())
+            }
+            Some(b't') if key == b"traceloop.span.kind" => {
+                Convention::Traceloop.mark(kv.value.as_ref())
+            }
             // Laminar (`@observe(span_type="TOOL")`) and Langfuse (`as_type="tool"`).
-            Some(b'l') => {
-                (key == b"lmnr.span.type" && value_is(kv, "TOOL"))
-                    || (key == b"langfuse.observation.type" && value_is(kv, "tool"))
+            Some(b'l') if key == b"lmnr.span.type" => Convention::Laminar.mark(kv.value.as_ref()),
+            Some(b'l') if key == b"langfuse.observation.type" => {
+                Convention::Langfuse.mark(kv.value.as_ref())
             }
+            Some(b'a') if key == b"ai.operationId" => Convention::Vercel.mark(kv.value.as_ref()),
             Some(b'r') => {
                 if key == attr::INTENT_ID.as_bytes() {
                     intent |= kv.value.as_ref().is_some_and(has_text);
@@ -95,21 +103,121 @@ fn is_tool_span(span: &Span) -> bool {
                 {
                     executor |= kv.value.as_ref().is_some_and(has_text);
                 }
-                intent && executor
+                Mark::Unmarked
             }
-            _ => false,
+            _ => Mark::Unmarked,
+        };
+        match mark {
+            Mark::Tool => return true,
+            Mark::Other => other = true,
+            Mark::Unmarked => {}
         }
-    });
-    marked || (intent && executor)
+    }
+    !other && intent && executor
+}
+
+/// What one convention's marker says a span is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mark {
+    /// A tool call.
+    Tool,
+    /// Something else by name: a model call, an agent run, a workflow step, a retrieval.
+    Other,
+    /// Nothing: no value, a blank one, or the convention's generic kind (`UNKNOWN`, a Langfuse
+    /// `span`, a Laminar `DEFAULT`), which says what the span is not no more than an HTTP
+    /// client span does. An executor's span wrapped by a default decorator stays its own.
+    Unmarked,
+}
+
+/// The conventions that mark what a span is, each by one attribute.
+#[derive(Clone, Copy, Debug)]
+enum Convention {
+    /// `gen_ai.operation.name`: `execute_tool`; else `chat`, `text_completion`, `embeddings`,
+    /// `generate_content`, `invoke_agent`, `create_agent`...
+    GenAi,
+    /// `mcp.method.name`: `tools/call`; else `tools/list`, `resources/read`, `initialize`...
+    Mcp,
+    /// `openinference.span.kind`: `TOOL`; else `LLM`, `CHAIN`, `AGENT`, `RETRIEVER`,
+    /// `EMBEDDING`, `RERANKER`, `GUARDRAIL`, `EVALUATOR`, `PROMPT`; `UNKNOWN` is generic.
+    OpenInference,
+    /// `traceloop.span.kind`: `tool`; else `workflow`, `task`, `agent`; `unknown` is generic.
+    Traceloop,
+    /// `lmnr.span.type`: `TOOL`; else `LLM`, `PIPELINE`, `EXECUTOR`, `EVALUATOR`...; `DEFAULT`
+    /// is generic.
+    Laminar,
+    /// `langfuse.observation.type`: `tool`; else `generation`, `agent`, `chain`, `retriever`,
+    /// `embedding`, `evaluator`, `guardrail`; `span` and `event` are generic.
+    Langfuse,
+    /// Vercel AI SDK's `ai.operationId`: `ai.toolCall`; else `ai.generateText`,
+    /// `ai.streamText`, their `.doGenerate`/`.doStream` calls, `ai.embed`...
+    Vercel,
+}
+
+impl Convention {
+    fn tool(self) -> &'static str {
+        match self {
+            Convention::GenAi => EXECUTE_TOOL,
+            Convention::Mcp => "tools/call",
+            Convention::OpenInference | Convention::Traceloop | Convention::Langfuse => "tool",
+            Convention::Laminar => "TOOL",
+            Convention::Vercel => "ai.toolCall",
+        }
+    }
+
+    fn generic(self) -> &'static [&'static str] {
+        match self {
+            Convention::OpenInference | Convention::Traceloop => &["unknown"],
+            Convention::Laminar => &["default"],
+            Convention::Langfuse => &["span", "event"],
+            Convention::GenAi | Convention::Mcp | Convention::Vercel => &[],
+        }
+    }
+
+    /// Kinds compare without case: OpenInference writes `TOOL`, hand-rolled emitters `tool`.
+    fn mark(self, value: Option<&AnyValue>) -> Mark {
+        let Some(v) = value
+            .and_then(str_of)
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+        else {
+            return Mark::Unmarked;
+        };
+        if v.eq_ignore_ascii_case(self.tool()) {
+            Mark::Tool
+        } else if self.generic().iter().any(|g| v.eq_ignore_ascii_case(g)) {
+            Mark::Unmarked
+        } else {
+            Mark::Other
+        }
+    }
+}
+
+/// The Vercel AI SDK's (up to 6) spans other than `ai.toolCall`, by name: the calls that run a
+/// model (`ai.generateText`, `ai.streamText.doStream`, `ai.embedMany`...). Names only of the
+/// SDK's own operations, so a user's span that happens to start with `ai.` is not caught.
+fn is_vercel_non_tool_name(name: &str) -> bool {
+    const OPERATIONS: [&str; 10] = [
+        "generateText",
+        "streamText",
+        "generateObject",
+        "streamObject",
+        "embed",
+        "embedMany",
+        "generateImage",
+        "generateSpeech",
+        "transcribe",
+        "rerank",
+    ];
+    let Some(rest) = name.strip_prefix("ai.") else {
+        return false;
+    };
+    let operation = rest.split_once('.').map_or(rest, |(op, _)| op);
+    OPERATIONS.contains(&operation)
 }
 
 fn is_execute_tool_name(name: &str) -> bool {
     name.strip_prefix(EXECUTE_TOOL)
         .is_some_and(|rest| rest.is_empty() || rest.starts_with(' '))
-}
-
-fn value_is(kv: &KeyValue, want: &str) -> bool {
-    kv.value.as_ref().and_then(str_of) == Some(want)
 }
 
 /// `text_of(v).is_some()` without building the text.

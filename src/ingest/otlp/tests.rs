@@ -1495,13 +1495,20 @@ fn langfuse_tool_observation_takes_kwargs() {
     // The JS SDK's `startActiveObservation(name, fn, {asType: "tool"})` with `update({input})`.
     let js = langfuse(r#"{\"order_id\": \"1042\", \"amount\": \"45.00\"}"#, "tool");
     assert_eq!(one_attempt(&js), expected);
-    // A Langfuse `span` or `generation` is no tool call; with the executor's key on it, it is
-    // still recognised by reckon's own attributes (the last row of DESIGN's table).
-    let d = decode(&langfuse(r#"{}"#, "generation"));
+    // A Langfuse `span` (the generic default of `observe`) marks nothing: the executor's key on
+    // it makes it the attempt (the last row of DESIGN's table). A `generation` is a model call,
+    // context whatever `reckon.*` it carries.
+    let d = decode(&langfuse(r#"{}"#, "span"));
     assert_eq!(
         d.events.len(),
         1,
         "reckon.* attributes alone mark it: {d:?}"
+    );
+    let d = decode(&langfuse(r#"{}"#, "generation"));
+    assert_eq!(
+        (d.events.len(), d.dropped),
+        (0, 1),
+        "a generation is no tool call: {d:?}"
     );
 }
 
@@ -1528,6 +1535,182 @@ fn laminar_and_langfuse_markers_make_a_tool_span() {
         let d = decode(&doc);
         let tool = value.eq_ignore_ascii_case("tool");
         assert_eq!(d.events.len(), usize::from(tool), "{key}={value}: {d:?}");
+    }
+}
+
+/// What a baggage processor copying the executor's attributes puts on every span of a trace:
+/// the intent id and the key (and, on a read-back step, the read marker with what it found).
+const BAGGAGE_WRITE: &str = r#"{"key":"reckon.intent.id","value":{"stringValue":"int_b"}},
+    {"key":"reckon.idempotency_key","value":{"stringValue":"k_b"}},
+    {"key":"reckon.outcome","value":{"stringValue":"unknown"}}"#;
+const BAGGAGE_READ: &str = r#"{"key":"reckon.intent.id","value":{"stringValue":"int_b"}},
+    {"key":"reckon.action","value":{"stringValue":"read"}},
+    {"key":"reckon.readback.object_ids","value":{"arrayValue":{}}}"#;
+
+fn marked_span(name: &str, key: &str, value: &str, baggage: &str) -> String {
+    rule_span(
+        name,
+        &format!(r#"{{"key":"{key}","value":{{"stringValue":"{value}"}}}},{baggage}"#),
+    )
+}
+
+/// Each convention's spans that are not tool calls, as that emitter names and marks them, are
+/// context whatever `reckon.*` attributes they carry: not a write of unknown outcome (an
+/// uncontracted one would escalate as `no_idempotency_contract`), not a read-back, and not an
+/// attempt of a contracted tool either when the span happens to bear the tool's name.
+#[test]
+fn spans_their_convention_marks_as_no_tool_call_are_context_whatever_reckon_says() {
+    let cases = [
+        ("chat gpt-4o", "gen_ai.operation.name", "chat"),
+        (
+            "text_completion gpt-3.5-turbo-instruct",
+            "gen_ai.operation.name",
+            "text_completion",
+        ),
+        (
+            "embeddings text-embedding-3-small",
+            "gen_ai.operation.name",
+            "embeddings",
+        ),
+        (
+            "generate_content gemini-2.0-flash",
+            "gen_ai.operation.name",
+            "generate_content",
+        ),
+        (
+            "invoke_agent refund_agent",
+            "gen_ai.operation.name",
+            "invoke_agent",
+        ),
+        (
+            "create_agent refund_agent",
+            "gen_ai.operation.name",
+            "create_agent",
+        ),
+        ("tools/list", "mcp.method.name", "tools/list"),
+        ("ChatOpenAI", "openinference.span.kind", "LLM"),
+        ("LangGraph", "openinference.span.kind", "CHAIN"),
+        ("Agent workflow", "openinference.span.kind", "AGENT"),
+        (
+            "VectorIndexRetriever.retrieve",
+            "openinference.span.kind",
+            "RETRIEVER",
+        ),
+        ("OpenAIEmbedding", "openinference.span.kind", "EMBEDDING"),
+        ("CohereRerank", "openinference.span.kind", "RERANKER"),
+        ("input_guardrail", "openinference.span.kind", "GUARDRAIL"),
+        ("faithfulness", "openinference.span.kind", "EVALUATOR"),
+        ("refund_flow.workflow", "traceloop.span.kind", "workflow"),
+        ("check_order.task", "traceloop.span.kind", "task"),
+        ("refund_agent.agent", "traceloop.span.kind", "agent"),
+        ("openai.chat", "lmnr.span.type", "LLM"),
+        ("refund_pipeline", "lmnr.span.type", "PIPELINE"),
+        (
+            "OpenAI-generation",
+            "langfuse.observation.type",
+            "generation",
+        ),
+        ("refund-agent", "langfuse.observation.type", "agent"),
+        ("ai.generateText", "ai.operationId", "ai.generateText"),
+    ];
+    for (name, key, value) in cases {
+        for baggage in [BAGGAGE_WRITE, BAGGAGE_READ] {
+            for name in [name, "issue_refund"] {
+                let d = decode(&marked_span(name, key, value, baggage));
+                assert_eq!(
+                    (d.seen, d.dropped, d.rejected, d.events.len()),
+                    (1, 1, 0, 0),
+                    "{name} ({key}={value}) with {baggage}: {d:?}"
+                );
+            }
+        }
+    }
+}
+
+/// The Vercel AI SDK (up to 6) names its model calls and marks nothing else on some of them:
+/// the name alone makes them context. A user's own span merely starting with `ai.` is not one.
+#[test]
+fn vercel_ai_sdk_model_call_names_are_context() {
+    for name in [
+        "ai.generateText",
+        "ai.generateText.doGenerate",
+        "ai.streamText",
+        "ai.streamText.doStream",
+        "ai.generateObject",
+        "ai.streamObject.doStream",
+        "ai.embed",
+        "ai.embedMany.doEmbed",
+    ] {
+        for baggage in [BAGGAGE_WRITE, BAGGAGE_READ] {
+            let d = decode(&rule_span(name, baggage));
+            assert_eq!(
+                (d.seen, d.dropped, d.rejected, d.events.len()),
+                (1, 1, 0, 0),
+                "{name}: {d:?}"
+            );
+        }
+    }
+    for name in ["ai.refunds", "ai.generateTextual", "ai.toolCall"] {
+        let a = one_attempt(&rule_span(name, BAGGAGE_WRITE));
+        assert_eq!((a.intent_id.as_str(), a.tool.as_str()), ("int_b", name));
+    }
+}
+
+/// A tool mark decides whatever another convention says (the instrumentation that made the span
+/// marked it); a convention's generic kind (`UNKNOWN`, Langfuse's default `span`, Laminar's
+/// `DEFAULT`) and a blank value mark nothing, so the executor's attributes still make the span
+/// its attempt or read-back.
+#[test]
+fn a_tool_mark_wins_and_generic_kinds_mark_nothing() {
+    for (key, value) in [
+        ("gen_ai.operation.name", "execute_tool"),
+        ("mcp.method.name", "tools/call"),
+        ("openinference.span.kind", "TOOL"),
+        ("openinference.span.kind", "tool"),
+        ("traceloop.span.kind", "tool"),
+        ("lmnr.span.type", "TOOL"),
+        ("langfuse.observation.type", "tool"),
+        ("ai.operationId", "ai.toolCall"),
+    ] {
+        let both = format!(
+            r#"{{"key":"gen_ai.operation.name","value":{{"stringValue":"chat"}}}},
+            {{"key":"openinference.span.kind","value":{{"stringValue":"LLM"}}}},
+            {BAGGAGE_WRITE}"#
+        );
+        // The tool mark after the others and before them.
+        for doc in [
+            marked_span("issue_refund", key, value, &both),
+            rule_span(
+                "issue_refund",
+                &format!(r#"{both},{{"key":"{key}","value":{{"stringValue":"{value}"}}}}"#),
+            ),
+        ] {
+            let a = one_attempt(&doc);
+            assert_eq!(
+                (a.intent_id.as_str(), a.idempotency_key.as_deref()),
+                ("int_b", Some("k_b")),
+                "{key}={value}"
+            );
+        }
+    }
+    for (key, value) in [
+        ("openinference.span.kind", "UNKNOWN"),
+        ("traceloop.span.kind", "unknown"),
+        ("lmnr.span.type", "DEFAULT"),
+        ("langfuse.observation.type", "span"),
+        ("langfuse.observation.type", "event"),
+        ("gen_ai.operation.name", " "),
+    ] {
+        let a = one_attempt(&marked_span("send_refund", key, value, BAGGAGE_WRITE));
+        assert_eq!(
+            (a.intent_id.as_str(), a.tool.as_str()),
+            ("int_b", "send_refund"),
+            "{key}={value}"
+        );
+        match one_event(&marked_span("list_refunds", key, value, BAGGAGE_READ)) {
+            Event::Readback(r) => assert_eq!(r.intent_id, "int_b", "{key}={value}"),
+            other => panic!("{key}={value}: want a read-back, got {other:?}"),
+        }
     }
 }
 
