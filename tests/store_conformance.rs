@@ -1839,8 +1839,11 @@ async fn two_instances_agree_on_person_actions<H: Harness>(h: &H) {
     // Ana claims through one instance; Bo, a moment later, through the other, whose memory
     // still says open: the store says otherwise.
     let (winner, loser) = (a.clone(), b.clone());
-    let by = winner.claim(&id, "ana").await.expect("first claim");
-    let lost = loser.claim(&id, "bo").await.expect_err("second claim");
+    let by = winner.claim(&id, "ana", false).await.expect("first claim");
+    let lost = loser
+        .claim(&id, "bo", false)
+        .await
+        .expect_err("second claim");
     let person = by.claimed_by.clone().expect("claimed");
     assert!(
         matches!(lost, reckon::engine::EngineError::Escalation(_))
@@ -1849,19 +1852,23 @@ async fn two_instances_agree_on_person_actions<H: Harness>(h: &H) {
     );
     // The loser's instance holds the winner's claim now: the same person claiming again through
     // it is no conflict, and resolving through it works.
-    assert_eq!(loser.claim(&id, &person).await.expect("same person"), by);
+    assert_eq!(
+        loser.claim(&id, &person, false).await.expect("same person"),
+        by
+    );
     let resolved = loser
         .resolve(
             &id,
             &person,
             "not_sent",
             Some("provider log shows no message"),
+            false,
         )
         .await
         .expect("resolve through the other instance");
     assert_eq!(resolved.version, by.version + 1);
     // The winner's instance has not seen the resolution; the store has, so a second one fails.
-    let again = winner.resolve(&id, "someone", "sent", None).await;
+    let again = winner.resolve(&id, "someone", "sent", None, false).await;
     assert!(
         again
             .as_ref()
@@ -2467,9 +2474,15 @@ async fn engine_announces_every_escalation_change<H: Harness>(h: &H) {
         .await
         .and_then(|v| v.escalation_id.clone())
         .expect("escalated");
-    engine.claim(&id, "ana").await.expect("claim");
+    engine.claim(&id, "ana", false).await.expect("claim");
     engine
-        .resolve(&id, "ana", "reversed_second_refund", Some("voided re_n2"))
+        .resolve(
+            &id,
+            "ana",
+            "reversed_second_refund",
+            Some("voided re_n2"),
+            false,
+        )
         .await
         .expect("resolve");
     // Crash: nothing the persister held is written.
@@ -2767,7 +2780,7 @@ async fn open_intents_left_in_the_store_come_back_when_reached<H: Harness>(h: &H
 
     // A person claims open-2's escalation while open-2 is still in the store.
     let other = reckon::escalation::escalation_id("open-2", 1);
-    let claimed = engine.claim(&other, "ana").await.expect("claim");
+    let claimed = engine.claim(&other, "ana", false).await.expect("claim");
     assert_eq!(claimed.status, EscalationStatus::Claimed);
     assert_eq!(engine.intents(), 2, "the claim brought open-2 back");
     let v = engine.verdict("open-2").await.expect("open-2");
@@ -2986,7 +2999,7 @@ async fn escalations_leave_memory_with_their_intent<H: Harness>(h: &H) {
         .and_then(|v| v.escalation_id.clone())
         .expect("escalated");
     engine
-        .resolve(&first, "ana", "reversed_second_refund", None)
+        .resolve(&first, "ana", "reversed_second_refund", None, false)
         .await
         .expect("resolve");
     for _ in 0..1000 {

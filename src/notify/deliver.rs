@@ -26,7 +26,7 @@ use super::sign::sign;
 use super::{Notifier, Target, TargetKind};
 use crate::clock::wall_now;
 use crate::metrics::Metrics;
-use crate::model::{Dur, Escalation, EscalationStatus, Timestamp};
+use crate::model::{Dur, Escalation, Timestamp};
 use crate::store::{AnyStore, Store};
 
 /// How the task paces itself.
@@ -387,7 +387,7 @@ impl Deliverer {
             Ok(all) => all
                 .into_iter()
                 .filter(|e| {
-                    e.status != EscalationStatus::Resolved
+                    e.status.unresolved()
                         || e.resolved_at
                             .is_some_and(|at| at >= now.saturating_sub(ttl))
                 })

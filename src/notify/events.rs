@@ -16,11 +16,12 @@ pub const OPENED: &str = "escalation.opened";
 pub const UPDATED: &str = "escalation.updated";
 pub const RESOLVED: &str = "escalation.resolved";
 
-/// The event a change of `e` is: its first version opens it, a resolution resolves it, and
+/// The event a change of `e` is: its first version opens it, a resolution or a withdrawal (late
+/// evidence showed its findings never held; the bundle says `withdrawn`) resolves it, and
 /// everything between (a finding joined, a claim) updates it.
 pub fn event_type(e: &Escalation) -> &'static str {
     match (e.status, e.version) {
-        (EscalationStatus::Resolved, _) => RESOLVED,
+        (EscalationStatus::Resolved | EscalationStatus::Withdrawn, _) => RESOLVED,
         (_, 0 | 1) => OPENED,
         _ => UPDATED,
     }
@@ -100,6 +101,7 @@ mod tests {
             resolved_at: None,
             resolution: None,
             note: None,
+            overrides: vec![],
             version,
         }
     }
@@ -110,6 +112,11 @@ mod tests {
         assert_eq!(event_type(&esc(EscalationStatus::Open, 2)), UPDATED);
         assert_eq!(event_type(&esc(EscalationStatus::Claimed, 3)), UPDATED);
         assert_eq!(event_type(&esc(EscalationStatus::Resolved, 4)), RESOLVED);
+        assert_eq!(
+            event_type(&esc(EscalationStatus::Withdrawn, 2)),
+            RESOLVED,
+            "a withdrawn escalation's notifications are resolved"
+        );
     }
 
     #[test]
