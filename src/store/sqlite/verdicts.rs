@@ -66,7 +66,7 @@ pub(super) fn stored_verdicts(
 }
 
 /// The WHERE clause of a verdict listing (everything but the cursor) and its arguments.
-fn verdict_conditions(filter: &VerdictFilter) -> (String, Vec<Value>) {
+pub(super) fn verdict_conditions(filter: &VerdictFilter) -> (String, Vec<Value>) {
     let mut sql = String::from(" WHERE 1 = 1");
     let mut args: Vec<Value> = Vec::new();
     if let Some(state) = filter.state {
