@@ -979,11 +979,20 @@ fn actions(b: &mut String, e: &Escalation, principal: &Principal) {
                 None => String::new(),
             }
             };
-            if status == EscalationStatus::Open || holder.is_some() {
+            if status == EscalationStatus::Open {
                 let _ = write!(
                     b,
-                    "<form method=\"post\" action=\"{}\" id=\"claim-form\"><h3>Claim</h3>{}{}\
+                    "<form method=\"post\" action=\"{}\" id=\"claim-form\"><h3>Claim</h3>{}\
                      <button type=\"submit\" id=\"claim\">Claim</button></form>",
+                    E(&action("claim")),
+                    by_field("")
+                );
+            } else if holder.is_some() {
+                // Claimed by someone else: taking it over is a claim with the override.
+                let _ = write!(
+                    b,
+                    "<form method=\"post\" action=\"{}\" id=\"take-over-form\"><h3>Take over</h3>{}{}\
+                     <button type=\"submit\" id=\"take-over\">Take over</button></form>",
                     E(&action("claim")),
                     by_field(""),
                     take_over("take it over")
