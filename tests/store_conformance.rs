@@ -4224,3 +4224,77 @@ async fn person_actions_override_a_holder<H: Harness>(h: &H) {
     assert_eq!(store.get_escalation(&id).await.unwrap(), Some(done));
     stop(engine, tasks).await;
 }
+
+/// On ClickHouse a lookup reads ranges of two primary indexes (the lookup table's by kind and
+/// value, the verdicts' by intent id), never a whole table: with 200,000 other intents and
+/// their lookups stored, a store whose queries may read at most 100,000 rows (the server
+/// refuses a query past that) still finds and counts order 1042's intent, while the listing
+/// without a lookup, which must read every verdict, is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clickhouse_lookups_read_an_index_not_the_table() {
+    let Some(ch) = ClickHouse::new().await else {
+        return;
+    };
+    let store = ch.open().await;
+    let mut v = verdict(
+        "zz-order",
+        Some("issue_refund"),
+        IntentState::Completed,
+        at(5),
+    );
+    v.target = Some("1042-x".into());
+    store.put_verdicts(vec![v.clone()]).await.unwrap();
+    drop(store);
+    // Opened before the bulk arrives (opening reads the verdicts' highest version).
+    let mut bounded = ch.config.clone();
+    bounded.query_settings = vec![
+        ("max_rows_to_read".into(), "100000".into()),
+        ("read_overflow_mode".into(), "throw".into()),
+    ];
+    let store = ClickHouseStore::open(bounded).await.expect("open bounded");
+    let client = ch.client();
+    for sql in [
+        "INSERT INTO reckon_verdicts (intent_id, state, decision, doc, deleted, version)
+         SELECT concat('bulk-', toString(number)), 'completed', 'none', '{}', 0, 1
+         FROM system.numbers LIMIT 200000",
+        "INSERT INTO reckon_intent_lookup (kind, value, intent_id, verdict_version)
+         SELECT 'key', concat('k-', toString(number)), concat('bulk-', toString(number)), 1
+         FROM system.numbers LIMIT 200000",
+        "INSERT INTO reckon_intent_lookup (kind, value, intent_id, verdict_version)
+         SELECT 'target', toString(number % 5000), concat('bulk-', toString(number)), 1
+         FROM system.numbers LIMIT 200000",
+    ] {
+        client.query(sql).execute().await.expect("bulk rows");
+    }
+    for filter in [
+        VerdictFilter {
+            target: Some("1042-x".into()),
+            ..Default::default()
+        },
+        VerdictFilter {
+            object_id: Some("re_1".into()),
+            ..Default::default()
+        },
+        VerdictFilter {
+            key: Some("k".into()),
+            state: Some(IntentState::Completed),
+            ..Default::default()
+        },
+    ] {
+        let page = store.list_verdicts(&filter).await.expect("a lookup");
+        assert_eq!(
+            (page.items.len(), page.total),
+            (1, 1),
+            "{filter:?}: {:?}",
+            page.items
+        );
+        assert_eq!(page.items[0], VerdictDoc::from_verdict(&v));
+    }
+    let everything = store.list_verdicts(&VerdictFilter::default()).await;
+    assert!(
+        everything.is_err(),
+        "the bound is real: a listing of every verdict reads past it"
+    );
+    drop(store);
+    ch.finish().await;
+}

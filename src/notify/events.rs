@@ -148,4 +148,22 @@ mod tests {
         assert_eq!(again[0].id, items[0].id);
         assert_eq!(again[1].id, items[1].id);
     }
+
+    /// A withdrawal resolves both: the webhook says `escalation.resolved` with the bundle's
+    /// status `withdrawn`, and the alert has its end.
+    #[test]
+    fn a_withdrawal_is_announced_as_resolved() {
+        let targets = vec![
+            Target::new("webhook", "http://h/hook", Some("s"), Some("hook")).unwrap(),
+            Target::new("alertmanager", "http://am:9093", None, Some("am")).unwrap(),
+        ];
+        let e = esc(EscalationStatus::Withdrawn, 2);
+        let items = items_for(&targets, &e, None, None, Timestamp(5));
+        assert_eq!(items[0].event, RESOLVED);
+        let body: serde_json::Value = serde_json::from_str(&items[0].body).unwrap();
+        assert_eq!(body["type"], RESOLVED);
+        assert_eq!(body["escalation"]["status"], "withdrawn");
+        let d: alertmanager::Draft = serde_json::from_str(&items[1].body).unwrap();
+        assert!(d.ends_at.is_some(), "{d:?}");
+    }
 }

@@ -68,6 +68,10 @@ pub struct ClickHouseConfig {
     /// How long a compare-and-set waits between writing and reading back (default 500 ms);
     /// see [`ClickHouseStore`].
     pub swap_settle: Duration,
+    /// Settings sent with every query besides reckon's own, `(name, value)`: none in service;
+    /// tests bound what a query may read (`max_rows_to_read`) to show a lookup reads an index.
+    #[doc(hidden)]
+    pub query_settings: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for ClickHouseConfig {
@@ -111,6 +115,7 @@ impl ClickHouseConfig {
             database: database.to_string(),
             retry: RetryPolicy::default(),
             swap_settle: DEFAULT_SWAP_SETTLE,
+            query_settings: Vec::new(),
         };
         config.check()?;
         Ok(config)
@@ -148,6 +153,9 @@ impl ClickHouseConfig {
         }
         if let Some(db) = database {
             c = c.with_database(db);
+        }
+        for (name, value) in &self.query_settings {
+            c = c.with_setting(name, value);
         }
         c
     }

@@ -356,9 +356,9 @@ fn decode_cursor(cursor: &str, tag: &str) -> Result<String, StoreError> {
     let raw = String::from_utf8(bytes).map_err(|_| StoreError::BadCursor("not UTF-8".into()))?;
     match raw.strip_prefix(tag).and_then(|r| r.strip_prefix(':')) {
         Some(rest) => Ok(rest.to_string()),
-        None => Err(StoreError::BadCursor(format!(
-            "not a cursor of this listing (expected one from its next_cursor)"
-        ))),
+        None => Err(StoreError::BadCursor(
+            "not a cursor of this listing (expected one from its next_cursor)".into(),
+        )),
     }
 }
 
