@@ -442,7 +442,9 @@ fn parse_report_format(s: &str) -> Result<ReportFormat, String> {
 
 fn parse_status(s: &str) -> Result<EscalationStatus, String> {
     EscalationStatus::parse(s.trim()).ok_or_else(|| {
-        format!("invalid status {s:?}: expected \"open\", \"claimed\" or \"resolved\"")
+        format!(
+            "invalid status {s:?}: expected \"open\", \"claimed\", \"resolved\" or \"withdrawn\""
+        )
     })
 }
 
@@ -468,7 +470,7 @@ struct EscalationsCli {
 enum EscalationsSub {
     /// List escalations.
     List {
-        /// Only this status: `open`, `claimed` or `resolved`
+        /// Only this status: `open`, `claimed`, `resolved` or `withdrawn`
         #[arg(long, value_parser = parse_status)]
         status: Option<EscalationStatus>,
     },

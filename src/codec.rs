@@ -79,6 +79,10 @@ pub struct VerdictDoc {
     #[serde(default)]
     pub contract_version: String,
     pub idempotency_keys: Vec<String>,
+    /// The intent's parameter target (the contract's `params.target`, e.g. the order id); null
+    /// when the arguments did not say, and in documents written before it was kept.
+    #[serde(default)]
+    pub target: Option<String>,
     pub state: String,
     pub decision: String,
     pub safe_retry_until: Option<String>,
@@ -101,6 +105,7 @@ impl VerdictDoc {
             contract: v.contract.clone(),
             contract_version: v.contract_version.clone(),
             idempotency_keys: v.idempotency_keys.clone(),
+            target: v.target.clone(),
             state: v.state.as_str().into(),
             decision: v.decision.as_str().into(),
             safe_retry_until: v.safe_retry_until.map(rfc3339),
@@ -221,6 +226,42 @@ pub struct EscalationDoc {
     pub resolved_at: Option<String>,
     pub resolution: Option<String>,
     pub note: Option<String>,
+    /// Claims and resolutions that took it over from someone else who held it, oldest first.
+    #[serde(default)]
+    pub overrides: Vec<OverrideDoc>,
+}
+
+/// One take-over of an escalation someone else held (`"override": true`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct OverrideDoc {
+    /// Who took it over.
+    pub by: String,
+    pub at: String,
+    /// `claim` or `resolve`.
+    pub action: String,
+    /// Who held it then.
+    pub held_by: String,
+}
+
+impl OverrideDoc {
+    pub fn from_override(o: &Override) -> Self {
+        OverrideDoc {
+            by: o.by.clone(),
+            at: rfc3339(o.at),
+            action: o.action.as_str().into(),
+            held_by: o.held_by.clone(),
+        }
+    }
+
+    /// Back to the override; `None` when a field does not parse.
+    pub fn to_override(&self) -> Option<Override> {
+        Some(Override {
+            by: self.by.clone(),
+            at: parse_rfc3339(&self.at)?,
+            action: OverrideAction::parse(&self.action)?,
+            held_by: self.held_by.clone(),
+        })
+    }
 }
 
 impl EscalationDoc {
@@ -242,6 +283,7 @@ impl EscalationDoc {
             resolved_at: e.resolved_at.map(rfc3339),
             resolution: e.resolution.clone(),
             note: e.note.clone(),
+            overrides: e.overrides.iter().map(OverrideDoc::from_override).collect(),
         }
     }
 }

@@ -178,14 +178,11 @@ async fn reaudit(args: cli::ReauditArgs) -> anyhow::Result<ExitCode> {
 async fn escalations(cmd: cli::EscalationsCmd) -> anyhow::Result<ExitCode> {
     let http = reqwest::Client::new();
     let base = format!("{}/api/v1/escalations", cmd.server);
+    if let EscalationAction::List { status } = &cmd.action {
+        return list_escalations(&http, &cmd, &base, *status).await;
+    }
     let request = match &cmd.action {
-        EscalationAction::List { status } => {
-            let url = match status {
-                Some(s) => format!("{base}?status={}", s.as_str()),
-                None => base.clone(),
-            };
-            http.get(url)
-        }
+        EscalationAction::List { .. } => unreachable!("listed above"),
         EscalationAction::Show { id } => http.get(format!("{base}/{id}")),
         EscalationAction::Claim { id, by } => http
             .post(format!("{base}/{id}/claim"))
@@ -219,27 +216,71 @@ async fn escalations(cmd: cli::EscalationsCmd) -> anyhow::Result<ExitCode> {
         eprintln!("reckon: {status}: {message}");
         return Ok(ExitCode::FAILURE);
     }
-    match &cmd.action {
-        EscalationAction::List { .. } => {
-            let items: Vec<EscalationDoc> = serde_json::from_value(body["items"].clone())
-                .context("decoding the escalation list")?;
-            if items.is_empty() {
-                println!("no escalations");
-            }
-            for e in items {
-                let kinds: Vec<&str> = e.findings.iter().map(|f| f.kind.as_str()).collect();
-                println!(
-                    "{:<28} {:<9} {:<9} {:<30} {} {}",
-                    e.id,
-                    e.status,
-                    e.severity,
-                    e.intent_id,
-                    e.opened_at,
-                    kinds.join(",")
-                );
-            }
+    println!("{}", serde_json::to_string_pretty(&body)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Every page of the queue (of `status`), following the cursor: the list is never cut short.
+async fn list_escalations(
+    http: &reqwest::Client,
+    cmd: &cli::EscalationsCmd,
+    base: &str,
+    status: Option<reckon::model::EscalationStatus>,
+) -> anyhow::Result<ExitCode> {
+    let mut cursor: Option<String> = None;
+    let mut listed = 0usize;
+    loop {
+        // The status is a plain word and the cursor base64url: nothing to escape.
+        let mut url = format!("{base}?limit=1000");
+        if let Some(s) = status {
+            url.push_str(&format!("&status={}", s.as_str()));
         }
-        _ => println!("{}", serde_json::to_string_pretty(&body)?),
+        if let Some(c) = &cursor {
+            url.push_str(&format!("&cursor={c}"));
+        }
+        let request = http.get(url);
+        let request = match &cmd.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        };
+        let response = request
+            .send()
+            .await
+            .with_context(|| format!("reaching reckon at {}", cmd.server))?;
+        let code = response.status();
+        let body: serde_json::Value = response
+            .json()
+            .await
+            .context("reading the server's answer")?;
+        if !code.is_success() {
+            let message = body["error"]["message"]
+                .as_str()
+                .unwrap_or("unexpected answer");
+            eprintln!("reckon: {code}: {message}");
+            return Ok(ExitCode::FAILURE);
+        }
+        let items: Vec<EscalationDoc> = serde_json::from_value(body["items"].clone())
+            .context("decoding the escalation list")?;
+        for e in &items {
+            let kinds: Vec<&str> = e.findings.iter().map(|f| f.kind.as_str()).collect();
+            println!(
+                "{:<28} {:<9} {:<9} {:<30} {} {}",
+                e.id,
+                e.status,
+                e.severity,
+                e.intent_id,
+                e.opened_at,
+                kinds.join(",")
+            );
+        }
+        listed += items.len();
+        match body["next_cursor"].as_str() {
+            Some(c) if !items.is_empty() => cursor = Some(c.to_string()),
+            _ => break,
+        }
+    }
+    if listed == 0 {
+        println!("no escalations");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -220,7 +220,7 @@ pub struct Metrics {
     contracts: Mutex<Vec<(String, String)>>,
     access_refused: Family,
     outbox_pending: AtomicU64,
-    escalations: [AtomicU64; 3],
+    escalations: [AtomicU64; 4],
     escalations_unresolved: Mutex<BTreeMap<[String; 3], u64>>,
     /// 1: the store answered the last probe, 0: it did not, 2: never probed.
     store_up: AtomicU8,
@@ -316,8 +316,12 @@ impl Metrics {
     }
 
     /// The escalation queue as it stands now.
-    pub fn set_escalations(&self, open: u64, claimed: u64, resolved: u64) {
-        for (g, v) in self.escalations.iter().zip([open, claimed, resolved]) {
+    pub fn set_escalations(&self, open: u64, claimed: u64, resolved: u64, withdrawn: u64) {
+        for (g, v) in self
+            .escalations
+            .iter()
+            .zip([open, claimed, resolved, withdrawn])
+        {
             g.store(v, Relaxed);
         }
     }
@@ -498,7 +502,8 @@ impl Metrics {
             "Downstream objects beyond the one an intent should make, by tool.",
             "counter",
         );
-        let [open, claimed, resolved] = self.escalations.each_ref().map(|g| g.load(Relaxed));
+        let [open, claimed, resolved, withdrawn] =
+            self.escalations.each_ref().map(|g| g.load(Relaxed));
         header(
             &mut out,
             "reckon_open_escalations",
@@ -512,7 +517,12 @@ impl Metrics {
             "Escalations, by status.",
             "gauge",
         );
-        for (status, n) in [("claimed", claimed), ("open", open), ("resolved", resolved)] {
+        for (status, n) in [
+            ("claimed", claimed),
+            ("open", open),
+            ("resolved", resolved),
+            ("withdrawn", withdrawn),
+        ] {
             let _ = writeln!(out, "reckon_escalations{{status=\"{status}\"}} {n}");
         }
         header(
@@ -855,7 +865,7 @@ mod tests {
         m.rejection("body_too_large", 1);
         m.rejection("decode_error", 4);
         m.records_received("stripe", 7);
-        m.set_escalations(3, 1, 9);
+        m.set_escalations(3, 1, 9, 2);
         m.set_intents(42);
         let text = m.render();
         for line in [
@@ -877,6 +887,7 @@ mod tests {
             "reckon_escalations{status=\"claimed\"} 1",
             "reckon_escalations{status=\"open\"} 3",
             "reckon_escalations{status=\"resolved\"} 9",
+            "reckon_escalations{status=\"withdrawn\"} 2",
             "reckon_intents 42",
             "# TYPE reckon_build_info gauge",
         ] {

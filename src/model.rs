@@ -655,6 +655,11 @@ pub struct Verdict {
     /// when no contract covers the intent's tool.
     pub contract_version: String,
     pub idempotency_keys: Vec<String>,
+    /// What the intent's parameters say the effect applies to (the contract's `params.target`:
+    /// an order id, a recipient), read from the arguments of its first executed attempt; `None`
+    /// with content capture off or no such pointer. What `GET /api/v1/intents?target=` finds
+    /// it by, beside its objects' targets.
+    pub target: Option<String>,
     pub state: IntentState,
     pub decision: Decision,
     /// Until when a retry with the same key is safe under the contract.
@@ -690,6 +695,19 @@ pub struct Route {
     pub intent_id: String,
 }
 
+named!(
+    /// What an intent is looked up by (`GET /api/v1/intents?target=&object_id=&key=`; the
+    /// stores' `reckon_intent_lookup`).
+    pub enum LookupKind {
+        /// The intent's parameter target or its objects' (an order id).
+        Target = "target",
+        /// A downstream object linked to it or named by its responses.
+        Object = "object",
+        /// An idempotency key it sent.
+        Key = "key",
+    }
+);
+
 /// Intent ids of the pseudo-intents that orphan records (linked to no intent yet) are audited
 /// under: `orphan:{object_id}`.
 pub const ORPHAN_PREFIX: &str = "orphan:";
@@ -709,6 +727,7 @@ impl Verdict {
             contract,
             contract_version,
             idempotency_keys,
+            target,
             state,
             decision,
             safe_retry_until,
@@ -729,6 +748,11 @@ impl Verdict {
         contract.hash(&mut h);
         contract_version.hash(&mut h);
         idempotency_keys.hash(&mut h);
+        // Only when there is one: a verdict with none hashes as it did before targets were
+        // kept, so a store of such verdicts is not all rewritten by the build that added it.
+        if let Some(target) = target {
+            target.hash(&mut h);
+        }
         state.hash(&mut h);
         decision.hash(&mut h);
         safe_retry_until.hash(&mut h);
@@ -808,16 +832,36 @@ named!(
         Open = "open",
         Claimed = "claimed",
         Resolved = "resolved",
+        /// Late evidence showed that the findings behind it never held, before anyone claimed
+        /// or resolved it (DESIGN.md "Findings"): out of the queue, its notifications resolved.
         Withdrawn = "withdrawn",
     }
 );
 
 impl EscalationStatus {
-    /// Open or claimed: someone has to act. A resolved one was settled by a person, a
-    /// withdrawn one by evidence showing its findings never held.
+    /// Someone still has to act on it: open or claimed (what the unresolved gauge counts).
     pub fn unresolved(self) -> bool {
         matches!(self, EscalationStatus::Open | EscalationStatus::Claimed)
     }
+}
+
+named!(
+    /// The person's action an override was part of.
+    pub enum OverrideAction {
+        Claim = "claim",
+        Resolve = "resolve",
+    }
+);
+
+/// A person who claimed or resolved an escalation someone else held (`"override": true`):
+/// who, when, with which action, and who held it then.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Override {
+    pub by: String,
+    pub at: Timestamp,
+    pub action: OverrideAction,
+    /// Who held it (its `claimed_by`) when it was taken over.
+    pub held_by: String,
 }
 
 /// An item in the queue for a person.
@@ -841,6 +885,8 @@ pub struct Escalation {
     pub resolved_at: Option<Timestamp>,
     pub resolution: Option<String>,
     pub note: Option<String>,
+    /// Every claim or resolution that took it over from someone else who held it, oldest first.
+    pub overrides: Vec<Override>,
     /// Bumped on every change: the row version for stores that keep the latest.
     pub version: u64,
 }

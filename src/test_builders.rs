@@ -369,6 +369,7 @@ pub fn verdict(id: &str, tool: Option<&str>, state: IntentState, last_event: Tim
         contract: tool.map(|_| "payments.refund".into()),
         contract_version: tool.map(|_| "0123456789abcdef".into()).unwrap_or_default(),
         idempotency_keys: vec!["k".into()],
+        target: None,
         state,
         decision: Decision::None,
         safe_retry_until: Some(at(99)),
@@ -413,7 +414,8 @@ pub fn with_findings(mut v: Verdict, kinds: &[FindingKind]) -> Verdict {
 // ------------------------------------------------------------------------------------ escalations
 
 /// Escalation `id` of intent `intent-of-{id}`, opened at `opened_at` on a duplicate effect and a
-/// new-key retry (critical), at `version`: claimed by alice 5 s after opening unless `Open`;
+/// new-key retry (critical), at `version`: claimed by alice 5 s after opening unless `Open` or
+/// `Withdrawn`;
 /// when `Resolved`, resolved by bob 9 s after opening, covering the evidence, with a resolution
 /// and a note.
 pub fn escalation(
@@ -424,6 +426,11 @@ pub fn escalation(
 ) -> Escalation {
     let after = |secs| opened_at + Dur::secs(secs);
     let resolved = status == EscalationStatus::Resolved;
+    // A withdrawn escalation was never claimed (DESIGN.md "Findings").
+    let claimed = matches!(
+        status,
+        EscalationStatus::Claimed | EscalationStatus::Resolved
+    );
     Escalation {
         id: id.into(),
         intent_id: format!("intent-of-{id}"),
@@ -449,12 +456,13 @@ pub fn escalation(
         } else {
             vec![]
         },
-        claimed_by: (status != EscalationStatus::Open).then(|| "alice".into()),
-        claimed_at: (status != EscalationStatus::Open).then(|| after(5)),
+        claimed_by: claimed.then(|| "alice".into()),
+        claimed_at: claimed.then(|| after(5)),
         resolved_by: resolved.then(|| "bob".into()),
         resolved_at: resolved.then(|| after(9)),
         resolution: resolved.then(|| "reversed one".into()),
         note: resolved.then(|| "with the customer's consent".into()),
+        overrides: Vec::new(),
         version,
     }
 }

@@ -29,9 +29,9 @@ impl From<EscalationError> for ApiError {
     fn from(e: EscalationError) -> Self {
         match e {
             EscalationError::NotFound(_) => ApiError::NotFound(e.to_string()),
-            EscalationError::AlreadyClaimed { .. } | EscalationError::AlreadyResolved(_) => {
-                ApiError::Conflict(e.to_string())
-            }
+            EscalationError::AlreadyClaimed { .. }
+            | EscalationError::AlreadyResolved(_)
+            | EscalationError::Withdrawn(_) => ApiError::Conflict(e.to_string()),
             EscalationError::Missing(_) => ApiError::BadRequest(e.to_string()),
         }
     }

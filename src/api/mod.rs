@@ -30,7 +30,7 @@ use crate::ingest::service::Admission;
 use crate::ingest::service::IngestService;
 use crate::metrics::Metrics;
 use crate::model::*;
-use crate::store::{AnyStore, Store, VerdictFilter};
+use crate::store::{AnyStore, EscalationFilter, Page, Store, VerdictFilter};
 
 #[derive(Clone)]
 pub struct ApiState {
@@ -140,14 +140,27 @@ async fn get_intent(
     }
 }
 
+/// An unknown parameter is a 400 naming it, never a silently unfiltered list.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct IntentQuery {
     state: Option<String>,
     finding: Option<String>,
     tool: Option<String>,
     since: Option<String>,
+    target: Option<String>,
+    object_id: Option<String>,
+    key: Option<String>,
     limit: Option<usize>,
     cursor: Option<String>,
+}
+
+/// A lookup's value: an empty one is refused rather than matching nothing in silence.
+fn lookup_value(name: &str, v: Option<String>) -> Result<Option<String>, ApiError> {
+    match v {
+        Some(v) if v.is_empty() => Err(ApiError::BadRequest(format!("{name}: must not be empty"))),
+        v => Ok(v),
+    }
 }
 
 /// `since` as RFC 3339 or as a duration back from now (`24h`).
@@ -190,6 +203,9 @@ async fn list_intents(
         finding,
         tool: q.tool,
         since: parse_since(q.since.as_deref())?,
+        target: lookup_value("target", q.target)?,
+        object_id: lookup_value("object_id", q.object_id)?,
+        key: lookup_value("key", q.key)?,
         limit: q.limit.unwrap_or(0),
         cursor: q.cursor,
     };
@@ -197,9 +213,15 @@ async fn list_intents(
     Ok(Json(page).into_response())
 }
 
+/// An unknown parameter is a 400 naming it, as for the intents.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct EscalationQuery {
     status: Option<String>,
+    tool: Option<String>,
+    severity: Option<String>,
+    limit: Option<usize>,
+    cursor: Option<String>,
 }
 
 async fn list_escalations(
@@ -210,21 +232,46 @@ async fn list_escalations(
     let status = match q.status.as_deref() {
         Some(x) => Some(EscalationStatus::parse(x).ok_or_else(|| {
             ApiError::BadRequest(format!(
-                "status: expected open, claimed or resolved, got {x:?}"
+                "status: expected one of {}, got {x:?}",
+                EscalationStatus::ALL
+                    .map(EscalationStatus::as_str)
+                    .join(", ")
+            ))
+        })?),
+        None => None,
+    };
+    let severity = match q.severity.as_deref() {
+        Some(x) => Some(Severity::parse(x).ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "severity: expected one of {}, got {x:?}",
+                Severity::ALL.map(Severity::as_str).join(", ")
             ))
         })?),
         None => None,
     };
     // From the store, the system of record: what is listed is durable, and every instance
-    // sharing the store lists the same queue.
-    let items: Vec<EscalationDoc> = s
+    // sharing the store lists the same queue. Paged, with the total that matched: never cut
+    // short in silence.
+    let page = s
         .store
-        .list_escalations(status, VerdictFilter::MAX_LIMIT)
-        .await?
-        .iter()
-        .map(EscalationDoc::from_escalation)
-        .collect();
-    Ok(Json(serde_json::json!({ "items": items })).into_response())
+        .page_escalations(&EscalationFilter {
+            status,
+            tool: q.tool,
+            severity,
+            limit: q.limit.unwrap_or(0),
+            cursor: q.cursor,
+        })
+        .await?;
+    Ok(Json(Page {
+        items: page
+            .items
+            .iter()
+            .map(EscalationDoc::from_escalation)
+            .collect::<Vec<_>>(),
+        next_cursor: page.next_cursor,
+        total: page.total,
+    })
+    .into_response())
 }
 
 /// The escalation with its evidence bundle: the intent's verdict and the contract it was judged by.
@@ -265,6 +312,9 @@ pub(crate) async fn verdict_doc(s: &ApiState, intent_id: &str) -> Option<Verdict
 struct ClaimBody {
     #[serde(default)]
     by: Option<String>,
+    /// Take over an escalation someone else holds (recorded on it).
+    #[serde(default, rename = "override")]
+    take_over: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -274,6 +324,9 @@ struct ResolveBody {
     by: Option<String>,
     resolution: String,
     note: Option<String>,
+    /// Resolve an escalation someone else holds (recorded on it).
+    #[serde(default, rename = "override")]
+    take_over: bool,
 }
 
 /// The request body, or the API's JSON error when it could not be read (413 over the limit).
@@ -305,7 +358,7 @@ async fn claim(
 ) -> Result<Response, ApiError> {
     let b: ClaimBody = json_body(&body_within_limit(body, s.max_bytes)?)?;
     let by = auth::acting_as(&principal, b.by.as_deref())?;
-    let e = s.engine.claim(&id, &by).await?;
+    let e = s.engine.claim(&id, &by, b.take_over).await?;
     Ok(Json(bundle(&s, &e).await).into_response())
 }
 
@@ -319,7 +372,7 @@ async fn resolve(
     let by = auth::acting_as(&principal, b.by.as_deref())?;
     let e = s
         .engine
-        .resolve(&id, &by, &b.resolution, b.note.as_deref())
+        .resolve(&id, &by, &b.resolution, b.note.as_deref(), b.take_over)
         .await?;
     Ok(Json(bundle(&s, &e).await).into_response())
 }

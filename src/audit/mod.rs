@@ -276,6 +276,7 @@ fn audit_at(history: &History, contract: Option<&Contract>, now: Timestamp) -> V
         contract: contract.map(|c| c.name.clone()),
         contract_version: contract.map(|c| c.version.clone()).unwrap_or_default(),
         idempotency_keys: keys,
+        target: params.target.clone(),
         state,
         decision,
         safe_retry_until,

@@ -1375,6 +1375,7 @@ mod tests {
                 None,
                 t(90_000),
                 Some(&before),
+                false,
             )
             .unwrap();
         let escalations = plain.commit_person_action(resolved, t(90_000)).escalations;
@@ -1791,7 +1792,7 @@ mod tests {
             t(100),
         );
         let id = core.book().open_for("i1").unwrap().id.clone();
-        let stale = core.book().claimed(&id, "ana", t(101)).unwrap();
+        let stale = core.book().claimed(&id, "ana", t(101), false).unwrap();
         core.ingest(vec![timeout("i1", 3, 80, "k3")], t(102));
         let joined = core.book().get(&id).unwrap().clone();
         assert_eq!(
@@ -1804,7 +1805,7 @@ mod tests {
             Some(&joined),
             "a stale commit changes nothing"
         );
-        let fresh = core.book().claimed(&id, "ana", t(104)).unwrap();
+        let fresh = core.book().claimed(&id, "ana", t(104), false).unwrap();
         assert_eq!(fresh.version, joined.version + 1);
         assert_eq!(
             fresh.findings.len(),
@@ -1965,7 +1966,15 @@ mod tests {
             let id = before.escalation_id.clone().unwrap();
             let resolved = c
                 .book()
-                .resolved(&id, "ana", "reconciled", None, t(90_000), Some(&before))
+                .resolved(
+                    &id,
+                    "ana",
+                    "reconciled",
+                    None,
+                    t(90_000),
+                    Some(&before),
+                    false,
+                )
                 .unwrap();
             c.commit_person_action(resolved, t(90_000))
         };
@@ -2164,6 +2173,7 @@ mod tests {
                 None,
                 t(80),
                 verdict.as_ref(),
+                false,
             )
             .unwrap();
         let out = core.commit_person_action(resolved.clone(), t(80));

@@ -871,20 +871,30 @@ impl Engine {
 
     /// A person claims an escalation. Checked against the store and durable before it returns,
     /// and before anyone else sees it.
-    pub async fn claim(self: &Arc<Self>, id: &str, by: &str) -> Result<Escalation, EngineError> {
+    /// One someone else holds is taken over only with `take_over` (recorded on it).
+    pub async fn claim(
+        self: &Arc<Self>,
+        id: &str,
+        by: &str,
+        take_over: bool,
+    ) -> Result<Escalation, EngineError> {
         let by = by.to_string();
-        self.person_action(id, move |book, id, _| book.claimed(id, &by, wall_now()))
-            .await
+        self.person_action(id, move |book, id, _| {
+            book.claimed(id, &by, wall_now(), take_over)
+        })
+        .await
     }
 
     /// A person resolves an escalation. Checked against the store and durable before it
-    /// returns, and before anyone else sees it.
+    /// returns, and before anyone else sees it. One someone else claimed is resolved only with
+    /// `take_over` (recorded on it).
     pub async fn resolve(
         self: &Arc<Self>,
         id: &str,
         by: &str,
         resolution: &str,
         note: Option<&str>,
+        take_over: bool,
     ) -> Result<Escalation, EngineError> {
         let (by, resolution, note) = (
             by.to_string(),
@@ -892,7 +902,15 @@ impl Engine {
             note.map(str::to_string),
         );
         self.person_action(id, move |book, id, verdict| {
-            book.resolved(id, &by, &resolution, note.as_deref(), wall_now(), verdict)
+            book.resolved(
+                id,
+                &by,
+                &resolution,
+                note.as_deref(),
+                wall_now(),
+                verdict,
+                take_over,
+            )
         })
         .await
     }
@@ -1089,6 +1107,7 @@ impl Engine {
             (book.count(EscalationStatus::Open) as u64).saturating_sub(unwritten),
             book.count(EscalationStatus::Claimed) as u64,
             book.count(EscalationStatus::Resolved) as u64,
+            book.count(EscalationStatus::Withdrawn) as u64,
         );
         self.publish_memory(&core);
     }

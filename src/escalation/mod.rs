@@ -22,10 +22,13 @@ use crate::model::*;
 pub enum EscalationError {
     #[error("no escalation with id {0}")]
     NotFound(String),
-    #[error("escalation {id} is already claimed by {by}")]
+    /// Someone else holds it: claiming or resolving it takes `"override": true`.
+    #[error("escalation {id} is claimed by {by}; to take it over, act with \"override\": true")]
     AlreadyClaimed { id: String, by: String },
     #[error("escalation {0} is already resolved")]
     AlreadyResolved(String),
+    #[error("escalation {0} was withdrawn: late evidence showed its findings never held")]
+    Withdrawn(String),
     #[error("{0} must not be empty")]
     Missing(&'static str),
 }
@@ -311,6 +314,7 @@ impl EscalationBook {
                     resolved_at: None,
                     resolution: None,
                     note: None,
+                    overrides: Vec::new(),
                     version: 1,
                 }
             }
@@ -347,7 +351,7 @@ impl EscalationBook {
         by: &str,
         now: Timestamp,
     ) -> Result<Escalation, EscalationError> {
-        let e = self.claimed(id, by, now)?;
+        let e = self.claimed(id, by, now, false)?;
         self.commit(e.clone());
         Ok(e)
     }
@@ -362,7 +366,7 @@ impl EscalationBook {
         now: Timestamp,
         verdict: Option<&Verdict>,
     ) -> Result<Escalation, EscalationError> {
-        let e = self.resolved(id, by, resolution, note, now, verdict)?;
+        let e = self.resolved(id, by, resolution, note, now, verdict, false)?;
         self.commit(e.clone());
         Ok(e)
     }
@@ -377,12 +381,14 @@ impl EscalationBook {
     }
 
     /// The escalation as it would be once claimed by `by`, leaving the book unchanged so the
-    /// caller can make it durable first.
+    /// caller can make it durable first. One someone else holds is taken over only with
+    /// `take_over` (the API's `"override": true`), and the override is recorded on it.
     pub fn claimed(
         &self,
         id: &str,
         by: &str,
         now: Timestamp,
+        take_over: bool,
     ) -> Result<Escalation, EscalationError> {
         if by.trim().is_empty() {
             return Err(EscalationError::Missing("by"));
@@ -390,23 +396,35 @@ impl EscalationBook {
         let e = self
             .get(id)
             .ok_or_else(|| EscalationError::NotFound(id.into()))?;
+        let mut held_by = None;
         match e.status {
-            EscalationStatus::Resolved | EscalationStatus::Withdrawn => {
-                return Err(EscalationError::AlreadyResolved(id.into()))
-            }
+            EscalationStatus::Resolved => return Err(EscalationError::AlreadyResolved(id.into())),
+            EscalationStatus::Withdrawn => return Err(EscalationError::Withdrawn(id.into())),
             // Claiming twice by the same person is a retry, not a conflict.
             EscalationStatus::Claimed if e.claimed_by.as_deref() == Some(by) => {
                 return Ok(e.clone())
             }
             EscalationStatus::Claimed => {
-                return Err(EscalationError::AlreadyClaimed {
-                    id: id.into(),
-                    by: e.claimed_by.clone().unwrap_or_default(),
-                })
+                let holder = e.claimed_by.clone().unwrap_or_default();
+                if !take_over {
+                    return Err(EscalationError::AlreadyClaimed {
+                        id: id.into(),
+                        by: holder,
+                    });
+                }
+                held_by = Some(holder);
             }
             EscalationStatus::Open => {}
         }
         let mut e = e.clone();
+        if let Some(held_by) = held_by {
+            e.overrides.push(Override {
+                by: by.to_string(),
+                at: now,
+                action: OverrideAction::Claim,
+                held_by,
+            });
+        }
         e.status = EscalationStatus::Claimed;
         e.claimed_by = Some(by.to_string());
         e.claimed_at = Some(now);
@@ -415,7 +433,10 @@ impl EscalationBook {
     }
 
     /// The escalation as it would be once resolved, leaving the book unchanged. `verdict` is the
-    /// intent's verdict the person saw: the resolution covers its evidence.
+    /// intent's verdict the person saw: the resolution covers its evidence. One claimed by
+    /// someone else is resolved only with `take_over` (the API's `"override": true`), and the
+    /// override is recorded on it.
+    #[allow(clippy::too_many_arguments)]
     pub fn resolved(
         &self,
         id: &str,
@@ -424,6 +445,7 @@ impl EscalationBook {
         note: Option<&str>,
         now: Timestamp,
         verdict: Option<&Verdict>,
+        take_over: bool,
     ) -> Result<Escalation, EscalationError> {
         if by.trim().is_empty() {
             return Err(EscalationError::Missing("by"));
@@ -434,10 +456,30 @@ impl EscalationBook {
         let e = self
             .get(id)
             .ok_or_else(|| EscalationError::NotFound(id.into()))?;
-        if !e.status.unresolved() {
-            return Err(EscalationError::AlreadyResolved(id.into()));
+        match e.status {
+            EscalationStatus::Resolved => return Err(EscalationError::AlreadyResolved(id.into())),
+            EscalationStatus::Withdrawn => return Err(EscalationError::Withdrawn(id.into())),
+            EscalationStatus::Open | EscalationStatus::Claimed => {}
+        }
+        let holder = e
+            .claimed_by
+            .clone()
+            .filter(|holder| e.status == EscalationStatus::Claimed && holder.as_str() != by);
+        if let (Some(holder), false) = (&holder, take_over) {
+            return Err(EscalationError::AlreadyClaimed {
+                id: id.into(),
+                by: holder.clone(),
+            });
         }
         let mut e = e.clone();
+        if let Some(held_by) = holder {
+            e.overrides.push(Override {
+                by: by.to_string(),
+                at: now,
+                action: OverrideAction::Resolve,
+                held_by,
+            });
+        }
         e.status = EscalationStatus::Resolved;
         e.resolved_by = Some(by.to_string());
         e.resolved_at = Some(now);

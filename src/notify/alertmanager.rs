@@ -71,7 +71,7 @@ pub fn draft(e: &Escalation, tool: Option<&str>) -> Draft {
             e.resolution.as_deref().unwrap_or("")
         ),
         EscalationStatus::Withdrawn => {
-            "withdrawn: later evidence shows its findings never held".to_string()
+            "withdrawn: late evidence showed its findings never held".to_string()
         }
     };
     let findings: Vec<String> = e
@@ -116,6 +116,8 @@ pub fn draft(e: &Escalation, tool: Option<&str>) -> Draft {
         annotations,
         starts_at: rfc3339(e.opened_at),
         ends_at: match e.status {
+            // Withdrawn: the alert ends too. The escalation keeps no time of its own for that,
+            // and any past instant ends an alert.
             EscalationStatus::Resolved | EscalationStatus::Withdrawn => {
                 Some(rfc3339(e.resolved_at.unwrap_or(e.opened_at)))
             }
@@ -213,6 +215,7 @@ mod tests {
             resolved_at: None,
             resolution: None,
             note: None,
+            overrides: vec![],
             version: 2,
         }
     }
@@ -269,6 +272,17 @@ mod tests {
         resolved.resolved_at = Some(Timestamp(1_500 * S));
         let r = complete(&draft(&resolved, Some("t")), &url, now, ttl);
         assert_eq!(r["endsAt"], rfc3339(Timestamp(1_500 * S)));
+        // Withdrawn (late evidence showed its findings never held): the alert ends too.
+        let mut withdrawn = e.clone();
+        withdrawn.status = EscalationStatus::Withdrawn;
+        let w = draft(&withdrawn, Some("t"));
+        assert_eq!(w.ends_at, Some(rfc3339(e.opened_at)));
+        assert!(w.annotations["description"].contains("withdrawn"));
+        assert_eq!(
+            w.labels,
+            draft(&e, Some("t")).labels,
+            "the same alert, ended"
+        );
         // A start from a clock ahead of ours, and a resolution before it: never end < start.
         let mut ahead = resolved.clone();
         ahead.opened_at = Timestamp(3_000 * S);

@@ -16,7 +16,8 @@ pub const OPENED: &str = "escalation.opened";
 pub const UPDATED: &str = "escalation.updated";
 pub const RESOLVED: &str = "escalation.resolved";
 
-/// The event a change of `e` is: its first version opens it, a resolution resolves it, and
+/// The event a change of `e` is: its first version opens it, a resolution or a withdrawal (late
+/// evidence showed its findings never held; the bundle says `withdrawn`) resolves it, and
 /// everything between (a finding joined, a claim) updates it.
 pub fn event_type(e: &Escalation) -> &'static str {
     match (e.status, e.version) {
@@ -100,6 +101,7 @@ mod tests {
             resolved_at: None,
             resolution: None,
             note: None,
+            overrides: vec![],
             version,
         }
     }
@@ -110,6 +112,11 @@ mod tests {
         assert_eq!(event_type(&esc(EscalationStatus::Open, 2)), UPDATED);
         assert_eq!(event_type(&esc(EscalationStatus::Claimed, 3)), UPDATED);
         assert_eq!(event_type(&esc(EscalationStatus::Resolved, 4)), RESOLVED);
+        assert_eq!(
+            event_type(&esc(EscalationStatus::Withdrawn, 2)),
+            RESOLVED,
+            "a withdrawn escalation's notifications are resolved"
+        );
     }
 
     #[test]
@@ -140,5 +147,23 @@ mod tests {
         let again = items_for(&targets, &e, None, None, Timestamp(99));
         assert_eq!(again[0].id, items[0].id);
         assert_eq!(again[1].id, items[1].id);
+    }
+
+    /// A withdrawal resolves both: the webhook says `escalation.resolved` with the bundle's
+    /// status `withdrawn`, and the alert has its end.
+    #[test]
+    fn a_withdrawal_is_announced_as_resolved() {
+        let targets = vec![
+            Target::new("webhook", "http://h/hook", Some("s"), Some("hook")).unwrap(),
+            Target::new("alertmanager", "http://am:9093", None, Some("am")).unwrap(),
+        ];
+        let e = esc(EscalationStatus::Withdrawn, 2);
+        let items = items_for(&targets, &e, None, None, Timestamp(5));
+        assert_eq!(items[0].event, RESOLVED);
+        let body: serde_json::Value = serde_json::from_str(&items[0].body).unwrap();
+        assert_eq!(body["type"], RESOLVED);
+        assert_eq!(body["escalation"]["status"], "withdrawn");
+        let d: alertmanager::Draft = serde_json::from_str(&items[1].body).unwrap();
+        assert!(d.ends_at.is_some(), "{d:?}");
     }
 }

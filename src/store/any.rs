@@ -129,6 +129,12 @@ impl Store for AnyStore {
     ) -> Result<Vec<Escalation>, StoreError> {
         dispatch!(self, s => s.list_escalations(status, limit))
     }
+    async fn page_escalations(
+        &self,
+        filter: &super::EscalationFilter,
+    ) -> Result<Page<Escalation>, StoreError> {
+        dispatch!(self, s => s.page_escalations(filter))
+    }
     async fn report(&self, since: Option<Timestamp>, now: Timestamp) -> Result<Report, StoreError> {
         dispatch!(self, s => s.report(since, now))
     }

@@ -42,7 +42,7 @@ pub use self::error::{ClickHouseError, ErrorClass, RetryPolicy};
 use self::rows::*;
 use self::writer::{Request, Rows};
 use super::{
-    escalation_limit, Appended, CursorKey, Derived, OutboxItem, OutboxPage, Page, Report, Store,
+    escalation_limit, Appended, Derived, IntentCursor, OutboxItem, OutboxPage, Page, Report, Store,
     StoreError, Swap, Unsettled, VerdictFilter,
 };
 use crate::codec::VerdictDoc;
@@ -68,6 +68,10 @@ pub struct ClickHouseConfig {
     /// How long a compare-and-set waits between writing and reading back (default 500 ms);
     /// see [`ClickHouseStore`].
     pub swap_settle: Duration,
+    /// Settings sent with every query besides reckon's own, `(name, value)`: none in service;
+    /// tests bound what a query may read (`max_rows_to_read`) to show a lookup reads an index.
+    #[doc(hidden)]
+    pub query_settings: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for ClickHouseConfig {
@@ -111,6 +115,7 @@ impl ClickHouseConfig {
             database: database.to_string(),
             retry: RetryPolicy::default(),
             swap_settle: DEFAULT_SWAP_SETTLE,
+            query_settings: Vec::new(),
         };
         config.check()?;
         Ok(config)
@@ -148,6 +153,9 @@ impl ClickHouseConfig {
         }
         if let Some(db) = database {
             c = c.with_database(db);
+        }
+        for (name, value) in &self.query_settings {
+            c = c.with_setting(name, value);
         }
         c
     }
@@ -208,8 +216,23 @@ struct DocRow {
 #[derive(Row, Deserialize)]
 struct PageRow {
     intent_id: String,
-    last_event_ns: u64,
     doc: String,
+}
+
+/// A value bound to a `?` of a query built from parts.
+enum Arg {
+    S(String),
+    U(u64),
+}
+
+fn bind_all(mut q: ::clickhouse::query::Query, args: &[Arg]) -> ::clickhouse::query::Query {
+    for a in args {
+        q = match a {
+            Arg::S(s) => q.bind(s.as_str()),
+            Arg::U(n) => q.bind(*n),
+        };
+    }
+    q
 }
 
 /// One `GROUP BY tool, state, decision` row of the report.
@@ -657,6 +680,7 @@ impl Store for ClickHouseStore {
                 StoreError::WriteFailed(format!("encoding verdict {}: {e}", v.intent_id))
             })?;
             let (row, findings) = verdict_rows(v, doc, first + i as u64)?;
+            rows.lookups.extend(lookup_rows(v, first + i as u64));
             rows.verdicts.push(row);
             rows.findings.extend(findings);
         }
@@ -724,6 +748,7 @@ impl Store for ClickHouseStore {
                 StoreError::WriteFailed(format!("encoding verdict {}: {e}", v.intent_id))
             })?;
             let (row, findings) = verdict_rows(v, doc, first + i as u64)?;
+            rows.lookups.extend(lookup_rows(v, first + i as u64));
             rows.verdicts.push(row);
             rows.findings.extend(findings);
         }
@@ -763,63 +788,74 @@ impl Store for ClickHouseStore {
 
     async fn list_verdicts(&self, filter: &VerdictFilter) -> Result<Page<VerdictDoc>, StoreError> {
         let limit = filter.effective_limit();
-        let cursor = filter
+        let after = filter
             .cursor
             .as_deref()
-            .map(CursorKey::decode)
+            .map(IntentCursor::decode)
             .transpose()?;
-        let mut sql = String::from(
-            "SELECT intent_id, last_event_ns, doc FROM reckon_verdicts FINAL WHERE deleted = 0",
-        );
-        if filter.state.is_some() {
-            sql.push_str(" AND state = ?");
-        }
-        if filter.tool.is_some() {
-            sql.push_str(" AND tool = ?");
-        }
-        if filter.since.is_some() {
-            sql.push_str(" AND last_event_ns >= ?");
-        }
-        if filter.finding.is_some() {
-            sql.push_str(" AND has(CAST(finding_kinds AS Array(String)), ?)");
-        }
-        if let Some(c) = &cursor {
-            if c.last_event.0 < 0 {
-                // Nothing stored is older than 1970: the page after such a key is empty.
-                return Ok(Page {
-                    items: Vec::new(),
-                    next_cursor: None,
-                });
-            }
-            sql.push_str(" AND (last_event_ns < ? OR (last_event_ns = ? AND intent_id > ?))");
-        }
-        // One extra row tells whether there is a next page.
-        sql.push_str(" ORDER BY last_event_ns DESC, intent_id ASC LIMIT ?");
-        let mut q = self.client.query(&sql);
+        let mut cond = String::from(" WHERE deleted = 0");
+        let mut args: Vec<Arg> = Vec::new();
         if let Some(s) = filter.state {
-            q = q.bind(s.as_str());
+            cond.push_str(" AND state = ?");
+            args.push(Arg::S(s.as_str().into()));
         }
         if let Some(t) = &filter.tool {
-            q = q.bind(t.as_str());
+            cond.push_str(" AND tool = ?");
+            args.push(Arg::S(t.clone()));
         }
         if let Some(s) = filter.since {
-            q = q.bind(s.0.max(0) as u64);
+            cond.push_str(" AND last_event_ns >= ?");
+            args.push(Arg::U(s.0.max(0) as u64));
         }
         if let Some(k) = filter.finding {
-            q = q.bind(k.as_str());
+            cond.push_str(" AND has(CAST(finding_kinds AS Array(String)), ?)");
+            args.push(Arg::S(k.as_str().into()));
         }
-        if let Some(c) = &cursor {
-            let t = c.last_event.0 as u64;
-            q = q.bind(t).bind(t).bind(c.intent_id.as_str());
+        // A lookup reads a range of `reckon_intent_lookup`'s primary index (kind, value), and the
+        // verdicts it names by theirs (`intent_id`); the second condition keeps the rows the
+        // intent's current verdict wrote (as `reckon_current_findings` does for findings).
+        for (kind, value) in filter.lookups() {
+            cond.push_str(
+                " AND intent_id IN (SELECT intent_id FROM reckon_intent_lookup WHERE kind = ? AND value = ?)
+                  AND (intent_id, version) IN
+                      (SELECT intent_id, verdict_version FROM reckon_intent_lookup WHERE kind = ? AND value = ?)",
+            );
+            for _ in 0..2 {
+                args.push(Arg::S(kind.as_str().into()));
+                args.push(Arg::S(value.into()));
+            }
         }
-        q = q.bind(limit as u64 + 1);
+        let total = self
+            .fetch::<u64>(
+                "count verdicts",
+                bind_all(
+                    self.client
+                        .query(&format!("SELECT count() FROM reckon_verdicts FINAL{cond}")),
+                    &args,
+                ),
+            )
+            .await?
+            .pop()
+            .unwrap_or(0);
+        if let Some(after) = after {
+            cond.push_str(" AND intent_id > ?");
+            args.push(Arg::S(after.intent_id));
+        }
+        // One extra row tells whether there is a next page.
+        args.push(Arg::U(limit as u64 + 1));
+        let q = bind_all(
+            self.client.query(&format!(
+                "SELECT intent_id, doc FROM reckon_verdicts FINAL{cond}
+                 ORDER BY intent_id LIMIT ?"
+            )),
+            &args,
+        );
         let mut rows = self.fetch::<PageRow>("list verdicts", q).await?;
         let more = rows.len() > limit;
         rows.truncate(limit);
         let next_cursor = match (more, rows.last()) {
             (true, Some(last)) => Some(
-                CursorKey {
-                    last_event: ts(last.last_event_ns, VERDICTS, "last_event_ns")?,
+                IntentCursor {
                     intent_id: last.intent_id.clone(),
                 }
                 .encode(),
@@ -833,7 +869,11 @@ impl Store for ClickHouseStore {
                     .map_err(|e| StoreError::corrupt(VERDICTS, "doc", e.to_string()))
             })
             .collect::<Result<Vec<VerdictDoc>, _>>()?;
-        Ok(Page { items, next_cursor })
+        Ok(Page {
+            items,
+            next_cursor,
+            total,
+        })
     }
 
     async fn put_escalations(&self, escalations: Vec<Escalation>) -> Result<(), StoreError> {
@@ -1048,6 +1088,89 @@ impl Store for ClickHouseStore {
                 .bind(limit),
         };
         self.escalations("list escalations", q).await
+    }
+
+    async fn page_escalations(
+        &self,
+        filter: &super::EscalationFilter,
+    ) -> Result<Page<Escalation>, StoreError> {
+        let limit = filter.effective_limit();
+        let after = filter
+            .cursor
+            .as_deref()
+            .map(super::EscalationCursor::decode)
+            .transpose()?;
+        let mut cond = String::from(" WHERE 1 = 1");
+        let mut args: Vec<Arg> = Vec::new();
+        if let Some(s) = filter.status {
+            cond.push_str(" AND status = ?");
+            args.push(Arg::S(s.as_str().into()));
+        }
+        if let Some(s) = filter.severity {
+            cond.push_str(" AND severity = ?");
+            args.push(Arg::S(s.as_str().into()));
+        }
+        if let Some(t) = &filter.tool {
+            // The filters sit outside the FINAL subquery (see reckon_current_verdicts).
+            cond.push_str(
+                " AND intent_id IN (SELECT intent_id FROM
+                    (SELECT intent_id, tool, deleted FROM reckon_verdicts FINAL)
+                    WHERE deleted = 0 AND tool = ?)",
+            );
+            args.push(Arg::S(t.clone()));
+        }
+        let total = self
+            .fetch::<u64>(
+                "count escalations",
+                bind_all(
+                    self.client.query(&format!(
+                        "SELECT count() FROM reckon_escalations FINAL{cond}"
+                    )),
+                    &args,
+                ),
+            )
+            .await?
+            .pop()
+            .unwrap_or(0);
+        if let Some(after) = after {
+            if after.opened_at.0 < 0 {
+                // Nothing stored is older than 1970: the page after such a key is empty.
+                return Ok(Page {
+                    items: Vec::new(),
+                    next_cursor: None,
+                    total,
+                });
+            }
+            cond.push_str(" AND (opened_ns < ? OR (opened_ns = ? AND id > ?))");
+            let t = after.opened_at.0 as u64;
+            args.extend([Arg::U(t), Arg::U(t), Arg::S(after.id)]);
+        }
+        args.push(Arg::U(limit as u64 + 1));
+        let q = bind_all(
+            self.client.query(&format!(
+                "SELECT ?fields FROM reckon_escalations FINAL{cond}
+                 ORDER BY opened_ns DESC, id ASC LIMIT ?"
+            )),
+            &args,
+        );
+        let mut items = self.escalations("page escalations", q).await?;
+        let more = items.len() > limit;
+        items.truncate(limit);
+        let next_cursor = match (more, items.last()) {
+            (true, Some(last)) => Some(
+                super::EscalationCursor {
+                    opened_at: last.opened_at,
+                    id: last.id.clone(),
+                }
+                .encode(),
+            ),
+            _ => None,
+        };
+        Ok(Page {
+            items,
+            next_cursor,
+            total,
+        })
     }
 
     async fn report(&self, since: Option<Timestamp>, now: Timestamp) -> Result<Report, StoreError> {

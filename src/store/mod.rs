@@ -27,6 +27,7 @@ use base64::Engine as _;
 use serde::Serialize;
 
 use crate::codec::{rfc3339, VerdictDoc};
+pub use crate::model::LookupKind;
 pub use crate::model::Route;
 use crate::model::{
     AttemptClass, Decision, Escalation, EscalationStatus, Event, FindingKind, IntentState,
@@ -253,6 +254,13 @@ pub struct VerdictFilter {
     pub tool: Option<String>,
     /// `last_event >= since`.
     pub since: Option<Timestamp>,
+    /// Intents whose parameter target, or one of whose objects' target, is this (an order id):
+    /// a lookup ([`lookups_of`]), not a scan.
+    pub target: Option<String>,
+    /// Intents linked to this downstream object, or one of whose attempts' responses named it.
+    pub object_id: Option<String>,
+    /// Intents that sent this idempotency key.
+    pub key: Option<String>,
     /// Page size; 0 means [`VerdictFilter::DEFAULT_LIMIT`], anything above
     /// [`VerdictFilter::MAX_LIMIT`] is capped.
     pub limit: usize,
@@ -270,47 +278,146 @@ impl VerdictFilter {
             n => n.min(Self::MAX_LIMIT),
         }
     }
+
+    /// The lookups asked for, each `(kind, value)`.
+    pub fn lookups(&self) -> Vec<(LookupKind, &str)> {
+        [
+            (LookupKind::Target, &self.target),
+            (LookupKind::Object, &self.object_id),
+            (LookupKind::Key, &self.key),
+        ]
+        .into_iter()
+        .filter_map(|(kind, v)| v.as_deref().map(|v| (kind, v)))
+        .collect()
+    }
 }
 
-/// One page of a listing. `next_cursor` is `None` on the last page.
+/// Filter and page request for [`Store::page_escalations`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EscalationFilter {
+    pub status: Option<EscalationStatus>,
+    /// Escalations of intents of this tool (their stored verdict's).
+    pub tool: Option<String>,
+    /// Escalations whose most severe finding is of this severity.
+    pub severity: Option<Severity>,
+    /// Page size, as [`VerdictFilter::limit`].
+    pub limit: usize,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+impl EscalationFilter {
+    pub fn effective_limit(&self) -> usize {
+        match self.limit {
+            0 => VerdictFilter::DEFAULT_LIMIT,
+            n => n.min(VerdictFilter::MAX_LIMIT),
+        }
+    }
+}
+
+/// One page of a listing. `next_cursor` is `None` on the last page; `total` is how many
+/// matched the filter in all (every page, not only this one), counted when this page was read.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Page<T> {
     pub items: Vec<T>,
     pub next_cursor: Option<String>,
+    pub total: u64,
 }
 
-/// The sort key of the last item of a page: verdicts are listed by `(last_event desc, intent_id)`.
+/// Where a page of intents ends. Intents are listed by `intent_id` (ascending): the one
+/// attribute of an intent that never changes, so a walk over the pages returns every intent
+/// that exists for the whole walk exactly once, however its verdict changes meanwhile (the
+/// latest activity, even the first event's time, move when late evidence arrives).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CursorKey {
-    pub last_event: Timestamp,
+pub struct IntentCursor {
     pub intent_id: String,
 }
 
-impl CursorKey {
-    /// Opaque to clients (base64url of `nanos:intent_id`) so its format can change; shared by all
-    /// stores so a cursor survives switching the backend of a running deployment.
+/// Where a page of escalations ends. Escalations are listed newest first by
+/// `(opened_at desc, id)`: both are fixed when the escalation is opened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EscalationCursor {
+    pub opened_at: Timestamp,
+    pub id: String,
+}
+
+/// Cursors are opaque to clients (base64url, no padding, of `{tag}:{fields...}`) so their
+/// format can change; shared by all stores so a cursor survives switching the backend of a
+/// running deployment. The tag tells the listings apart: a cursor of one is refused by the
+/// other, as is one from before this format.
+fn encode_cursor(raw: String) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+}
+
+fn decode_cursor(cursor: &str, tag: &str) -> Result<String, StoreError> {
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(cursor.trim())
+        .map_err(|e| StoreError::BadCursor(format!("not base64url: {e}")))?;
+    let raw = String::from_utf8(bytes).map_err(|_| StoreError::BadCursor("not UTF-8".into()))?;
+    match raw.strip_prefix(tag).and_then(|r| r.strip_prefix(':')) {
+        Some(rest) => Ok(rest.to_string()),
+        None => Err(StoreError::BadCursor(
+            "not a cursor of this listing (expected one from its next_cursor)".into(),
+        )),
+    }
+}
+
+impl IntentCursor {
     pub fn encode(&self) -> String {
-        let raw = format!("{}:{}", self.last_event.0, self.intent_id);
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+        encode_cursor(format!("i:{}", self.intent_id))
     }
 
-    pub fn decode(cursor: &str) -> Result<CursorKey, StoreError> {
-        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(cursor.trim())
-            .map_err(|e| StoreError::BadCursor(format!("not base64url: {e}")))?;
-        let raw =
-            String::from_utf8(bytes).map_err(|_| StoreError::BadCursor("not UTF-8".into()))?;
-        let (nanos, intent_id) = raw
+    pub fn decode(cursor: &str) -> Result<IntentCursor, StoreError> {
+        Ok(IntentCursor {
+            intent_id: decode_cursor(cursor, "i")?,
+        })
+    }
+}
+
+impl EscalationCursor {
+    pub fn encode(&self) -> String {
+        encode_cursor(format!("e:{}:{}", self.opened_at.0, self.id))
+    }
+
+    pub fn decode(cursor: &str) -> Result<EscalationCursor, StoreError> {
+        let rest = decode_cursor(cursor, "e")?;
+        let (nanos, id) = rest
             .split_once(':')
             .ok_or_else(|| StoreError::BadCursor("missing separator".into()))?;
         let nanos = nanos
             .parse::<i64>()
             .map_err(|_| StoreError::BadCursor("bad timestamp".into()))?;
-        Ok(CursorKey {
-            last_event: Timestamp(nanos),
-            intent_id: intent_id.to_string(),
+        Ok(EscalationCursor {
+            opened_at: Timestamp(nanos),
+            id: id.to_string(),
         })
     }
+}
+
+/// What a verdict is found by (`GET /api/v1/intents?target=&object_id=&key=`), each
+/// `(kind, value)` once, sorted: its parameter target and its objects' targets, the objects
+/// linked to it and those its attempts' responses named, the keys it sent. Written with every
+/// verdict, replacing what its previous verdict said (so an object that moved to its owner
+/// finds the owner, not the reader that listed it first).
+pub fn lookups_of(v: &Verdict) -> Vec<(LookupKind, &str)> {
+    let mut out: Vec<(LookupKind, &str)> = Vec::new();
+    out.extend(v.target.as_deref().map(|t| (LookupKind::Target, t)));
+    for o in &v.objects {
+        out.push((LookupKind::Object, o.object_id.as_str()));
+        out.extend(o.target.as_deref().map(|t| (LookupKind::Target, t)));
+    }
+    for a in &v.attempts {
+        out.extend(a.object_id.as_deref().map(|o| (LookupKind::Object, o)));
+        out.extend(a.idempotency_key.as_deref().map(|k| (LookupKind::Key, k)));
+    }
+    out.extend(
+        v.idempotency_keys
+            .iter()
+            .map(|k| (LookupKind::Key, k.as_str())),
+    );
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// Per-tool slice of the [`Report`].
@@ -626,8 +733,9 @@ pub trait Store: Send + Sync {
         intent_id: &str,
     ) -> impl Future<Output = Result<Option<VerdictDoc>, StoreError>> + Send;
 
-    /// Newest first by `(last_event desc, intent_id asc)`. A malformed cursor is
-    /// [`StoreError::BadCursor`].
+    /// By `intent_id` ascending ([`IntentCursor`]), with the total that matched. The lookups
+    /// (`target`, `object_id`, `key`) read an index of what each verdict is found by
+    /// ([`lookups_of`]), never a scan. A malformed cursor is [`StoreError::BadCursor`].
     fn list_verdicts(
         &self,
         filter: &VerdictFilter,
@@ -705,7 +813,15 @@ pub trait Store: Send + Sync {
         id: &str,
     ) -> impl Future<Output = Result<Option<Escalation>, StoreError>> + Send;
 
-    /// Newest first by `(opened_at desc, id)`, at most `limit` (capped at 1000, 0 means 100).
+    /// A page of escalations, newest first by `(opened_at desc, id)` ([`EscalationCursor`]),
+    /// with the total that matched. A malformed cursor is [`StoreError::BadCursor`].
+    fn page_escalations(
+        &self,
+        filter: &EscalationFilter,
+    ) -> impl Future<Output = Result<Page<Escalation>, StoreError>> + Send;
+
+    /// Newest first by `(opened_at desc, id)`, at most `limit` (capped at
+    /// [`UNRESOLVED_READ_LIMIT`], 0 means 100).
     fn list_escalations(
         &self,
         status: Option<EscalationStatus>,
@@ -1045,7 +1161,8 @@ pub fn escalation_limit(limit: usize) -> usize {
 pub const UNRESOLVED_READ_LIMIT: usize = 100_000;
 
 /// Every unresolved escalation (open, then claimed, each newest first), however old; with
-/// `resolved`, the newest resolved ones after them (an API page of them).
+/// `resolved`, the newest resolved ones after them and then the newest withdrawn ones (an API
+/// page of each).
 pub async fn unresolved_escalations<S: Store + ?Sized>(
     store: &S,
     resolved: bool,
@@ -1062,6 +1179,11 @@ pub async fn unresolved_escalations<S: Store + ?Sized>(
         all.extend(
             store
                 .list_escalations(Some(EscalationStatus::Resolved), VerdictFilter::MAX_LIMIT)
+                .await?,
+        );
+        all.extend(
+            store
+                .list_escalations(Some(EscalationStatus::Withdrawn), VerdictFilter::MAX_LIMIT)
                 .await?,
         );
     }

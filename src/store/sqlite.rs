@@ -389,6 +389,15 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn page_escalations(
+        &self,
+        filter: &crate::store::EscalationFilter,
+    ) -> Result<Page<Escalation>, StoreError> {
+        let filter = filter.clone();
+        self.read(move |conn| escalations::page_escalations(conn, &filter))
+            .await
+    }
+
     async fn outbox_put(&self, items: Vec<OutboxItem>) -> Result<(), StoreError> {
         if items.is_empty() {
             return Ok(());

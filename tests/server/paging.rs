@@ -278,6 +278,35 @@ async fn queue_pages_escape_and_work_claim_and_resolve() {
     .await;
     assert_eq!(clash.status, 409);
     assert!(clash.body.contains("id=\"problem\""), "{}", clash.body);
+    // Taking it over is the box ticked: the page offers it to whoever is not the holder, and
+    // each take-over is recorded (who, from whom) and listed on the page.
+    let held = page(&client, s.api(&format!("/escalations/{id}")), None).await;
+    assert!(held.body.contains("id=\"take-over-form\""), "{}", held.body);
+    let claim = s.api(&format!("/escalations/{id}/claim"));
+    for (n, (who, from)) in [("bob", name), (name, "bob")].into_iter().enumerate() {
+        let taken = page(
+            &client,
+            claim.clone(),
+            Some((form(&[("by", who), ("override", "true")]), "same-origin")),
+        )
+        .await;
+        assert_eq!(taken.status, 303, "{}", taken.body);
+        let e = s.escalation_of(&intent, "claimed").await.unwrap();
+        assert_eq!(e["claimed_by"], who);
+        assert_eq!(e["overrides"].as_array().unwrap().len(), n + 1);
+        assert_eq!(e["overrides"][n]["held_by"], from);
+        assert_eq!(e["overrides"][n]["action"], "claim");
+    }
+    let shown = page(&client, s.api(&format!("/escalations/{id}")), None).await;
+    assert_eq!(
+        shown
+            .body
+            .matches("<span class=\"override\">claim by")
+            .count(),
+        2,
+        "{}",
+        shown.body
+    );
 
     // Resolve without a resolution: refused, still claimed.
     let resolve = s.api(&format!("/escalations/{id}/resolve"));

@@ -528,7 +528,7 @@ impl Server {
     /// The open (or claimed) escalation of an intent, from `GET /api/v1/escalations?status=`.
     pub async fn escalation_of(&self, intent_id: &str, status: &str) -> Option<Value> {
         let (code, body) = self
-            .get(&format!("/api/v1/escalations?status={status}"))
+            .get(&format!("/api/v1/escalations?status={status}&limit=1000"))
             .await;
         assert_eq!(code, 200, "{body}");
         body["items"]

@@ -112,7 +112,21 @@ struct QueueQuery {
     status: Option<String>,
     severity: Option<String>,
     tool: Option<String>,
+    /// The search box: what to look for (`find`) and by what (`by`: target, object_id or key),
+    /// as `GET /api/v1/intents?target=` and its siblings look it up.
+    by: Option<String>,
+    find: Option<String>,
 }
+
+/// What the search box looks up by: (the query's `by`, its label).
+const SEARCH_BY: [(&str, &str); 3] = [
+    ("target", "order / target"),
+    ("object_id", "downstream object"),
+    ("key", "idempotency key"),
+];
+
+/// How many intents a search lists at most (one page of the API's).
+const SEARCH_ROWS: usize = crate::store::VerdictFilter::MAX_LIMIT;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum StatusFilter {
@@ -180,7 +194,7 @@ async fn queue(
     let Some(status) = StatusFilter::parse(q.status.as_deref().unwrap_or("")) else {
         return error_page(
             StatusCode::BAD_REQUEST,
-            "status: expected unresolved, open, claimed, resolved or all",
+            "status: expected unresolved, open, claimed, resolved, withdrawn or all",
         );
     };
     let severity = match q.severity.as_deref().filter(|x| !x.is_empty()) {
@@ -196,6 +210,50 @@ async fn queue(
         },
     };
     let tool = q.tool.filter(|t| !t.is_empty());
+    let find = q
+        .find
+        .as_deref()
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+        .map(str::to_string);
+    let by =
+        q.by.as_deref()
+            .filter(|b| !b.is_empty())
+            .unwrap_or("target");
+    if !SEARCH_BY.iter().any(|(name, _)| *name == by) {
+        return error_page(
+            StatusCode::BAD_REQUEST,
+            "by: expected target, object_id or key",
+        );
+    }
+    // The search: the intents the order, object or key touches (a lookup in the store), and
+    // the queue narrowed to their escalations.
+    let found = match &find {
+        None => None,
+        Some(f) => {
+            let mut filter = crate::store::VerdictFilter {
+                limit: SEARCH_ROWS,
+                ..Default::default()
+            };
+            match by {
+                "object_id" => filter.object_id = Some(f.clone()),
+                "key" => filter.key = Some(f.clone()),
+                _ => filter.target = Some(f.clone()),
+            }
+            match s.store.list_verdicts(&filter).await {
+                Ok(page) => Some(page),
+                Err(e) => {
+                    return error_page(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        &format!("the store did not answer: {e}"),
+                    )
+                }
+            }
+        }
+    };
+    let found_ids: Option<BTreeSet<&str>> = found
+        .as_ref()
+        .map(|p| p.items.iter().map(|v| v.intent_id.as_str()).collect());
 
     // From the store, like the JSON queue: what is listed is durable.
     let escalations = match unresolved_and_latest(&s).await {
@@ -233,10 +291,11 @@ async fn queue(
         rows.push(Row { e, tool, judged });
     }
     let count = |st| rows.iter().filter(|r| r.e.status == st).count();
-    let (open, claimed, resolved) = (
+    let (open, claimed, resolved, withdrawn) = (
         count(EscalationStatus::Open),
         count(EscalationStatus::Claimed),
         count(EscalationStatus::Resolved),
+        count(EscalationStatus::Withdrawn),
     );
     let tools: BTreeSet<&str> = rows.iter().filter_map(Row::tool).collect();
     let mut shown: Vec<&Row> = rows
@@ -244,9 +303,18 @@ async fn queue(
         .filter(|r| status.admits(r.e.status))
         .filter(|r| severity.is_none_or(|sev| r.e.severity == sev))
         .filter(|r| tool.as_deref().is_none_or(|t| r.tool() == Some(t)))
+        .filter(|r| {
+            found_ids
+                .as_ref()
+                .is_none_or(|ids| ids.contains(r.e.intent_id.as_str()))
+        })
         .collect();
     // Waiting work: the most severe first, then the oldest. History: the newest first.
-    if status == StatusFilter::Only(EscalationStatus::Resolved) || status == StatusFilter::All {
+    if matches!(
+        status,
+        StatusFilter::Only(EscalationStatus::Resolved | EscalationStatus::Withdrawn)
+            | StatusFilter::All
+    ) {
         shown.sort_by(|a, b| (b.e.opened_at, &b.e.id).cmp(&(a.e.opened_at, &a.e.id)));
     } else {
         shown.sort_by(|a, b| {
@@ -262,8 +330,22 @@ async fn queue(
         "<h1>Escalations</h1><p class=\"counts\">\
          <a class=\"count\" href=\"/?status=open\"><b id=\"count-open\">{open}</b> open</a>\
          <a class=\"count\" href=\"/?status=claimed\"><b id=\"count-claimed\">{claimed}</b> claimed</a>\
-         <a class=\"count\" href=\"/?status=resolved\"><b id=\"count-resolved\">{resolved}</b> resolved</a></p>"
+         <a class=\"count\" href=\"/?status=resolved\"><b id=\"count-resolved\">{resolved}</b> resolved</a>\
+         <a class=\"count\" href=\"/?status=withdrawn\"><b id=\"count-withdrawn\">{withdrawn}</b> withdrawn</a></p>"
     );
+    // The search box: "the customer says order 1042 was refunded twice".
+    b.push_str("<form class=\"filters search\" method=\"get\" action=\"/\" id=\"search-form\">");
+    select(&mut b, "by", "Find intents by", by, &SEARCH_BY);
+    let _ = write!(
+        b,
+        "<label>Value <input type=\"search\" name=\"find\" id=\"search\" maxlength=\"500\" \
+         value=\"{}\" placeholder=\"order 1042, re_123, a key\"></label> \
+         <button type=\"submit\">Search</button></form>",
+        E(find.as_deref().unwrap_or(""))
+    );
+    if let (Some(f), Some(page)) = (&find, &found) {
+        found_section(&mut b, by, f, page);
+    }
     // Filters: a plain GET form, so every view has a URL to share.
     b.push_str("<form class=\"filters\" method=\"get\" action=\"/\">");
     select(
@@ -276,6 +358,7 @@ async fn queue(
             ("open", "open"),
             ("claimed", "claimed"),
             ("resolved", "resolved"),
+            ("withdrawn", "withdrawn"),
             ("all", "all"),
         ],
     );
@@ -298,13 +381,26 @@ async fn queue(
         tool.as_deref().unwrap_or(""),
         &tool_opts,
     );
+    if let Some(f) = &find {
+        // The filters keep the search they narrow.
+        let _ = write!(
+            b,
+            "<input type=\"hidden\" name=\"by\" value=\"{}\"><input type=\"hidden\" name=\"find\" value=\"{}\">",
+            E(by),
+            E(f)
+        );
+    }
     b.push_str("<button type=\"submit\">Filter</button> <a href=\"/\">reset</a></form>");
 
     if shown.is_empty() {
         let _ = write!(
             b,
             "<p class=\"empty\" id=\"queue-empty\">{}</p>",
-            if status == StatusFilter::Unresolved && severity.is_none() && tool.is_none() {
+            if status == StatusFilter::Unresolved
+                && severity.is_none()
+                && tool.is_none()
+                && find.is_none()
+            {
                 "Nothing waits for a person."
             } else {
                 "No escalation matches these filters."
@@ -382,6 +478,77 @@ async fn queue(
     respond(StatusCode::OK, page("Escalations", &b))
 }
 
+/// The intents a search found, with their verdicts and escalations.
+fn found_section(b: &mut String, by: &str, find: &str, page: &crate::store::Page<VerdictDoc>) {
+    let label = SEARCH_BY
+        .iter()
+        .find(|(name, _)| *name == by)
+        .map_or(by, |(_, label)| label);
+    let _ = write!(
+        b,
+        "<section class=\"card found\" id=\"found\"><h2>Intents touching {} <span class=\"mono\">{}</span>: \
+         <b id=\"found-total\">{}</b></h2>",
+        E(label),
+        E(find),
+        page.total
+    );
+    if page.items.is_empty() {
+        b.push_str("<p class=\"empty\" id=\"found-empty\">No intent touches it.</p></section>");
+        return;
+    }
+    b.push_str(
+        "<table class=\"queue\"><thead><tr><th>Intent</th><th>Tool</th><th>Verdict</th>\
+         <th>Objects</th><th>Findings</th><th>Escalation</th></tr></thead><tbody>",
+    );
+    for v in &page.items {
+        let objects: Vec<String> = v
+            .objects
+            .iter()
+            .map(|o| format!("{} ({})", o.object_id, o.status))
+            .collect();
+        let findings: BTreeSet<&str> = v.findings.iter().map(|f| f.kind.as_str()).collect();
+        let _ = write!(
+            b,
+            "<tr data-intent=\"{id}\"><td class=\"mono\"><a href=\"/api/v1/intents/{href}\">{id}</a></td>\
+             <td>{tool}</td><td>{state} / {decision}</td><td class=\"mono\">{objects}</td><td>",
+            id = E(&v.intent_id),
+            href = E(&U(&v.intent_id).to_string()),
+            tool = E(v.tool.as_deref().unwrap_or("—")),
+            state = E(&v.state),
+            decision = E(&v.decision),
+            objects = E(&objects.join(", ")),
+        );
+        for f in findings {
+            let _ = write!(b, "<span class=\"chip\">{}</span> ", E(f));
+        }
+        b.push_str("</td><td>");
+        match &v.escalation_id {
+            Some(id) => {
+                let _ = write!(
+                    b,
+                    "<a class=\"esc-link\" href=\"/escalations/{}\">{}</a>",
+                    E(&U(id).to_string()),
+                    E(id)
+                );
+            }
+            None => b.push('—'),
+        }
+        b.push_str("</td></tr>");
+    }
+    b.push_str("</tbody></table>");
+    if page.next_cursor.is_some() {
+        let _ = write!(
+            b,
+            "<p class=\"more\">Showing {} of {}; the API pages through the rest \
+             (<span class=\"mono\">GET /api/v1/intents?{}=…</span>).</p>",
+            page.items.len(),
+            page.total,
+            E(by)
+        );
+    }
+    b.push_str("</section>");
+}
+
 fn select(b: &mut String, name: &str, label: &str, current: &str, options: &[(&str, &str)]) {
     let _ = write!(b, "<label>{} <select name=\"{}\">", E(label), E(name));
     for (value, text) in options {
@@ -429,11 +596,14 @@ async fn escalation_page(
     escalation_view(&s, &principal, &id, notice, None).await
 }
 
-/// `by` is absent when a token names who acts (the form then has no name field).
+/// `by` is absent when a token names who acts (the form then has no name field). `override`
+/// is the box that takes over an escalation someone else holds (present when ticked).
 #[derive(Debug, Deserialize)]
 struct ClaimForm {
     #[serde(default)]
     by: String,
+    #[serde(default, rename = "override")]
+    take_over: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -443,6 +613,8 @@ struct ResolveForm {
     resolution: String,
     #[serde(default)]
     note: String,
+    #[serde(default, rename = "override")]
+    take_over: Option<String>,
 }
 
 /// A browser's form post from another site is refused: with no tokens configured anyone may
@@ -508,7 +680,7 @@ async fn claim(
         Ok(by) => by,
         Err(e) => return error_page(api_status(&e), &e.to_string()),
     };
-    match s.engine.claim(&id, &by).await {
+    match s.engine.claim(&id, &by, f.take_over.is_some()).await {
         Ok(_) => see_other(format!("/escalations/{}?done=claimed", U(&id))),
         Err(e) => {
             let e = ApiError::from(e);
@@ -540,7 +712,11 @@ async fn resolve(
         Err(e) => return error_page(api_status(&e), &e.to_string()),
     };
     let note = Some(f.note.trim()).filter(|n| !n.is_empty());
-    match s.engine.resolve(&id, &by, f.resolution.trim(), note).await {
+    match s
+        .engine
+        .resolve(&id, &by, f.resolution.trim(), note, f.take_over.is_some())
+        .await
+    {
         Ok(_) => see_other(format!("/escalations/{}?done=resolved", U(&id))),
         Err(e) => {
             let e = ApiError::from(e);
@@ -692,6 +868,26 @@ async fn escalation_view(
             );
         }
     }
+    for o in &e.overrides {
+        fact(
+            &mut b,
+            "override",
+            &format!(
+                "<span class=\"override\">{} by <b>{}</b> at {}, taken over from {}</span>",
+                E(o.action.as_str()),
+                E(&o.by),
+                when(o.at),
+                E(&o.held_by)
+            ),
+        );
+    }
+    if e.status == EscalationStatus::Withdrawn {
+        fact(
+            &mut b,
+            "withdrawn",
+            "late evidence showed that the findings behind it never held",
+        );
+    }
     let _ = write!(
         b,
         "</dl><p class=\"json\"><a href=\"/api/v1/escalations/{}\">Evidence bundle as JSON</a></p></section>",
@@ -761,12 +957,28 @@ fn actions(b: &mut String, e: &Escalation, principal: &Principal) {
             b.push_str("<p>Resolved: nothing left to do here. New evidence with a high or critical finding opens a new escalation.</p>");
         }
         EscalationStatus::Withdrawn => {
-            b.push_str("<p>Withdrawn: evidence that arrived late shows its findings never held. Nobody needs to act.</p>");
+            b.push_str("<p id=\"withdrawn\">Withdrawn: late evidence showed that its findings never held, before anyone claimed it. Nothing left to do here.</p>");
         }
         _ if !principal.may(Need::Act) => {
             b.push_str("<p id=\"read-only\">Your token may read the queue; claiming and resolving needs an operator token.</p>");
         }
         status => {
+            // Someone holds it: acting on it takes over from them, and says so.
+            let holder = e
+                .claimed_by
+                .as_deref()
+                .filter(|_| status == EscalationStatus::Claimed)
+                .filter(|h| principal.name() != Some(*h));
+            let take_over = |what: &str| {
+                match holder {
+                Some(h) => format!(
+                    "<label class=\"override\"><input type=\"checkbox\" name=\"override\" value=\"true\"> \
+                     {what} although {} holds it (recorded as an override)</label>",
+                    E(h)
+                ),
+                None => String::new(),
+            }
+            };
             if status == EscalationStatus::Open {
                 let _ = write!(
                     b,
@@ -774,6 +986,16 @@ fn actions(b: &mut String, e: &Escalation, principal: &Principal) {
                      <button type=\"submit\" id=\"claim\">Claim</button></form>",
                     E(&action("claim")),
                     by_field("")
+                );
+            } else if holder.is_some() {
+                // Claimed by someone else: taking it over is a claim with the override.
+                let _ = write!(
+                    b,
+                    "<form method=\"post\" action=\"{}\" id=\"take-over-form\"><h3>Take over</h3>{}{}\
+                     <button type=\"submit\" id=\"take-over\">Take over</button></form>",
+                    E(&action("claim")),
+                    by_field(""),
+                    take_over("take it over")
                 );
             }
             let _ = write!(
@@ -789,9 +1011,10 @@ fn actions(b: &mut String, e: &Escalation, principal: &Principal) {
             }
             b.push_str(
                 "</datalist><label>Note <textarea name=\"note\" rows=\"3\" maxlength=\"4000\" \
-                 placeholder=\"what you checked, what you changed\"></textarea></label>\
-                 <button type=\"submit\" id=\"resolve\">Resolve</button></form>",
+                 placeholder=\"what you checked, what you changed\"></textarea></label>",
             );
+            b.push_str(&take_over("resolve it"));
+            b.push_str("<button type=\"submit\" id=\"resolve\">Resolve</button></form>");
         }
     }
     b.push_str("</section>");

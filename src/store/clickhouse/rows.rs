@@ -21,6 +21,7 @@ pub const ESCALATIONS: &str = "reckon_escalations";
 pub const OUTBOX: &str = "reckon_outbox";
 pub const ROUTES: &str = "reckon_routes";
 pub const META: &str = "reckon_meta";
+pub const LOOKUPS: &str = "reckon_intent_lookup";
 
 #[derive(Clone, Debug, Row, Serialize, Deserialize)]
 pub struct AttemptRow {
@@ -160,6 +161,37 @@ pub struct EscalationRow {
     pub finding_details: Vec<String>,
     /// The evidence ids a resolution covered.
     pub covered: Vec<String>,
+    /// Who took it over from someone else who held it, oldest first (v9).
+    pub override_by: Vec<String>,
+    /// When, parallel to `override_by`.
+    pub override_ns: Vec<u64>,
+    /// With which action (`OverrideAction` codes), parallel to `override_by`.
+    pub override_action: Vec<i8>,
+    /// From whom, parallel to `override_by`.
+    pub override_held_by: Vec<String>,
+}
+
+/// What an intent is looked up by: one of `crate::store::lookups_of`, stamped with the
+/// version of the verdict write it came with.
+#[derive(Clone, Debug, Row, Serialize, Deserialize)]
+pub struct LookupRow {
+    pub kind: i8,
+    pub value: String,
+    pub intent_id: String,
+    pub verdict_version: u64,
+}
+
+/// The lookup rows of a verdict written at `version`.
+pub fn lookup_rows(v: &Verdict, version: u64) -> Vec<LookupRow> {
+    crate::store::lookups_of(v)
+        .into_iter()
+        .map(|(kind, value)| LookupRow {
+            kind: code(&LookupKind::ALL, kind),
+            value: value.to_string(),
+            intent_id: v.intent_id.clone(),
+            verdict_version: version,
+        })
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -612,6 +644,18 @@ pub fn escalation_row(e: &Escalation) -> Result<EscalationRow, StoreError> {
         resolution: e.resolution.clone(),
         note: e.note.clone(),
         version: e.version,
+        override_by: e.overrides.iter().map(|o| o.by.clone()).collect(),
+        override_ns: e
+            .overrides
+            .iter()
+            .map(|o| ns(o.at, T, "override_ns"))
+            .collect::<Result<_, _>>()?,
+        override_action: e
+            .overrides
+            .iter()
+            .map(|o| code(&OverrideAction::ALL, o.action))
+            .collect(),
+        override_held_by: e.overrides.iter().map(|o| o.held_by.clone()).collect(),
     })
 }
 
@@ -628,6 +672,29 @@ pub fn escalation(r: EscalationRow) -> Result<Escalation, StoreError> {
             ),
         ));
     }
+    let n = r.override_by.len();
+    if r.override_ns.len() != n || r.override_action.len() != n || r.override_held_by.len() != n {
+        return Err(StoreError::corrupt(
+            T,
+            "override_by",
+            "override columns of different lengths",
+        ));
+    }
+    let overrides = (0..n)
+        .map(|i| {
+            Ok(Override {
+                by: r.override_by[i].clone(),
+                at: ts(r.override_ns[i], T, "override_ns")?,
+                action: from_code(
+                    &OverrideAction::ALL,
+                    r.override_action[i],
+                    T,
+                    "override_action",
+                )?,
+                held_by: r.override_held_by[i].clone(),
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
     let opened_at = ts(r.opened_ns, T, "opened_ns")?;
     let findings = r
         .finding_kinds
@@ -662,6 +729,7 @@ pub fn escalation(r: EscalationRow) -> Result<Escalation, StoreError> {
         resolved_at: r.resolved_ns.map(|n| ts(n, T, "resolved_ns")).transpose()?,
         resolution: r.resolution,
         note: r.note,
+        overrides,
         version: r.version,
     })
 }

@@ -272,6 +272,63 @@ ALTER TABLE reckon_verdicts COMMENT COLUMN contract_version 'version of the cont
 pub const V8_FINGERPRINT_COMMENT: &str = "
 ALTER TABLE reckon_verdicts COMMENT COLUMN fingerprint 'a hash of the verdict but for audited_at: a start writes only verdicts whose hash changed; 0 before v7'";
 
+/// v9: the escalation status `withdrawn` (adding an enum value is a metadata change on every
+/// supported server), and the take-overs of escalations someone else held (`"override": true`),
+/// as parallel arrays: who, when, with which action, from whom.
+pub const V9_ESCALATION_STATUS: &str = "
+ALTER TABLE reckon_escalations MODIFY COLUMN status Enum8('open' = 1, 'claimed' = 2, 'resolved' = 3, 'withdrawn' = 4)";
+pub const V9_ESCALATION_OVERRIDES: &str = "
+ALTER TABLE reckon_escalations
+    ADD COLUMN override_by Array(String),
+    ADD COLUMN override_ns Array(UInt64),
+    ADD COLUMN override_action Array(Enum8('claim' = 1, 'resolve' = 2)),
+    ADD COLUMN override_held_by Array(String)";
+pub const V9_STATUS_COMMENT: &str = "
+ALTER TABLE reckon_escalations COMMENT COLUMN status 'queue status; withdrawn: late evidence showed its findings never held before anyone claimed or resolved it'";
+pub const V9_OVERRIDE_BY_COMMENT: &str = "
+ALTER TABLE reckon_escalations COMMENT COLUMN override_by 'who claimed or resolved it while someone else held it (override), oldest first'";
+pub const V9_OVERRIDE_NS_COMMENT: &str = "
+ALTER TABLE reckon_escalations COMMENT COLUMN override_ns 'when each override happened, unix nanoseconds, parallel to override_by'";
+pub const V9_OVERRIDE_ACTION_COMMENT: &str = "
+ALTER TABLE reckon_escalations COMMENT COLUMN override_action 'the action each override was part of, parallel to override_by'";
+pub const V9_OVERRIDE_HELD_BY_COMMENT: &str = "
+ALTER TABLE reckon_escalations COMMENT COLUMN override_held_by 'who held it (claimed_by) when each override took it over, parallel to override_by'";
+
+/// v9: what an intent is looked up by (`GET /api/v1/intents?target=&object_id=&key=`): one
+/// row per (kind, value, intent) of `crate::store::lookups_of`, written with every verdict
+/// write and stamped with its version, as findings are: a row is current while its
+/// `verdict_version` is the intent's current verdict version. Sorted by (kind, value), so a
+/// lookup reads a range of the primary index, and the verdicts it names are read by theirs.
+pub const V9_INTENT_LOOKUP: &str = "
+CREATE TABLE IF NOT EXISTS reckon_intent_lookup (
+    kind Enum8('target' = 1, 'object' = 2, 'key' = 3) COMMENT 'target: the intent parameter target or an object target (an order id); object: a downstream object linked to it or named by its responses; key: an idempotency key it sent',
+    value String COMMENT 'the order id, object id or key',
+    intent_id String COMMENT 'the intent it finds',
+    verdict_version UInt64 COMMENT 'reckon_verdicts.version this row was written with: current while it is the intent current version'
+) ENGINE = ReplacingMergeTree(verdict_version)
+ORDER BY (kind, value, intent_id)";
+
+/// v9's backfill from the stored verdicts: their keys (a column), and from their documents the
+/// objects their attempts named or they hold (`"object_id":"..."`) and those objects' targets
+/// (`"target":"..."`). 18.16 has no JSON parser but these regular expressions over reckon's own
+/// compact JSON; an id with a quote or backslash in it is left out (written right with the
+/// intent's next verdict).
+pub const V9_LOOKUP_KEYS: &str = "
+INSERT INTO reckon_intent_lookup (kind, value, intent_id, verdict_version)
+SELECT CAST('key' AS Enum8('target' = 1, 'object' = 2, 'key' = 3)), k, intent_id, version
+FROM (SELECT intent_id, version, idempotency_keys, deleted FROM reckon_verdicts FINAL)
+ARRAY JOIN idempotency_keys AS k WHERE deleted = 0";
+pub const V9_LOOKUP_OBJECTS: &str = r#"
+INSERT INTO reckon_intent_lookup (kind, value, intent_id, verdict_version)
+SELECT CAST('object' AS Enum8('target' = 1, 'object' = 2, 'key' = 3)), o, intent_id, version
+FROM (SELECT intent_id, version, doc, deleted FROM reckon_verdicts FINAL)
+ARRAY JOIN extractAll(doc, '"object_id":"([^"\\\\]*)"') AS o WHERE deleted = 0"#;
+pub const V9_LOOKUP_TARGETS: &str = r#"
+INSERT INTO reckon_intent_lookup (kind, value, intent_id, verdict_version)
+SELECT CAST('target' AS Enum8('target' = 1, 'object' = 2, 'key' = 3)), t, intent_id, version
+FROM (SELECT intent_id, version, doc, deleted FROM reckon_verdicts FINAL)
+ARRAY JOIN extractAll(doc, '"target":"([^"\\\\]*)"') AS t WHERE deleted = 0"#;
+
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
@@ -348,6 +405,23 @@ pub const MIGRATIONS: &[Migration] = &[
             V8_FINGERPRINT_COMMENT,
         ],
     },
+    Migration {
+        version: 9,
+        name: "escalation status withdrawn and overrides; intent lookups by target, object and key",
+        statements: &[
+            V9_ESCALATION_STATUS,
+            V9_ESCALATION_OVERRIDES,
+            V9_STATUS_COMMENT,
+            V9_OVERRIDE_BY_COMMENT,
+            V9_OVERRIDE_NS_COMMENT,
+            V9_OVERRIDE_ACTION_COMMENT,
+            V9_OVERRIDE_HELD_BY_COMMENT,
+            V9_INTENT_LOOKUP,
+            V9_LOOKUP_KEYS,
+            V9_LOOKUP_OBJECTS,
+            V9_LOOKUP_TARGETS,
+        ],
+    },
 ];
 
 /// The schema version this binary writes.
@@ -385,6 +459,9 @@ mod tests {
     /// The finding kinds of v1 and v2, which v3 extends.
     const FINDING_KINDS_BEFORE_V3: &str = "Enum8('duplicate_effect' = 1, 'effect_mismatch' = 2, 'key_reuse_mismatch' = 3, 'new_key_retry' = 4, 'expired_key_retry' = 5, 'no_idempotency_contract' = 6, 'unresolved_unknown' = 7, 'replayed_server_error' = 8, 'misreported_outcome' = 9, 'resend_while_pending' = 10, 'resend_after_terminal' = 11, 'inconclusive_readback_acted_on' = 12, 'stuck_pending' = 13, 'retry_budget_exceeded' = 14, 'orphan_record' = 15)";
 
+    /// The escalation statuses of v1 to v8, which v9 extends.
+    const STATUSES_BEFORE_V9: &str = "Enum8('open' = 1, 'claimed' = 2, 'resolved' = 3)";
+
     /// The codes written in RowBinary are `index in ALL + 1`; the DDL must say the same.
     #[test]
     fn enum_literals_match_the_rust_enums() {
@@ -398,6 +475,8 @@ mod tests {
             enum8(&Severity::ALL.map(|s| s.as_str())),
             enum8(&EscalationStatus::ALL.map(EscalationStatus::as_str)),
             enum8(&crate::notify::OutboxState::ALL.map(crate::notify::OutboxState::as_str)),
+            enum8(&crate::model::LookupKind::ALL.map(crate::model::LookupKind::as_str)),
+            enum8(&crate::model::OverrideAction::ALL.map(crate::model::OverrideAction::as_str)),
         ];
         // Attempt classes are not stored per attempt (yet): only the per-class count columns.
         for (i, e) in expect.iter().enumerate() {
@@ -415,7 +494,8 @@ mod tests {
             assert!(
                 expect.iter().any(|e| e == lit)
                     || lit == "Enum8('major' = 1, 'minor' = 2)"
-                    || lit == FINDING_KINDS_BEFORE_V3,
+                    || lit == FINDING_KINDS_BEFORE_V3
+                    || lit == STATUSES_BEFORE_V9,
                 "unexpected enum literal {lit}"
             );
             rest = &tail[end..];

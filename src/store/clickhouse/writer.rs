@@ -50,6 +50,7 @@ pub struct Rows {
     pub outbox: Vec<OutboxRow>,
     pub routes: Vec<RouteRow>,
     pub meta: Vec<MetaRow>,
+    pub lookups: Vec<LookupRow>,
 }
 
 impl Rows {
@@ -63,6 +64,7 @@ impl Rows {
             + self.outbox.len()
             + self.routes.len()
             + self.meta.len()
+            + self.lookups.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -458,7 +460,7 @@ pub async fn insert_now(
 /// One INSERT per table, in an order that keeps reads consistent if the group fails midway:
 /// events before anything derived from them, notifications before the escalation changes they
 /// announce (a change is never stored unannounced), escalations before the verdicts that name
-/// them, findings before the verdict version that makes them current, a settled intent's routes
+/// them, findings and lookups before the verdict version that makes them current, a settled intent's routes
 /// before the verdict that lets it leave memory, and the checkpoint after everything it covers.
 async fn insert_all(
     client: &::clickhouse::Client,
@@ -471,6 +473,7 @@ async fn insert_all(
     insert(client, retry, OUTBOX, parts, |r| &r.outbox).await?;
     insert(client, retry, ESCALATIONS, parts, |r| &r.escalations).await?;
     insert(client, retry, FINDINGS, parts, |r| &r.findings).await?;
+    insert(client, retry, LOOKUPS, parts, |r| &r.lookups).await?;
     insert(client, retry, ROUTES, parts, |r| &r.routes).await?;
     insert(client, retry, VERDICTS, parts, |r| &r.verdicts).await?;
     insert(client, retry, META, parts, |r| &r.meta).await?;

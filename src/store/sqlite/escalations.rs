@@ -2,9 +2,10 @@
 //! them for start-up, and a target's pending outbox items. Every change to them (the engine's,
 //! and a person's compare-and-set) is the writer's (`writer.rs`).
 
+use rusqlite::types::Value;
 use rusqlite::Connection;
 
-use super::super::{OutboxPage, StoreError};
+use super::super::{EscalationCursor, EscalationFilter, OutboxPage, Page, StoreError};
 use super::rows::{count, decode_escalation, decode_outbox, ESCALATION_COLS, OUTBOX_COLS};
 use crate::model::{Escalation, EscalationStatus, Timestamp};
 
@@ -109,6 +110,78 @@ pub(super) fn list_escalations(
             [limit],
         ),
     }
+}
+
+/// A page of escalations, newest first by `(opened_at desc, id)` after the cursor's, and how
+/// many match in all, from one snapshot.
+pub(super) fn page_escalations(
+    conn: &Connection,
+    filter: &EscalationFilter,
+) -> Result<Page<Escalation>, StoreError> {
+    let limit = filter.effective_limit();
+    let after = filter
+        .cursor
+        .as_deref()
+        .map(EscalationCursor::decode)
+        .transpose()?;
+    let mut conditions = String::from(" WHERE 1 = 1");
+    let mut args: Vec<Value> = Vec::new();
+    if let Some(status) = filter.status {
+        args.push(Value::Text(status.as_str().into()));
+        conditions.push_str(&format!(" AND e.status = ?{}", args.len()));
+    }
+    if let Some(severity) = filter.severity {
+        args.push(Value::Text(severity.as_str().into()));
+        conditions.push_str(&format!(" AND e.severity = ?{}", args.len()));
+    }
+    if let Some(tool) = &filter.tool {
+        args.push(Value::Text(tool.clone()));
+        conditions.push_str(&format!(
+            " AND EXISTS (SELECT 1 FROM reckon_verdicts v WHERE v.intent_id = e.intent_id AND v.tool = ?{})",
+            args.len()
+        ));
+    }
+    let tx = conn.unchecked_transaction()?;
+    let total: i64 = conn.query_row(
+        &format!("SELECT count(*) FROM reckon_escalations e{conditions}"),
+        rusqlite::params_from_iter(args.iter()),
+        |r| r.get(0),
+    )?;
+    let mut sql = format!("SELECT {ESCALATION_COLS} FROM reckon_escalations e{conditions}");
+    if let Some(after) = after {
+        args.push(Value::Integer(after.opened_at.0));
+        let t = args.len();
+        args.push(Value::Text(after.id));
+        // Mixed sort directions rule out a row-value comparison; this form still uses the index.
+        sql.push_str(&format!(
+            " AND (e.opened_at < ?{t} OR (e.opened_at = ?{t} AND e.id > ?{}))",
+            args.len()
+        ));
+    }
+    args.push(Value::Integer(limit as i64 + 1));
+    sql.push_str(&format!(
+        " ORDER BY e.opened_at DESC, e.id ASC LIMIT ?{}",
+        args.len()
+    ));
+    let mut items = query_escalations(conn, &sql, rusqlite::params_from_iter(args))?;
+    tx.finish()?;
+    let more = items.len() > limit;
+    items.truncate(limit);
+    let next_cursor = match (more, items.last()) {
+        (true, Some(last)) => Some(
+            EscalationCursor {
+                opened_at: last.opened_at,
+                id: last.id.clone(),
+            }
+            .encode(),
+        ),
+        _ => None,
+    };
+    Ok(Page {
+        items,
+        next_cursor,
+        total: count(total, "reckon_escalations", "count")?,
+    })
 }
 
 pub(super) fn outbox_pending(

@@ -6,8 +6,8 @@ use rusqlite::types::ValueRef;
 use super::super::{OutboxItem, OutboxState, StoreError};
 use crate::codec::{EscalationFindingDoc, VerdictDoc};
 use crate::model::{
-    Amount, Attempt, Decimal, Escalation, EscalationStatus, Event, Readback, RecordObservation,
-    ReportedOutcome, Severity, SpanRef, Timestamp,
+    Amount, Attempt, Decimal, Escalation, EscalationStatus, Event, Override, Readback,
+    RecordObservation, ReportedOutcome, Severity, SpanRef, Timestamp,
 };
 
 pub(super) struct Dec<'r, 's> {
@@ -213,7 +213,7 @@ pub(super) fn decode_record(row: &rusqlite::Row<'_>) -> Result<(i64, Event), Sto
 
 pub(super) const ESCALATION_COLS: &str =
     "id, intent_id, status, severity, opened_at, findings, claimed_by, claimed_at,
-    resolved_by, resolved_at, resolution, note, version, covered";
+    resolved_by, resolved_at, resolution, note, version, covered, overrides";
 
 pub(super) fn decode_escalation(row: &rusqlite::Row<'_>) -> Result<Escalation, StoreError> {
     let d = Dec {
@@ -242,6 +242,17 @@ pub(super) fn decode_escalation(row: &rusqlite::Row<'_>) -> Result<Escalation, S
         }
         None => Vec::new(),
     };
+    let overrides: Vec<Override> = match d.opt_string(14, "overrides")? {
+        Some(text) => serde_json::from_str::<Vec<crate::codec::OverrideDoc>>(&text)
+            .map_err(|e| d.corrupt("overrides", e.to_string()))?
+            .iter()
+            .map(|o| {
+                o.to_override()
+                    .ok_or_else(|| d.corrupt("overrides", format!("bad override {o:?}")))
+            })
+            .collect::<Result<_, _>>()?,
+        None => Vec::new(),
+    };
     let version = d.i64(12, "version")?;
     Ok(Escalation {
         id: d.string(0, "id")?,
@@ -257,6 +268,7 @@ pub(super) fn decode_escalation(row: &rusqlite::Row<'_>) -> Result<Escalation, S
         resolved_at: d.opt_ts(9, "resolved_at")?,
         resolution: d.opt_string(10, "resolution")?,
         note: d.opt_string(11, "note")?,
+        overrides,
         version: u64::try_from(version)
             .map_err(|_| d.corrupt("version", format!("negative {version}")))?,
     })

@@ -220,6 +220,46 @@ pub const V9_SQL: &str = "
 CREATE INDEX reckon_escalations_intent ON reckon_escalations (intent_id);
 ";
 
+/// v10: what an intent is looked up by (`GET /api/v1/intents?target=&object_id=&key=`):
+/// one row per (kind, value, intent) of [`crate::store::lookups_of`], replaced with each
+/// verdict write, so a lookup is a search of the primary key, not a scan of the verdicts.
+/// Backfilled from the stored verdict documents (their keys, objects, the objects' targets and
+/// the objects their attempts named; documents from before kept no parameter target). And the
+/// take-overs of escalations someone else held (`"override": true`), a JSON array of
+/// `{by, at, action, held_by}`; NULL is none.
+pub const V10_SQL: &str = "
+CREATE TABLE reckon_intent_lookup (
+    kind TEXT NOT NULL,
+    value TEXT NOT NULL,
+    intent_id TEXT NOT NULL,
+    PRIMARY KEY (kind, value, intent_id)
+) WITHOUT ROWID;
+CREATE INDEX reckon_intent_lookup_intent ON reckon_intent_lookup (intent_id);
+INSERT OR IGNORE INTO reckon_intent_lookup (kind, value, intent_id)
+    SELECT 'key', j.value, v.intent_id FROM reckon_verdicts v, json_each(v.doc, '$.idempotency_keys') j
+    WHERE j.type = 'text';
+INSERT OR IGNORE INTO reckon_intent_lookup (kind, value, intent_id)
+    SELECT 'key', json_extract(j.value, '$.idempotency_key'), v.intent_id
+    FROM reckon_verdicts v, json_each(v.doc, '$.attempts') j
+    WHERE json_type(j.value, '$.idempotency_key') = 'text';
+INSERT OR IGNORE INTO reckon_intent_lookup (kind, value, intent_id)
+    SELECT 'object', json_extract(j.value, '$.object_id'), v.intent_id
+    FROM reckon_verdicts v, json_each(v.doc, '$.objects') j
+    WHERE json_type(j.value, '$.object_id') = 'text';
+INSERT OR IGNORE INTO reckon_intent_lookup (kind, value, intent_id)
+    SELECT 'target', json_extract(j.value, '$.target'), v.intent_id
+    FROM reckon_verdicts v, json_each(v.doc, '$.objects') j
+    WHERE json_type(j.value, '$.target') = 'text';
+INSERT OR IGNORE INTO reckon_intent_lookup (kind, value, intent_id)
+    SELECT 'object', json_extract(j.value, '$.object_id'), v.intent_id
+    FROM reckon_verdicts v, json_each(v.doc, '$.attempts') j
+    WHERE json_type(j.value, '$.object_id') = 'text';
+INSERT OR IGNORE INTO reckon_intent_lookup (kind, value, intent_id)
+    SELECT 'target', json_extract(v.doc, '$.target'), v.intent_id
+    FROM reckon_verdicts v WHERE json_type(v.doc, '$.target') = 'text';
+ALTER TABLE reckon_escalations ADD COLUMN overrides TEXT;
+";
+
 /// The attempt-class count columns of `reckon_verdicts`, in [`AttemptClass::ALL`] order.
 pub const CLASS_COLUMNS: [&str; 6] = [
     "attempts_rejected",
@@ -283,6 +323,12 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 9,
         name: "escalations by intent",
         sql: V9_SQL,
+        backfill: None,
+    },
+    Migration {
+        version: 10,
+        name: "intent lookups by target, object and key; escalation overrides",
+        sql: V10_SQL,
         backfill: None,
     },
 ];

@@ -201,29 +201,41 @@ async fn verdict_filters_and_cursor_pagination() {
     }
     store.put_verdicts(all.clone()).await.unwrap();
 
+    // By intent id: the one attribute that never changes.
     let expect = |pred: &dyn Fn(&Verdict) -> bool| {
-        let mut ids: Vec<(i64, String)> = all
+        let mut ids: Vec<String> = all
             .iter()
             .filter(|v| pred(v))
-            .map(|v| (-v.last_event.0, v.intent_id.clone()))
+            .map(|v| v.intent_id.clone())
             .collect();
         ids.sort();
-        ids.into_iter().map(|(_, id)| id).collect::<Vec<_>>()
+        ids
     };
     let walk = |mut filter: VerdictFilter| {
         let store = &store;
         async move {
             let mut ids = Vec::new();
             let mut pages = 0;
+            let mut total = None;
             loop {
                 let page = store.list_verdicts(&filter).await.unwrap();
                 assert!(page.items.len() <= filter.effective_limit());
+                // Every page says how many matched in all.
+                assert!(total.is_none_or(|t| t == page.total));
+                total = Some(page.total);
                 ids.extend(page.items.into_iter().map(|d| d.intent_id));
                 pages += 1;
                 assert!(pages < 1000, "pagination does not terminate");
                 match page.next_cursor {
                     Some(c) => filter.cursor = Some(c),
-                    None => return ids,
+                    None => {
+                        assert_eq!(
+                            total,
+                            Some(ids.len() as u64),
+                            "the total is what a walk returns"
+                        );
+                        return ids;
+                    }
                 }
             }
         }
@@ -237,7 +249,7 @@ async fn verdict_filters_and_cursor_pagination() {
     assert_eq!(
         everything,
         expect(&|_| true),
-        "all pages, no duplicates or gaps, newest first"
+        "all pages, no duplicates or gaps, by intent id"
     );
     assert_eq!(
         walk(VerdictFilter {
@@ -640,7 +652,7 @@ async fn migrates_a_v1_file_keeping_data() {
             .collect::<Result<_, _>>()
             .unwrap()
     };
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    assert_eq!(versions, (1..=10).collect::<Vec<i64>>());
     // Opening again is a no-op.
     drop(store);
     SqliteStore::open(dir.path()).unwrap();
@@ -958,4 +970,254 @@ async fn a_question_split_across_connections_answers_as_one() {
     let mut want: Vec<String> = (0..n).map(|i| format!("intent-{i}")).collect();
     want.sort();
     assert_eq!(store.route_owners(asked).await.unwrap(), want);
+}
+
+/// `target=`, `object_id=` and `key=` are searches of the lookup table's primary key, never a
+/// scan of the verdicts; the plan SQLite makes for the listing's own query says so.
+#[tokio::test]
+async fn lookup_is_a_search() {
+    let dir = TempDir::new().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let mut v = verdict(
+        "i-1",
+        Some("issue_refund"),
+        IntentState::Completed,
+        Timestamp(10),
+    );
+    v.target = Some("1042".into());
+    store.put_verdicts(vec![v]).await.unwrap();
+    let conn = raw(&dir);
+    for (kind, value) in [("target", "1042"), ("object", "re_1"), ("key", "k")] {
+        let filter = VerdictFilter {
+            target: (kind == "target").then(|| value.into()),
+            object_id: (kind == "object").then(|| value.into()),
+            key: (kind == "key").then(|| value.into()),
+            ..Default::default()
+        };
+        let (conditions, args) = super::verdicts::verdict_conditions(&filter);
+        let sql = format!(
+            "EXPLAIN QUERY PLAN SELECT intent_id, doc FROM reckon_verdicts v{conditions} ORDER BY v.intent_id LIMIT 101"
+        );
+        let mut stmt = conn.prepare(&sql).unwrap();
+        let plan: Vec<String> = stmt
+            .query_map(rusqlite::params_from_iter(args), |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let plan = plan.join("\n");
+        assert!(
+            plan.contains("SEARCH reckon_intent_lookup USING PRIMARY KEY (kind=? AND value=?)"),
+            "{kind}: {plan}"
+        );
+        assert!(
+            !plan.contains("SCAN reckon_intent_lookup"),
+            "{kind}: the lookup table is not scanned: {plan}"
+        );
+        // The verdicts are read by their primary key, for the ids the lookup found.
+        assert!(
+            plan.contains("SEARCH v USING INDEX sqlite_autoindex_reckon_verdicts_1 (intent_id=?)")
+                || plan.contains(
+                    "SEARCH v USING INDEX sqlite_autoindex_reckon_verdicts_1 (intent_id>?)"
+                )
+                || plan.contains("SEARCH v USING PRIMARY KEY (intent_id=?)"),
+            "{kind}: verdicts by their key: {plan}"
+        );
+        assert_eq!(
+            store
+                .list_verdicts(&filter)
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .map(|d| d.intent_id.as_str())
+                .collect::<Vec<_>>(),
+            vec!["i-1"],
+            "{kind}"
+        );
+    }
+}
+
+/// The migration fills the lookup table from the verdicts a store held before it.
+#[tokio::test]
+async fn v10_backfills_lookups_from_stored_verdicts() {
+    let dir = TempDir::new().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let mut v = verdict(
+        "i-1",
+        Some("issue_refund"),
+        IntentState::Completed,
+        Timestamp(10),
+    );
+    v.target = Some("1042".into());
+    v.attempts[0].object_id = Some("re_0".into());
+    store.put_verdicts(vec![v.clone()]).await.unwrap();
+    drop(store);
+    let conn = raw(&dir);
+    let expect = |conn: &Connection| -> Vec<(String, String)> {
+        let mut stmt = conn
+            .prepare("SELECT kind, value FROM reckon_intent_lookup WHERE intent_id = 'i-1' ORDER BY 1, 2")
+            .unwrap();
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    let written = expect(&conn);
+    assert_eq!(
+        written,
+        [
+            ("key", "k"),
+            ("object", "re_0"),
+            ("object", "re_1"),
+            ("target", "1042")
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+    );
+    // As a store from before v10 would hold it: no lookups, no overrides; then the migration.
+    conn.execute_batch(
+        "DROP TABLE reckon_intent_lookup;
+         ALTER TABLE reckon_escalations DROP COLUMN overrides;
+         DELETE FROM reckon_schema_migrations WHERE version = 10;",
+    )
+    .unwrap();
+    drop(conn);
+    let store = SqliteStore::open(dir.path()).unwrap();
+    assert_eq!(expect(&raw(&dir)), written, "backfilled from the documents");
+    let page = store
+        .list_verdicts(&VerdictFilter {
+            target: Some("1042".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(page.total, 1);
+}
+
+/// Escalations page newest first with a cursor, filtered by status, severity and tool, with
+/// the total that matched; nothing is cut off.
+#[tokio::test]
+async fn escalation_pages() {
+    let dir = TempDir::new().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let mut all = Vec::new();
+    for i in 0..25i64 {
+        let status = [
+            EscalationStatus::Open,
+            EscalationStatus::Claimed,
+            EscalationStatus::Withdrawn,
+        ][(i % 3) as usize];
+        let mut e = escalation(&format!("e{i:02}"), status, Timestamp(1_000 + i / 2), 1);
+        if i % 5 == 0 {
+            e.severity = Severity::High;
+        }
+        all.push(e);
+    }
+    store.put_escalations(all.clone()).await.unwrap();
+    let tool_of = |i: usize| {
+        if i % 2 == 0 {
+            "issue_refund"
+        } else {
+            "send_email"
+        }
+    };
+    store
+        .put_verdicts(
+            all.iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    verdict(
+                        &e.intent_id,
+                        Some(tool_of(i)),
+                        IntentState::Unknown,
+                        Timestamp(5),
+                    )
+                })
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let walk = |mut f: crate::store::EscalationFilter| {
+        let store = &store;
+        async move {
+            let mut ids = Vec::new();
+            loop {
+                let page = store.page_escalations(&f).await.unwrap();
+                ids.extend(page.items.iter().map(|e| e.id.clone()));
+                match page.next_cursor {
+                    Some(c) => f.cursor = Some(c),
+                    None => return (ids, page.total),
+                }
+            }
+        }
+    };
+    let expect = |pred: &dyn Fn(usize, &Escalation) -> bool| {
+        let mut v: Vec<&Escalation> = all
+            .iter()
+            .enumerate()
+            .filter(|(i, e)| pred(*i, e))
+            .map(|(_, e)| e)
+            .collect();
+        v.sort_by(|a, b| (b.opened_at, &a.id).cmp(&(a.opened_at, &b.id)));
+        let ids: Vec<String> = v.iter().map(|e| e.id.clone()).collect();
+        let n = ids.len() as u64;
+        (ids, n)
+    };
+    use crate::store::EscalationFilter as F;
+    assert_eq!(
+        walk(F {
+            limit: 4,
+            ..Default::default()
+        })
+        .await,
+        expect(&|_, _| true)
+    );
+    assert_eq!(
+        walk(F {
+            status: Some(EscalationStatus::Withdrawn),
+            limit: 2,
+            ..Default::default()
+        })
+        .await,
+        expect(&|_, e| e.status == EscalationStatus::Withdrawn)
+    );
+    assert_eq!(
+        walk(F {
+            severity: Some(Severity::High),
+            limit: 2,
+            ..Default::default()
+        })
+        .await,
+        expect(&|_, e| e.severity == Severity::High)
+    );
+    assert_eq!(
+        walk(F {
+            tool: Some("send_email".into()),
+            status: Some(EscalationStatus::Open),
+            limit: 3,
+            ..Default::default()
+        })
+        .await,
+        expect(&|i, e| tool_of(i) == "send_email" && e.status == EscalationStatus::Open)
+    );
+    let f = F {
+        cursor: Some("bm9jb2xvbg".into()),
+        ..Default::default()
+    };
+    assert!(matches!(
+        store.page_escalations(&f).await,
+        Err(StoreError::BadCursor(_))
+    ));
+    // A cursor of the intents' listing is not one of this listing.
+    let intents = crate::store::IntentCursor {
+        intent_id: "x".into(),
+    }
+    .encode();
+    let f = F {
+        cursor: Some(intents),
+        ..Default::default()
+    };
+    assert!(matches!(
+        store.page_escalations(&f).await,
+        Err(StoreError::BadCursor(_))
+    ));
 }

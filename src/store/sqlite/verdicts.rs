@@ -6,8 +6,8 @@ use std::sync::Arc;
 use rusqlite::types::Value;
 use rusqlite::Connection;
 
-use super::super::{CursorKey, Page, StoreError, VerdictFilter};
-use super::rows::{decode_doc, Dec};
+use super::super::{IntentCursor, Page, StoreError, VerdictFilter};
+use super::rows::{count, decode_doc, Dec};
 use super::writer::EncodedVerdict;
 use crate::codec::VerdictDoc;
 use crate::model::Verdict;
@@ -65,13 +65,9 @@ pub(super) fn stored_verdicts(
     Ok(out)
 }
 
-pub(super) fn list_verdicts(
-    conn: &Connection,
-    filter: &VerdictFilter,
-) -> Result<Page<VerdictDoc>, StoreError> {
-    let limit = filter.effective_limit();
-    let mut sql =
-        String::from("SELECT intent_id, last_event, doc FROM reckon_verdicts v WHERE 1 = 1");
+/// The WHERE clause of a verdict listing (everything but the cursor) and its arguments.
+pub(super) fn verdict_conditions(filter: &VerdictFilter) -> (String, Vec<Value>) {
+    let mut sql = String::from(" WHERE 1 = 1");
     let mut args: Vec<Value> = Vec::new();
     if let Some(state) = filter.state {
         args.push(Value::Text(state.as_str().into()));
@@ -92,28 +88,52 @@ pub(super) fn list_verdicts(
             args.len()
         ));
     }
-    if let Some(cursor) = &filter.cursor {
-        let key = CursorKey::decode(cursor)?;
-        args.push(Value::Integer(key.last_event.0));
-        let t = args.len();
-        args.push(Value::Text(key.intent_id));
-        // Mixed sort directions rule out a row-value comparison; this form still uses the index.
+    // A search of the lookup table's primary key each (see `lookup_is_a_search`).
+    for (kind, value) in filter.lookups() {
+        args.push(Value::Text(kind.as_str().into()));
+        args.push(Value::Text(value.into()));
         sql.push_str(&format!(
-            " AND (last_event < ?{t} OR (last_event = ?{t} AND intent_id > ?{}))",
+            " AND v.intent_id IN (SELECT intent_id FROM reckon_intent_lookup WHERE kind = ?{} AND value = ?{})",
+            args.len() - 1,
             args.len()
         ));
     }
+    (sql, args)
+}
+
+/// The intents that match, by `intent_id`, after the cursor's; and how many match in all, from
+/// the same snapshot.
+pub(super) fn list_verdicts(
+    conn: &Connection,
+    filter: &VerdictFilter,
+) -> Result<Page<VerdictDoc>, StoreError> {
+    let limit = filter.effective_limit();
+    let after = filter
+        .cursor
+        .as_deref()
+        .map(IntentCursor::decode)
+        .transpose()?;
+    let (conditions, mut args) = verdict_conditions(filter);
+    // One read transaction: the page and the count from one snapshot.
+    let tx = conn.unchecked_transaction()?;
+    let total: i64 = conn.query_row(
+        &format!("SELECT count(*) FROM reckon_verdicts v{conditions}"),
+        rusqlite::params_from_iter(args.iter()),
+        |r| r.get(0),
+    )?;
+    let mut sql = format!("SELECT intent_id, doc FROM reckon_verdicts v{conditions}");
+    if let Some(after) = after {
+        args.push(Value::Text(after.intent_id));
+        sql.push_str(&format!(" AND v.intent_id > ?{}", args.len()));
+    }
     // One extra row tells whether there is a next page.
     args.push(Value::Integer(limit as i64 + 1));
-    sql.push_str(&format!(
-        " ORDER BY last_event DESC, intent_id ASC LIMIT ?{}",
-        args.len()
-    ));
+    sql.push_str(&format!(" ORDER BY v.intent_id LIMIT ?{}", args.len()));
 
     let mut stmt = conn.prepare_cached(&sql)?;
     let mut rows = stmt.query(rusqlite::params_from_iter(args))?;
     let mut items = Vec::with_capacity(limit.min(128));
-    let mut last: Option<CursorKey> = None;
+    let mut last: Option<String> = None;
     let mut more = false;
     while let Some(row) = rows.next()? {
         if items.len() == limit {
@@ -124,12 +144,19 @@ pub(super) fn list_verdicts(
             row,
             table: "reckon_verdicts",
         };
-        last = Some(CursorKey {
-            intent_id: d.string(0, "intent_id")?,
-            last_event: d.ts(1, "last_event")?,
-        });
-        items.push(decode_doc(row, 2)?);
+        last = Some(d.string(0, "intent_id")?);
+        items.push(decode_doc(row, 1)?);
     }
-    let next_cursor = if more { last.map(|k| k.encode()) } else { None };
-    Ok(Page { items, next_cursor })
+    drop(rows);
+    drop(stmt);
+    tx.finish()?;
+    let next_cursor = match (more, last) {
+        (true, Some(intent_id)) => Some(IntentCursor { intent_id }.encode()),
+        _ => None,
+    };
+    Ok(Page {
+        items,
+        next_cursor,
+        total: count(total, "reckon_verdicts", "count")?,
+    })
 }

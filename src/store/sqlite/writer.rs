@@ -424,6 +424,9 @@ fn upsert_verdict_sql() -> String {
 }
 
 const DELETE_FINDINGS: &str = "DELETE FROM reckon_findings WHERE intent_id = ?1";
+const DELETE_LOOKUPS: &str = "DELETE FROM reckon_intent_lookup WHERE intent_id = ?1";
+const INSERT_LOOKUP: &str =
+    "INSERT OR IGNORE INTO reckon_intent_lookup (kind, value, intent_id) VALUES (?1, ?2, ?3)";
 const INSERT_FINDING: &str =
     "INSERT INTO reckon_findings (intent_id, kind, severity, at, subject, detail, tool)
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
@@ -435,6 +438,8 @@ fn put_verdicts(conn: &Connection, verdicts: &[EncodedVerdict]) -> Result<(), St
     let mut upsert = conn.prepare_cached(&UPSERT_VERDICT)?;
     let mut delete = conn.prepare_cached(DELETE_FINDINGS)?;
     let mut insert = conn.prepare_cached(INSERT_FINDING)?;
+    let mut forget = conn.prepare_cached(DELETE_LOOKUPS)?;
+    let mut lookup = conn.prepare_cached(INSERT_LOOKUP)?;
     for EncodedVerdict { verdict: v, doc } in verdicts {
         let mut counts = [0i64; 6];
         for a in &v.attempts {
@@ -487,6 +492,11 @@ fn put_verdicts(conn: &Connection, verdicts: &[EncodedVerdict]) -> Result<(), St
                 v.tool
             ])?;
         }
+        // What the intent is found by: what this verdict says, not what an earlier one did.
+        forget.execute([&v.intent_id])?;
+        for (kind, value) in crate::store::lookups_of(v) {
+            lookup.execute(params![kind.as_str(), value, v.intent_id])?;
+        }
     }
     Ok(())
 }
@@ -527,10 +537,12 @@ fn delete_verdicts(conn: &Connection, ids: &[String]) -> Result<(), StoreError> 
     let mut verdict = conn.prepare_cached("DELETE FROM reckon_verdicts WHERE intent_id = ?1")?;
     let mut findings = conn.prepare_cached(DELETE_FINDINGS)?;
     let mut routes = conn.prepare_cached("DELETE FROM reckon_routes WHERE intent_id = ?1")?;
+    let mut lookups = conn.prepare_cached(DELETE_LOOKUPS)?;
     for id in ids {
         verdict.execute([id])?;
         findings.execute([id])?;
         routes.execute([id])?;
+        lookups.execute([id])?;
     }
     Ok(())
 }
@@ -538,13 +550,14 @@ fn delete_verdicts(conn: &Connection, ids: &[String]) -> Result<(), StoreError> 
 /// `>=` so that, as with ClickHouse's ReplacingMergeTree(version), an equal version is replaced
 /// by the later write while an older one never overwrites a newer one.
 const UPSERT_ESCALATION: &str = "INSERT INTO reckon_escalations (id, intent_id, status, severity, opened_at,
-    findings, claimed_by, claimed_at, resolved_by, resolved_at, resolution, note, version, covered)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+    findings, claimed_by, claimed_at, resolved_by, resolved_at, resolution, note, version, covered,
+    overrides)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
     ON CONFLICT (id) DO UPDATE SET intent_id = excluded.intent_id, status = excluded.status,
         severity = excluded.severity, opened_at = excluded.opened_at, findings = excluded.findings,
         claimed_by = excluded.claimed_by, claimed_at = excluded.claimed_at, resolved_by = excluded.resolved_by,
         resolved_at = excluded.resolved_at, resolution = excluded.resolution, note = excluded.note,
-        version = excluded.version, covered = excluded.covered
+        version = excluded.version, covered = excluded.covered, overrides = excluded.overrides
     WHERE excluded.version >= reckon_escalations.version";
 
 /// The stored form of an escalation's findings.
@@ -560,6 +573,21 @@ fn findings_json(e: &Escalation) -> Result<String, StoreError> {
 /// The stored form of the evidence a resolution covered.
 fn covered_json(e: &Escalation) -> Result<String, StoreError> {
     serde_json::to_string(&e.covered).map_err(|e| StoreError::WriteFailed(e.to_string()))
+}
+
+/// The stored form of an escalation's overrides: NULL for none (as rows from before v10).
+fn overrides_json(e: &Escalation) -> Result<Option<String>, StoreError> {
+    if e.overrides.is_empty() {
+        return Ok(None);
+    }
+    let docs: Vec<crate::codec::OverrideDoc> = e
+        .overrides
+        .iter()
+        .map(crate::codec::OverrideDoc::from_override)
+        .collect();
+    serde_json::to_string(&docs)
+        .map(Some)
+        .map_err(|e| StoreError::WriteFailed(e.to_string()))
 }
 
 /// Versions beyond i64 are not a real case; saturating keeps "highest wins" intact.
@@ -585,6 +613,7 @@ fn put_escalations(conn: &Connection, escalations: &[Escalation]) -> Result<(), 
             e.note,
             version(e.version),
             covered_json(e)?,
+            overrides_json(e)?,
         ])?;
     }
     Ok(())
@@ -598,7 +627,7 @@ fn put_escalations(conn: &Connection, escalations: &[Escalation]) -> Result<(), 
 const SWAP_ESCALATION: &str = "UPDATE reckon_escalations SET intent_id = ?2, status = ?3,
     severity = ?4, opened_at = ?5, findings = ?6, claimed_by = ?7, claimed_at = ?8,
     resolved_by = ?9, resolved_at = ?10, resolution = ?11, note = ?12, version = ?13,
-    covered = ?19
+    covered = ?19, overrides = ?20
     WHERE id = ?1 AND version = ?14 AND status = ?15 AND claimed_by IS ?16
         AND resolved_by IS ?17 AND json_array_length(findings) = ?18";
 
@@ -629,6 +658,7 @@ fn swap_escalation(
         current.resolved_by,
         current.findings.len() as i64,
         covered_json(e)?,
+        overrides_json(e)?,
     ])?;
     if changed == 1 {
         // In the request's savepoint: the notifications exactly when the change is written.
