@@ -2874,11 +2874,24 @@ async fn open_intents_left_in_the_store_come_back_when_reached<H: Harness>(h: &H
     assert_eq!(back.decision, reference.decision);
     assert_eq!(kinds(&back), kinds(&reference));
     assert_eq!(back.objects, reference.objects, "the record is open-1's");
+    // Its escalation came back with it, and the record (30 s after the timeout in event time,
+    // long before the unknown deadline) shows `unresolved_unknown` never held: nobody had
+    // claimed it, so it is withdrawn (DESIGN.md "Findings"), as in the process that never
+    // stopped.
     let first = reckon::escalation::escalation_id("open-1", 1);
+    assert_eq!(back.escalation_id, reference.escalation_id, "{back:?}");
+    assert_eq!(back.escalation_id, None, "{back:?}");
+    let withdrawn = h
+        .open_any()
+        .await
+        .get_escalation(&first)
+        .await
+        .unwrap()
+        .expect("the escalation is kept");
     assert_eq!(
-        back.escalation_id.as_deref(),
-        Some(first.as_str()),
-        "its escalation came back with it: {back:?}"
+        withdrawn.status,
+        EscalationStatus::Withdrawn,
+        "{withdrawn:?}"
     );
 
     // A person claims open-2's escalation while open-2 is still in the store.
@@ -2912,11 +2925,12 @@ async fn open_intents_left_in_the_store_come_back_when_reached<H: Harness>(h: &H
 
     let (engine, tasks, metrics) = engine_on(h.open_any().await).await;
     audited_again(&engine).await;
-    assert_eq!(
-        engine.intents(),
-        3,
-        "all open, all read back behind serving"
-    );
+    // open-1 and open-3 completed and their escalations were withdrawn: at rest, a start need
+    // not read them (it may, when they arrived after the checkpoint). open-2 is claimed: open,
+    // read back behind serving.
+    let v = engine.verdict("open-2").await.expect("open-2 read back");
+    assert_eq!(v.escalation_id.as_deref(), Some(other.as_str()), "{v:?}");
+    assert!(engine.intents() >= 1);
     // The gauge follows at the timer's next step.
     for _ in 0..1000 {
         if metric(&metrics, "reckon_intents_pending") == 0 {
