@@ -231,14 +231,19 @@ fn histories(events: &[Event]) -> Vec<audit::History> {
 }
 
 /// Per intent, its escalations that are not withdrawn: id, status and finding identities.
-fn escalations(core: &EngineCore) -> Vec<(String, EscalationStatus, Vec<(FindingKind, String)>)> {
+fn escalation_summary(
+    core: &EngineCore,
+) -> Vec<(String, EscalationStatus, Vec<(FindingKind, String)>)> {
     let mut out: Vec<_> = core
         .book()
         .all()
         .filter(|e| e.status != EscalationStatus::Withdrawn)
         .map(|e| {
-            let mut ids: Vec<(FindingKind, String)> =
-                e.findings.iter().map(|f| (f.kind, f.subject.clone())).collect();
+            let mut ids: Vec<(FindingKind, String)> = e
+                .findings
+                .iter()
+                .map(|f| (f.kind, f.subject.clone()))
+                .collect();
             ids.sort();
             (e.id.clone(), e.status, ids)
         })
@@ -359,8 +364,8 @@ fuzz_target!(|case: Case| {
     let mut at_once = EngineCore::new(CONTRACTS.clone());
     at_once.ingest(events, now);
     assert_eq!(
-        escalations(&live),
-        escalations(&at_once),
+        escalation_summary(&live),
+        escalation_summary(&at_once),
         "arrival changed an escalation"
     );
 });
