@@ -112,16 +112,19 @@ pub enum EscalationAction {
     Show {
         id: String,
     },
-    /// `by`: `None` with a token (the server records the token's name).
+    /// `by`: `None` with a token (the server records the token's name). `take_over`: act on
+    /// an escalation someone else holds (the API's `"override": true`, recorded).
     Claim {
         id: String,
         by: Option<String>,
+        take_over: bool,
     },
     Resolve {
         id: String,
         by: Option<String>,
         resolution: String,
         note: Option<String>,
+        take_over: bool,
     },
 }
 
@@ -486,6 +489,9 @@ enum EscalationsSub {
         /// Who takes it (with --token: the token's name, which is what the server records)
         #[arg(long, value_parser = value::parse_non_empty)]
         by: Option<String>,
+        /// Take it from whoever holds it (recorded on the escalation as an override)
+        #[arg(long = "override")]
+        take_over: bool,
     },
     /// Close an escalation with what was done.
     Resolve {
@@ -500,6 +506,9 @@ enum EscalationsSub {
         /// Free text for the audit trail
         #[arg(long)]
         note: Option<String>,
+        /// Resolve it though someone else holds it (recorded on the escalation as an override)
+        #[arg(long = "override")]
+        take_over: bool,
     },
 }
 
@@ -512,18 +521,22 @@ impl EscalationsCli {
         let action = match self.action {
             EscalationsSub::List { status } => EscalationAction::List { status },
             EscalationsSub::Show { id } => EscalationAction::Show { id },
-            EscalationsSub::Claim { id, by } => EscalationAction::Claim { id, by },
+            EscalationsSub::Claim { id, by, take_over } => {
+                EscalationAction::Claim { id, by, take_over }
+            }
             EscalationsSub::Resolve {
                 id,
                 by,
                 resolution,
                 note,
+                take_over,
             } => EscalationAction::Resolve {
                 id,
                 by,
                 resolution,
                 // An empty note is no note.
                 note: note.filter(|n| !n.trim().is_empty()),
+                take_over,
             },
         };
         Ok(EscalationsCmd {

@@ -184,17 +184,23 @@ async fn escalations(cmd: cli::EscalationsCmd) -> anyhow::Result<ExitCode> {
     let request = match &cmd.action {
         EscalationAction::List { .. } => unreachable!("listed above"),
         EscalationAction::Show { id } => http.get(format!("{base}/{id}")),
-        EscalationAction::Claim { id, by } => http
+        EscalationAction::Claim { id, by, take_over } => http
             .post(format!("{base}/{id}/claim"))
-            .json(&serde_json::json!({ "by": by })),
+            .json(&serde_json::json!({ "by": by, "override": take_over })),
         EscalationAction::Resolve {
             id,
             by,
             resolution,
             note,
+            take_over,
         } => http
             .post(format!("{base}/{id}/resolve"))
-            .json(&serde_json::json!({ "by": by, "resolution": resolution, "note": note })),
+            .json(&serde_json::json!({
+                "by": by,
+                "resolution": resolution,
+                "note": note,
+                "override": take_over,
+            })),
     };
     let request = match &cmd.token {
         Some(token) => request.bearer_auth(token),

@@ -592,7 +592,8 @@ fn escalations() {
         esc(&["claim", "esc-1", "--by", "ann"], &[]).action,
         EscalationAction::Claim {
             id: "esc-1".into(),
-            by: Some("ann".into())
+            by: Some("ann".into()),
+            take_over: false,
         }
     );
     assert_eq!(
@@ -615,6 +616,7 @@ fn escalations() {
             by: Some("ann".into()),
             resolution: "reversed_duplicate".into(),
             note: Some("called the bank".into()),
+            take_over: false,
         }
     );
     assert_eq!(
@@ -637,6 +639,7 @@ fn escalations() {
             by: Some("a".into()),
             resolution: "r".into(),
             note: None,
+            take_over: false,
         }
     );
     // --server before or after the action; flag over RECKON_SERVER over the default.
@@ -667,7 +670,17 @@ fn escalations() {
         esc(&["claim", "esc-1"], token).action,
         EscalationAction::Claim {
             id: "esc-1".into(),
-            by: None
+            by: None,
+            take_over: false,
+        }
+    );
+    // Taking over someone else's: the API's `"override": true`.
+    assert_eq!(
+        esc(&["claim", "esc-1", "--by", "bo", "--override"], &[]).action,
+        EscalationAction::Claim {
+            id: "esc-1".into(),
+            by: Some("bo".into()),
+            take_over: true,
         }
     );
     assert!(matches!(

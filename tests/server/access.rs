@@ -820,6 +820,63 @@ async fn otel_exporter_otlp_headers_as_the_readme_writes_them() {
     s.stop().await;
 }
 
+/// `reckon escalations claim --override` takes an escalation someone else holds; without it the
+/// command fails naming the holder. The take-over is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_escalations_command_takes_over_only_with_override() {
+    let s = Server::start().await;
+    let id = email_escalation(&s).await;
+    let server = s.r().api_url();
+    let cli = |args: Vec<&'static str>, id: String| {
+        let server = server.clone();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_reckon"))
+                .arg("escalations")
+                .arg(args[0])
+                .arg(&id)
+                .args(&args[1..])
+                .args(["--server", &server])
+                .env_remove("RECKON_TOKEN")
+                .output()
+                .unwrap()
+        })
+    };
+    let out = cli(vec!["claim", "--by", "ana"], id.clone()).await.unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = cli(vec!["claim", "--by", "bo"], id.clone()).await.unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("409") && stderr.contains("ana"), "{stderr}");
+    let out = cli(
+        vec![
+            "resolve",
+            "--by",
+            "bo",
+            "--resolution",
+            "refunded_once",
+            "--override",
+        ],
+        id.clone(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["status"], "resolved", "{shown}");
+    assert_eq!(shown["resolved_by"], "bo", "{shown}");
+    assert_eq!(shown["overrides"][0]["by"], "bo", "{shown}");
+    assert_eq!(shown["overrides"][0]["held_by"], "ana", "{shown}");
+    s.stop().await;
+}
+
 /// `reckon escalations` sends `RECKON_TOKEN`; the server records the token's name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_escalations_command_sends_its_token() {
