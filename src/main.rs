@@ -202,6 +202,19 @@ async fn escalations(cmd: cli::EscalationsCmd) -> anyhow::Result<ExitCode> {
                 "override": take_over,
             })),
     };
+    match answer(request, &cmd).await? {
+        Ok(body) => println!("{}", serde_json::to_string_pretty(&body)?),
+        Err(failed) => return Ok(failed),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Sends one request of `reckon escalations` with its token: the answer's JSON body, or, when
+/// the server refused, the refusal printed and the exit code to leave with.
+async fn answer(
+    request: reqwest::RequestBuilder,
+    cmd: &cli::EscalationsCmd,
+) -> anyhow::Result<Result<serde_json::Value, ExitCode>> {
     let request = match &cmd.token {
         Some(token) => request.bearer_auth(token),
         None => request,
@@ -220,10 +233,9 @@ async fn escalations(cmd: cli::EscalationsCmd) -> anyhow::Result<ExitCode> {
             .as_str()
             .unwrap_or("unexpected answer");
         eprintln!("reckon: {status}: {message}");
-        return Ok(ExitCode::FAILURE);
+        return Ok(Err(ExitCode::FAILURE));
     }
-    println!("{}", serde_json::to_string_pretty(&body)?);
-    Ok(ExitCode::SUCCESS)
+    Ok(Ok(body))
 }
 
 /// Every page of the queue (of `status`), following the cursor: the list is never cut short.
@@ -244,27 +256,10 @@ async fn list_escalations(
         if let Some(c) = &cursor {
             url.push_str(&format!("&cursor={c}"));
         }
-        let request = http.get(url);
-        let request = match &cmd.token {
-            Some(token) => request.bearer_auth(token),
-            None => request,
+        let body = match answer(http.get(url), cmd).await? {
+            Ok(body) => body,
+            Err(failed) => return Ok(failed),
         };
-        let response = request
-            .send()
-            .await
-            .with_context(|| format!("reaching reckon at {}", cmd.server))?;
-        let code = response.status();
-        let body: serde_json::Value = response
-            .json()
-            .await
-            .context("reading the server's answer")?;
-        if !code.is_success() {
-            let message = body["error"]["message"]
-                .as_str()
-                .unwrap_or("unexpected answer");
-            eprintln!("reckon: {code}: {message}");
-            return Ok(ExitCode::FAILURE);
-        }
         let items: Vec<EscalationDoc> = serde_json::from_value(body["items"].clone())
             .context("decoding the escalation list")?;
         for e in &items {
