@@ -25,8 +25,9 @@ PROVISIONING_DIR = ROOT / "grafana" / "provisioning"
 DATASOURCE_UID = "reckon-clickhouse"
 DATASOURCE_TYPE = "grafana-clickhouse-datasource"
 
-# The tables DESIGN.md names (prefix reckon_) plus the migrations bookkeeping table and the
-# notification outbox.
+# The tables DESIGN.md names (prefix reckon_) plus the migrations bookkeeping table, the
+# notification outbox, the routes to intents out of memory and the API's lookups by target,
+# object and key.
 EXPECTED_TABLES = {
     "reckon_schema_migrations",
     "reckon_attempts",
@@ -38,6 +39,7 @@ EXPECTED_TABLES = {
     "reckon_outbox",
     "reckon_routes",
     "reckon_meta",
+    "reckon_intent_lookup",
 }
 EXPECTED_VIEWS = {"reckon_current_verdicts", "reckon_current_findings"}
 
@@ -47,6 +49,8 @@ EXPECTED_VIEWS = {"reckon_current_verdicts", "reckon_current_findings"}
 # --------------------------------------------------------------------------------------------
 
 _CONST_RE = re.compile(r'pub const (\w+): &str = "(.*?)";', re.S)
+# Raw string literals (`r#"..."#`), for statements that hold quotes or backslashes of their own.
+_RAW_CONST_RE = re.compile(r'pub const (\w+): &str = r#"(.*?)"#;', re.S)
 _MIGRATIONS_RE = re.compile(r"pub const MIGRATIONS: &\[Migration\] = &\[(.*?)\n\];", re.S)
 _STATEMENTS_RE = re.compile(r"statements: &\[(.*?)\]", re.S)
 _CREATE_RE = re.compile(r"CREATE (TABLE|VIEW) IF NOT EXISTS (\w+)")
@@ -55,10 +59,11 @@ _CREATE_RE = re.compile(r"CREATE (TABLE|VIEW) IF NOT EXISTS (\w+)")
 def schema_statements() -> list[str]:
     """Every DDL statement reckon runs, in the order it runs them: `CREATE_MIGRATIONS`, then each
     migration's `statements` in order. Read from schema.rs rather than copied, so the tests follow
-    the schema when it grows (the consts are plain string literals without escapes; a test checks
+    the schema when it grows (the consts are plain string literals without escapes, or raw ones; a test checks
     that every const a migration names was found)."""
     text = SCHEMA_RS.read_text()
     consts = {m.group(1): m.group(2).strip() for m in _CONST_RE.finditer(text)}
+    consts.update({m.group(1): m.group(2).strip() for m in _RAW_CONST_RE.finditer(text)})
     mig = _MIGRATIONS_RE.search(text)
     if not mig:
         raise AssertionError("MIGRATIONS not found in schema.rs")
