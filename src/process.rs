@@ -48,6 +48,8 @@ pub fn raise_open_file_limit() -> std::io::Result<u64> {
             }
             lim = raised;
         }
+        // `rlim_t` is not u64 on every Linux target.
+        #[allow(clippy::unnecessary_cast)]
         Ok(lim.rlim_cur as u64)
     }
     #[cfg(not(target_os = "linux"))]
