@@ -113,11 +113,21 @@ impl Guard {
             return p;
         }
         self.limited(MAX_CONNECTIONS);
-        self.close_idlest();
-        match self.permits.clone().acquire_owned().await {
-            Ok(p) => p,
-            // The semaphore is never closed.
-            Err(_) => std::future::pending().await,
+        loop {
+            self.close_idlest();
+            // Again after a while: the one closed may have begun a request meanwhile (then it
+            // is spared), or another may have gone idle.
+            match tokio::time::timeout(
+                Duration::from_millis(250),
+                self.permits.clone().acquire_owned(),
+            )
+            .await
+            {
+                Ok(Ok(p)) => return p,
+                // The semaphore is never closed.
+                Ok(Err(_)) => std::future::pending::<()>().await,
+                Err(_) => {}
+            }
         }
     }
 
@@ -332,10 +342,14 @@ impl<T: AsyncRead + Unpin> AsyncRead for Limited<T> {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if this.conn.0.evicted.load(Ordering::Relaxed) {
-            return Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::ConnectionAborted,
-                "idle connection closed to make room (max_connections)",
-            )));
+            if this.conn.0.phase().in_flight == 0 {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    "idle connection closed to make room (max_connections)",
+                )));
+            }
+            // A request began since it was chosen: spared.
+            this.conn.0.evicted.store(false, Ordering::Relaxed);
         }
         let before = buf.filled().len();
         match Pin::new(&mut this.io).poll_read(cx, buf) {
@@ -482,16 +496,129 @@ impl<T> tonic::transport::server::Connected for Limited<T> {
     }
 }
 
-/// The axum middleware that tells a connection when a request is in flight on it.
+/// The axum middleware that tells a connection when a request is in flight on it: until its
+/// answer is made and its body dropped (a body refused before it was read is read to its end
+/// behind the answer, `ingest::body::discard_later`: that is not a slow next header).
 pub async fn track(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    let busy = req
+    use http_body_util::BodyExt as _;
+    let Some(conn) = req
         .extensions()
         .get::<axum::extract::ConnectInfo<Conn>>()
-        .map(|c| c.0.begin());
+        .map(|c| c.0.clone())
+    else {
+        return next.run(req).await;
+    };
+    let answering = conn.begin();
+    let reading = conn.begin();
+    let req = req.map(|body| {
+        axum::body::Body::new(body.map_frame(move |frame| {
+            let _held = &reading;
+            frame
+        }))
+    });
     let response = next.run(req).await;
-    drop(busy);
+    drop(answering);
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    fn limits(max_connections: usize) -> ConnLimits {
+        ConnLimits {
+            max_connections,
+            header_read_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// A loopback connection: the server's end, wrapped by `guard`, and the client's.
+    async fn connect(tcp: &TcpListener, guard: &Arc<Guard>) -> (Limited<TcpStream>, TcpStream) {
+        let client = TcpStream::connect(tcp.local_addr().unwrap()).await.unwrap();
+        let (server, _, place) = guard.accept(tcp).await;
+        (guard.wrap(server, place), client)
+    }
+
+    /// Reads the server's end until it fails (closed by a limit) or the client hangs up.
+    fn serve(mut conn: Limited<TcpStream>) -> tokio::task::JoinHandle<io::Result<()>> {
+        tokio::spawn(async move {
+            let mut buf = [0u8; 64];
+            loop {
+                if conn.read(&mut buf).await? == 0 {
+                    return Ok(());
+                }
+            }
+        })
+    }
+
+    /// At the cap, a connection with a request in flight is never closed for room: the new
+    /// connection waits; once the request is answered, the now idle connection makes room.
+    #[tokio::test]
+    async fn at_the_cap_the_idle_make_room_and_the_busy_are_spared() {
+        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let guard = Guard::new("test", limits(1), true, Arc::new(Metrics::new()));
+        let (busy_conn, _busy_client) = connect(&tcp, &guard).await;
+        let request = busy_conn.conn().begin();
+        let busy_reader = serve(busy_conn);
+
+        let _waiting = TcpStream::connect(tcp.local_addr().unwrap()).await.unwrap();
+        let admitting = {
+            let guard = guard.clone();
+            tokio::spawn(async move {
+                let (stream, _, place) = guard.accept(&tcp).await;
+                guard.wrap(stream, place)
+            })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            !admitting.is_finished(),
+            "no room taken from a busy connection"
+        );
+        assert!(!busy_reader.is_finished(), "the busy connection is kept");
+
+        drop(request);
+        let closed = tokio::time::timeout(Duration::from_secs(5), busy_reader)
+            .await
+            .expect("the idle connection is closed for room")
+            .unwrap();
+        assert_eq!(
+            closed.map_err(|e| e.kind()),
+            Err(io::ErrorKind::ConnectionAborted)
+        );
+        tokio::time::timeout(Duration::from_secs(5), admitting)
+            .await
+            .expect("the new connection gets its place")
+            .unwrap();
+    }
+
+    /// HTTP/1: a request's header is timed from its first byte; waiting for the next request
+    /// after an answer is idle time, not header time.
+    #[tokio::test]
+    async fn a_served_connection_waits_the_idle_timeout_and_a_started_header_the_header_timeout() {
+        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let limits = ConnLimits {
+            max_connections: 4,
+            header_read_timeout: Duration::from_millis(300),
+            idle_timeout: Duration::from_secs(30),
+        };
+        let guard = Guard::new("test", limits, true, Arc::new(Metrics::new()));
+        let (conn, mut client) = connect(&tcp, &guard).await;
+        drop(conn.conn().begin());
+        let reader = serve(conn);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!reader.is_finished(), "idle, not a slow header");
+        tokio::io::AsyncWriteExt::write_all(&mut client, b"G")
+            .await
+            .unwrap();
+        let closed = tokio::time::timeout(Duration::from_secs(5), reader)
+            .await
+            .expect("closed at the header timeout")
+            .unwrap();
+        assert_eq!(closed.map_err(|e| e.kind()), Err(io::ErrorKind::TimedOut));
+    }
 }
