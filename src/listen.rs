@@ -169,6 +169,7 @@ impl Guard {
             }
             open.push(Arc::downgrade(&state));
         }
+        self.metrics.connections_open(self.listener, 1);
         Limited {
             io,
             conn: Conn(state),
@@ -331,6 +332,12 @@ impl<T> Limited<T> {
             io::ErrorKind::TimedOut,
             format!("connection closed by reckon's {limit}"),
         )
+    }
+}
+
+impl<T> Drop for Limited<T> {
+    fn drop(&mut self) {
+        self.guard.metrics.connections_open(self.guard.listener, -1);
     }
 }
 

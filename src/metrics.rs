@@ -220,6 +220,8 @@ pub struct Metrics {
     contracts: Mutex<Vec<(String, String)>>,
     access_refused: Family,
     connection_limits: Family,
+    /// Open connections per listener (its name is one of the program's, never from the wire).
+    connections_open: Mutex<BTreeMap<&'static str, i64>>,
     outbox_pending: AtomicU64,
     escalations: [AtomicU64; 4],
     escalations_unresolved: Mutex<BTreeMap<[String; 3], u64>>,
@@ -270,6 +272,7 @@ impl Metrics {
             contracts: Mutex::new(Vec::new()),
             access_refused: Family::new(&["listener", "reason"]),
             connection_limits: Family::new(&["listener", "limit"]),
+            connections_open: Mutex::new(BTreeMap::new()),
             outbox_pending: AtomicU64::new(0),
             escalations: Default::default(),
             escalations_unresolved: Mutex::new(BTreeMap::new()),
@@ -381,6 +384,16 @@ impl Metrics {
     /// connection closed).
     pub fn connection_limited(&self, listener: &str, limit: &str) {
         self.connection_limits.add(&[listener, limit], 1);
+    }
+
+    /// A connection of `listener` was accepted (`by` 1) or closed (`by` -1).
+    pub fn connections_open(&self, listener: &'static str, by: i64) {
+        *self
+            .connections_open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(listener)
+            .or_insert(0) += by;
     }
 
     pub fn access_refused(&self, listener: &str, reason: &str) {
@@ -573,6 +586,22 @@ impl Metrics {
             "Connection limits that acted, by listener and limit: max_connections (a new connection found the listener full; the idlest was closed or it waited), header_read_timeout and idle_timeout (a connection closed).",
             "counter",
         );
+        header(
+            &mut out,
+            "reckon_connections_open",
+            "Open connections per listener (each listener holds at most max_connections).",
+            "gauge",
+        );
+        for (listener, n) in self
+            .connections_open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            out.push_str("reckon_connections_open");
+            push_labels(&mut out, [("listener", *listener)]);
+            let _ = writeln!(out, " {n}");
+        }
         self.records_received.render(
             &mut out,
             "reckon_records_received_total",

@@ -194,7 +194,7 @@ macro_rules! with_settings {
             }
             /// gRPC streams in flight per connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS);
             /// clients queue the rest
-            max_concurrent_streams: usize = "100" {
+            max_concurrent_streams: usize = "64" {
                 file: Count,
                 env: "RECKON_MAX_CONCURRENT_STREAMS",
                 value_name: "N",

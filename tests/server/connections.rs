@@ -9,8 +9,8 @@ use tokio::net::TcpStream;
 
 use super::support::*;
 
-/// `reckon_connection_limits_total{listener, limit}` as `/metrics` says it now (0 when absent).
-async fn limited(server: &Server, listener: &str, limit: &str) -> u64 {
+/// A series of `/metrics` as it says it now (0 when absent).
+async fn metric(server: &Server, series: &str) -> i64 {
     let text = server
         .http
         .get(server.api("/metrics"))
@@ -20,11 +20,16 @@ async fn limited(server: &Server, listener: &str, limit: &str) -> u64 {
         .text()
         .await
         .unwrap();
-    let series =
-        format!("reckon_connection_limits_total{{listener=\"{listener}\",limit=\"{limit}\"}} ");
     text.lines()
-        .find_map(|l| l.strip_prefix(&series))
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
         .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+/// `reckon_connection_limits_total{listener, limit}` now.
+async fn limited(server: &Server, listener: &str, limit: &str) -> i64 {
+    let series =
+        format!("reckon_connection_limits_total{{listener=\"{listener}\",limit=\"{limit}\"}}");
+    metric(server, &series).await
 }
 
 async fn start(max_connections: usize, header: Duration, idle: Duration) -> Server {
@@ -90,6 +95,15 @@ async fn a_flood_of_idle_connections_does_not_stop_any_listener() {
                 .as_array()
                 .map(Vec::len),
             Some(1)
+        );
+    }
+
+    for listener in ["otlp_grpc", "otlp_http", "api"] {
+        let series = format!("reckon_connections_open{{listener=\"{listener}\"}}");
+        let open = metric(&server, &series).await;
+        assert!(
+            (1..=64).contains(&open),
+            "{listener}: {open} connections open, against a cap of 64"
         );
     }
 
