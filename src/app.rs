@@ -5,7 +5,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
-use axum::serve::ListenerExt as _;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -17,6 +16,7 @@ use crate::contract::{self, Contracts};
 use crate::engine::{Engine, EngineTasks};
 use crate::ingest::service::IngestService;
 use crate::ingest::{grpc, http};
+use crate::listen::{self, ConnLimits, Guard, LimitedListener};
 use crate::metrics::Metrics;
 use crate::model::Dur;
 use crate::notify::{self, Notifier};
@@ -135,14 +135,28 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     };
 
     let gate = |listener| Gate::new(access.clone(), metrics.clone(), listener);
+    // Each listener's connections, bounded in number and time (`listen`).
+    let conn_limits = ConnLimits {
+        max_connections: config.max_connections,
+        header_read_timeout: config.header_read_timeout,
+        idle_timeout: config.idle_timeout,
+    };
+    check_open_file_limit(config.max_connections);
+    let guard = |listener, http1| Guard::new(listener, conn_limits, http1, metrics.clone());
     let grpc_routes = grpc::router(ingest.clone(), config.max_request_bytes, gate("otlp_grpc"));
-    let grpc_per_connection = config.max_concurrent_exports.max(1);
+    let grpc_guard = guard("otlp_grpc", false);
     let grpc_tls = tls.as_ref().map(|t| t.grpc.clone());
+    let grpc_streams = u32::try_from(config.max_concurrent_streams).unwrap_or(u32::MAX);
+    let grpc_keepalive = config.http2_keepalive;
     let grpc_server = tokio::spawn({
         let rx = stopped.clone();
         async move {
-            // tonic reads and decodes a message before the handler can refuse it, so each
-            // connection is also capped, and shed (UNAVAILABLE, retryable) when at its cap.
+            // tonic reads a message before the handler can refuse it, so what one connection
+            // may have in flight is bounded by HTTP/2's own SETTINGS_MAX_CONCURRENT_STREAMS:
+            // clients queue their further exports instead of being refused. (tonic's
+            // `concurrency_limit_per_connection` refused them with RESOURCE_EXHAUSTED and no
+            // RetryInfo, which OTLP exporters must not retry: the data was dropped.) Load
+            // beyond the process's capacity is refused by the ingest service, retryably.
             let server = tonic::transport::Server::builder()
                 // An export is often hundreds of KiB; with HTTP/2's default 64 KiB windows the
                 // client stalls for a window update several times per export.
@@ -150,18 +164,19 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
                 .initial_connection_window_size(Some(GRPC_CONNECTION_WINDOW))
                 // Fewer, larger DATA frames per export: less framing work on both ends.
                 .max_frame_size(Some(GRPC_MAX_FRAME))
-                .concurrency_limit_per_connection(grpc_per_connection)
-                .load_shed(true)
+                .max_concurrent_streams(Some(grpc_streams.max(1)))
+                // Dead peers (a host gone without a FIN) are found and their places freed.
+                .http2_keepalive_interval(Some(grpc_keepalive))
+                .http2_keepalive_timeout(Some(GRPC_KEEPALIVE_TIMEOUT))
                 .add_routes(grpc_routes);
             match grpc_tls {
                 // No Nagle: an export answer is one small frame, and holding it back for the
                 // client's delayed ACK cost ~25 ms per 1000-span export (gRPC ran at a tenth
-                // of HTTP's rate on the same batches). The TLS acceptor sets it too.
+                // of HTTP's rate on the same batches). Both acceptors set it.
                 None => {
                     server
                         .serve_with_incoming_shutdown(
-                            tonic::transport::server::TcpIncoming::from(grpc_listener)
-                                .with_nodelay(Some(true)),
+                            LimitedListener::new(grpc_listener, grpc_guard).incoming(),
                             until_stopped(rx),
                         )
                         .await
@@ -169,7 +184,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
                 Some(tls) => {
                     server
                         .serve_with_incoming_shutdown(
-                            TlsListener::new(grpc_listener, tls)?.incoming(),
+                            TlsListener::new(grpc_listener, tls, grpc_guard)?.incoming(),
                             until_stopped(rx),
                         )
                         .await
@@ -181,6 +196,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     let http_router = http::router(ingest.clone(), config.max_request_bytes, gate("otlp_http"));
     let http_server = tokio::spawn(serve_http(
         http_listener,
+        guard("otlp_http", true),
         tls.clone(),
         http_router,
         until_stopped(stopped.clone()),
@@ -215,6 +231,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     });
     let api_server = tokio::spawn(serve_http(
         api_listener,
+        guard("api", true),
         tls.clone(),
         api_router,
         until_stopped(stopped.clone()),
@@ -276,27 +293,49 @@ fn reload_on_hangup(
     }
 }
 
-/// Serves an axum router on `tcp`, over TLS when configured, until `stopped`.
+/// Serves an axum router on `tcp` under the listener's connection limits, over TLS when
+/// configured, until `stopped`.
 async fn serve_http(
     tcp: TcpListener,
+    guard: Arc<Guard>,
     tls: Option<Tls>,
     router: axum::Router,
     stopped: impl std::future::Future<Output = ()> + Send + 'static,
     what: &'static str,
 ) -> anyhow::Result<()> {
+    // Tells each connection when a request is in flight on it (its idle time is the rest).
+    let app = router
+        .layer(axum::middleware::from_fn(listen::track))
+        .into_make_service_with_connect_info::<listen::Conn>();
     match tls {
         None => {
-            axum::serve(tcp.tap_io(no_delay), router)
+            axum::serve(LimitedListener::new(tcp, guard), app)
                 .with_graceful_shutdown(stopped)
                 .await
         }
         Some(tls) => {
-            axum::serve(TlsListener::new(tcp, tls.http)?, router)
+            axum::serve(TlsListener::new(tcp, tls.http, guard)?, app)
                 .with_graceful_shutdown(stopped)
                 .await
         }
     }
     .context(what)
+}
+
+/// Raises the open-file limit to what the process may have and warns when it is still below
+/// what the listeners may hold at their caps (each connection is a descriptor, a TLS one
+/// during its handshake too), plus room for the store's files.
+fn check_open_file_limit(max_connections: usize) {
+    let need = (3 * max_connections as u64).saturating_add(256);
+    match crate::process::raise_open_file_limit() {
+        Ok(limit) if limit < need => tracing::warn!(
+            limit,
+            need,
+            "the open-file limit is below 3 x max_connections + 256: at the caps, accepts fail and the store cannot open files (raise `ulimit -n` or lower max_connections)"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("reading the open-file limit: {e}"),
+    }
 }
 
 /// Says at start-up who may do what, and where tokens or data would cross a network in clear.
@@ -353,13 +392,8 @@ fn default_public_url(api_addr: SocketAddr, tls: bool) -> String {
 const GRPC_STREAM_WINDOW: u32 = 4 << 20;
 const GRPC_CONNECTION_WINDOW: u32 = 16 << 20;
 const GRPC_MAX_FRAME: u32 = 1 << 20;
-
-/// Answers go out at once (see the gRPC server above); a failure here only costs latency.
-fn no_delay(tcp: &mut tokio::net::TcpStream) {
-    if let Err(e) = tcp.set_nodelay(true) {
-        tracing::debug!("TCP_NODELAY: {e}");
-    }
-}
+/// How long a keep-alive ping may go unanswered before the connection is closed.
+const GRPC_KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
 impl Running {
     fn scheme(&self) -> &'static str {

@@ -14,6 +14,7 @@ pub mod demo;
 pub mod engine;
 pub mod escalation;
 pub mod ingest;
+pub mod listen;
 pub mod loadgen;
 pub mod logging;
 pub mod metrics;

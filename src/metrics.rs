@@ -219,6 +219,9 @@ pub struct Metrics {
     /// (contract name, version) of every contract in force; replaced whole on each load.
     contracts: Mutex<Vec<(String, String)>>,
     access_refused: Family,
+    connection_limits: Family,
+    /// Open connections per listener (its name is one of the program's, never from the wire).
+    connections_open: Mutex<BTreeMap<&'static str, i64>>,
     outbox_pending: AtomicU64,
     escalations: [AtomicU64; 4],
     escalations_unresolved: Mutex<BTreeMap<[String; 3], u64>>,
@@ -268,6 +271,8 @@ impl Metrics {
             contract_reload_refused: AtomicU8::new(0),
             contracts: Mutex::new(Vec::new()),
             access_refused: Family::new(&["listener", "reason"]),
+            connection_limits: Family::new(&["listener", "limit"]),
+            connections_open: Mutex::new(BTreeMap::new()),
             outbox_pending: AtomicU64::new(0),
             escalations: Default::default(),
             escalations_unresolved: Mutex::new(BTreeMap::new()),
@@ -374,6 +379,23 @@ impl Metrics {
     /// A request refused by access control on `listener` (`otlp_grpc`, `otlp_http`, `api`),
     /// `reason` `unauthenticated` or `permission_denied`. Apart from ingest rejections: on an
     /// open network scanners fill it, and it must not page like refused evidence does.
+    /// A connection limit of `listener` acted (`crate::listen`): `max_connections` (a new
+    /// connection found the listener full), `header_read_timeout` or `idle_timeout` (a
+    /// connection closed).
+    pub fn connection_limited(&self, listener: &str, limit: &str) {
+        self.connection_limits.add(&[listener, limit], 1);
+    }
+
+    /// A connection of `listener` was accepted (`by` 1) or closed (`by` -1).
+    pub fn connections_open(&self, listener: &'static str, by: i64) {
+        *self
+            .connections_open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(listener)
+            .or_insert(0) += by;
+    }
+
     pub fn access_refused(&self, listener: &str, reason: &str) {
         self.access_refused.add(&[listener, reason], 1);
     }
@@ -558,6 +580,28 @@ impl Metrics {
             "Requests refused for a missing or unknown token, or a role that does not allow them.",
             "counter",
         );
+        self.connection_limits.render(
+            &mut out,
+            "reckon_connection_limits_total",
+            "Connection limits that acted, by listener and limit: max_connections (a new connection found the listener full; the idlest was closed or it waited), header_read_timeout and idle_timeout (a connection closed).",
+            "counter",
+        );
+        header(
+            &mut out,
+            "reckon_connections_open",
+            "Open connections per listener (each listener holds at most max_connections).",
+            "gauge",
+        );
+        for (listener, n) in self
+            .connections_open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            out.push_str("reckon_connections_open");
+            push_labels(&mut out, [("listener", *listener)]);
+            let _ = writeln!(out, " {n}");
+        }
         self.records_received.render(
             &mut out,
             "reckon_records_received_total",

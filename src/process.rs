@@ -22,6 +22,40 @@ pub fn disable_transparent_huge_pages() -> std::io::Result<()> {
     Ok(())
 }
 
+/// The soft limit on open files raised to the hard limit (Linux), as Go's runtime does: the
+/// common soft default of 1024 is below what three listeners at `max_connections` (1024 each by
+/// default) hold, and a process out of descriptors stops answering everyone. The limit in force
+/// afterwards, to say at start-up.
+pub fn raise_open_file_limit() -> std::io::Result<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit and setrlimit read and write the one struct passed.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            // SAFETY: as above.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            lim = raised;
+        }
+        // `rlim_t` is not u64 on every Linux target.
+        #[allow(clippy::unnecessary_cast)]
+        Ok(lim.rlim_cur as u64)
+    }
+    #[cfg(not(target_os = "linux"))]
+    Ok(u64::MAX)
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     /// The kernel reports the setting back: `THP_enabled: 0` in `/proc/self/status`.

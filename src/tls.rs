@@ -9,19 +9,18 @@
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
+
+use crate::listen::{Guard, Limited};
 
 /// How long a client has to finish its handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -119,24 +118,30 @@ pub fn load(cert: Option<&Path>, key: Option<&Path>) -> Result<Option<Tls>, TlsE
     }))
 }
 
-/// A listener whose connections come out with their TLS handshake done. Serves axum (as a
-/// [`axum::serve::Listener`]) and tonic ([`TlsListener::incoming`]).
+/// A listener whose connections come out with their TLS handshake done, under the listener's
+/// connection limits ([`crate::listen`]: a connection holds its place from its accept, so
+/// handshakes count too). Serves axum (as a [`axum::serve::Listener`]) and tonic
+/// ([`TlsListener::incoming`]).
 pub struct TlsListener {
-    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    ready: mpsc::Receiver<(Limited<TlsStream<TcpStream>>, SocketAddr)>,
     local: SocketAddr,
 }
 
 impl TlsListener {
     /// Starts accepting on `tcp`. The acceptor task ends when this listener is dropped (the
     /// server stopped).
-    pub fn new(tcp: TcpListener, config: Arc<ServerConfig>) -> io::Result<TlsListener> {
+    pub fn new(
+        tcp: TcpListener,
+        config: Arc<ServerConfig>,
+        guard: Arc<Guard>,
+    ) -> io::Result<TlsListener> {
         let local = tcp.local_addr()?;
         let (tx, ready) = mpsc::channel(64);
-        tokio::spawn(accept_loop(tcp, TlsAcceptor::from(config), tx));
+        tokio::spawn(accept_loop(tcp, TlsAcceptor::from(config), guard, tx));
         Ok(TlsListener { ready, local })
     }
 
-    async fn next(&mut self) -> (TlsStream<TcpStream>, SocketAddr) {
+    async fn next(&mut self) -> (Limited<TlsStream<TcpStream>>, SocketAddr) {
         match self.ready.recv().await {
             Some(c) => c,
             // The acceptor ended only because the listener socket failed for good; stay quiet
@@ -146,15 +151,16 @@ impl TlsListener {
     }
 
     /// The connections as the stream tonic serves.
-    pub fn incoming(self) -> impl tokio_stream::Stream<Item = io::Result<TlsConn>> + Send {
+    pub fn incoming(
+        self,
+    ) -> impl tokio_stream::Stream<Item = io::Result<Limited<TlsStream<TcpStream>>>> + Send {
         use tokio_stream::StreamExt as _;
-        tokio_stream::wrappers::ReceiverStream::new(self.ready)
-            .map(|(stream, _)| Ok(TlsConn(stream)))
+        tokio_stream::wrappers::ReceiverStream::new(self.ready).map(|(stream, _)| Ok(stream))
     }
 }
 
 impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
+    type Io = Limited<TlsStream<TcpStream>>;
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
@@ -169,38 +175,28 @@ impl axum::serve::Listener for TlsListener {
 async fn accept_loop(
     tcp: TcpListener,
     acceptor: TlsAcceptor,
-    ready: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
+    guard: Arc<Guard>,
+    ready: mpsc::Sender<(Limited<TlsStream<TcpStream>>, SocketAddr)>,
 ) {
     let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
     loop {
-        let (stream, peer) = tokio::select! {
+        // Accepted with its place among the listener's connections (TCP_NODELAY set).
+        let (stream, peer, place) = tokio::select! {
             _ = ready.closed() => return,
-            accepted = tcp.accept() => match accepted {
-                Ok(c) => c,
-                Err(e) => {
-                    // Out of file descriptors and the like: back off as axum's own loop does,
-                    // rather than spin.
-                    tracing::warn!("accepting a connection: {e}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
+            accepted = guard.accept(&tcp) => accepted,
         };
-        // Answers go out at once (see `app`).
-        if let Err(e) = stream.set_nodelay(true) {
-            tracing::debug!("TCP_NODELAY: {e}");
-        }
         let Ok(permit) = handshakes.clone().try_acquire_owned() else {
             tracing::debug!(%peer, "too many TLS handshakes in progress; connection closed");
             continue;
         };
         let acceptor = acceptor.clone();
         let ready = ready.clone();
+        let guard = guard.clone();
         tokio::spawn(async move {
             let _permit = permit;
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                 Ok(Ok(tls)) => {
-                    let _ = ready.send((tls, peer)).await;
+                    let _ = ready.send((guard.wrap(tls, place), peer)).await;
                 }
                 // Plain HTTP to a TLS port, scanners, expired client trust: the client's
                 // problem, seen in its own error.
@@ -208,58 +204,6 @@ async fn accept_loop(
                 Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
             }
         });
-    }
-}
-
-/// A TLS connection as tonic serves it (tonic wants its `Connected`, which it implements for
-/// rustls streams only with its own TLS features).
-pub struct TlsConn(TlsStream<TcpStream>);
-
-impl tonic::transport::server::Connected for TlsConn {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.0.get_ref().0.connect_info()
-    }
-}
-
-impl AsyncRead for TlsConn {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for TlsConn {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.0.is_write_vectored()
     }
 }
 

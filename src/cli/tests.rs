@@ -61,6 +61,11 @@ stripe_webhook_secret = "file-secret"
 stripe_tolerance = "1m"
 max_request_bytes = 1001
 max_concurrent_exports = 1
+max_connections = 11
+header_read_timeout = "11s"
+idle_timeout = "111s"
+http2_keepalive = "1h"
+max_concurrent_streams = 1
 shutdown_grace = "1s"
 evict_after = "never"
 retention = "30d"
@@ -101,6 +106,11 @@ const ENV: &[(&str, &str)] = &[
     ("RECKON_STRIPE_TOLERANCE", "2m"),
     ("RECKON_MAX_REQUEST_BYTES", "2002"),
     ("RECKON_MAX_CONCURRENT_EXPORTS", "2"),
+    ("RECKON_MAX_CONNECTIONS", "22"),
+    ("RECKON_HEADER_READ_TIMEOUT", "22s"),
+    ("RECKON_IDLE_TIMEOUT", "222s"),
+    ("RECKON_HTTP2_KEEPALIVE", "2h"),
+    ("RECKON_MAX_CONCURRENT_STREAMS", "2"),
     ("RECKON_SHUTDOWN_GRACE", "2s"),
     ("RECKON_EVICT_AFTER", "2m"),
     ("RECKON_RETENTION", "60d"),
@@ -140,6 +150,11 @@ const FLAGS: &[&str] = &[
     "--stripe-tolerance=3m",
     "--max-request-bytes=3KiB",
     "--max-concurrent-exports=3",
+    "--max-connections=33",
+    "--header-read-timeout=33s",
+    "--idle-timeout=333s",
+    "--http2-keepalive=3h",
+    "--max-concurrent-streams=3",
     "--shutdown-grace=3s",
     "--evict-after=3m",
     "--retention=90d",
@@ -190,6 +205,11 @@ fn flag_beats_env_beats_file_beats_default() {
             stripe_tolerance: Duration::from_secs(60),
             max_request_bytes: 1001,
             max_concurrent_exports: 1,
+            max_connections: 11,
+            header_read_timeout: Duration::from_secs(11),
+            idle_timeout: Duration::from_secs(111),
+            http2_keepalive: Duration::from_secs(3600),
+            max_concurrent_streams: 1,
             shutdown_grace: Duration::from_secs(1),
             evict_after: None,
             retention: Some(Duration::from_secs(30 * 86_400)),
@@ -218,6 +238,11 @@ fn flag_beats_env_beats_file_beats_default() {
             stripe_tolerance: Duration::from_secs(120),
             max_request_bytes: 2002,
             max_concurrent_exports: 2,
+            max_connections: 22,
+            header_read_timeout: Duration::from_secs(22),
+            idle_timeout: Duration::from_secs(222),
+            http2_keepalive: Duration::from_secs(7200),
+            max_concurrent_streams: 2,
             shutdown_grace: Duration::from_secs(2),
             evict_after: Some(Duration::from_secs(120)),
             retention: Some(Duration::from_secs(60 * 86_400)),
@@ -248,6 +273,11 @@ fn flag_beats_env_beats_file_beats_default() {
             stripe_tolerance: Duration::from_secs(180),
             max_request_bytes: 3 << 10,
             max_concurrent_exports: 3,
+            max_connections: 33,
+            header_read_timeout: Duration::from_secs(33),
+            idle_timeout: Duration::from_secs(333),
+            http2_keepalive: Duration::from_secs(10800),
+            max_concurrent_streams: 3,
             shutdown_grace: Duration::from_secs(3),
             evict_after: Some(Duration::from_secs(180)),
             retention: Some(Duration::from_secs(90 * 86_400)),

@@ -158,6 +158,48 @@ macro_rules! with_settings {
                 value_name: "N",
                 parse: value::parse_count,
             }
+            /// Open connections per listener; at the cap the idlest is closed, or new ones
+            /// wait in the accept backlog
+            ///
+            /// Each of the three listeners has its own cap (`crate::listen`); a connection with
+            /// a request in flight is never closed for room.
+            max_connections: usize = "1024" {
+                file: Count,
+                env: "RECKON_MAX_CONNECTIONS",
+                value_name: "N",
+                parse: value::parse_count,
+            }
+            /// How long a new connection may take to send its first request (HTTP/2: its
+            /// first bytes), and an HTTP/1 request its whole header
+            header_read_timeout: Duration = "10s" {
+                file: Text,
+                env: "RECKON_HEADER_READ_TIMEOUT",
+                value_name: "DURATION",
+                parse: value::parse_positive_duration,
+            }
+            /// How long a connection with no request in flight stays open
+            idle_timeout: Duration = "60s" {
+                file: Text,
+                env: "RECKON_IDLE_TIMEOUT",
+                value_name: "DURATION",
+                parse: value::parse_positive_duration,
+            }
+            /// How often gRPC connections are pinged (HTTP/2 keep-alive); one that does not
+            /// answer within 20 s is closed
+            http2_keepalive: Duration = "30s" {
+                file: Text,
+                env: "RECKON_HTTP2_KEEPALIVE",
+                value_name: "DURATION",
+                parse: value::parse_positive_duration,
+            }
+            /// gRPC streams in flight per connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS);
+            /// clients queue the rest
+            max_concurrent_streams: usize = "64" {
+                file: Count,
+                env: "RECKON_MAX_CONCURRENT_STREAMS",
+                value_name: "N",
+                parse: value::parse_count,
+            }
             /// How long shutdown waits for in-flight requests
             shutdown_grace: Duration = "10s" {
                 file: Text,
@@ -283,7 +325,7 @@ mod tests {
     #[test]
     fn each_variable_is_reckon_and_the_key() {
         let vars = SETTINGS.vars();
-        assert_eq!(vars.len(), 19);
+        assert_eq!(vars.len(), 24);
         for (key, env) in vars {
             assert_eq!(env, format!("RECKON_{}", key.to_ascii_uppercase()));
         }

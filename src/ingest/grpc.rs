@@ -230,12 +230,21 @@ where
         if req.uri().path() != S::EXPORT {
             return Box::pin(async { Ok(Status::unimplemented("no such method").into_http()) });
         }
+        // The connection is not idle while the export is answered (`crate::listen`).
+        let busy = req
+            .extensions()
+            .get::<crate::listen::Conn>()
+            .map(crate::listen::Conn::begin);
         let method = ExportMethod::<S>(self.service.clone(), PhantomData);
         let mut grpc = tonic::server::Grpc::new(ExportCodec::<S::Response>(PhantomData))
             .accept_compressed(CompressionEncoding::Gzip)
             .send_compressed(CompressionEncoding::Gzip)
             .max_decoding_message_size(self.max_message_bytes);
-        Box::pin(async move { Ok(grpc.unary(method, req).await) })
+        Box::pin(async move {
+            let answer = grpc.unary(method, req).await;
+            drop(busy);
+            Ok(answer)
+        })
     }
 }
 

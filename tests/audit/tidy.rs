@@ -178,6 +178,16 @@ const LAYERS: &[(&str, &[&str])] = &[
         "ingest/http.rs",
         &["crate::store", "crate::audit", "crate::engine"],
     ),
+    // Connection limits: sockets and time, nothing of what the requests carry.
+    (
+        "listen.rs",
+        &[
+            "crate::store",
+            "crate::audit",
+            "crate::engine",
+            "crate::ingest",
+        ],
+    ),
     (
         "api",
         &[

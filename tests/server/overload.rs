@@ -267,3 +267,241 @@ async fn a_refused_body_is_read_so_the_connection_stays_usable() {
     drop(held);
     running.shutdown().await.unwrap();
 }
+
+// ------------------------------------------------------------ shedding that exporters retry
+
+fn refund_span(intent: &str) -> ToolSpan {
+    ToolSpan::new("issue_refund", ago(120.0), 30.0)
+        .intent(intent)
+        .key(&unique("key"))
+        .timeout()
+}
+
+/// `reckon_ingest_rejections_total{reason="overloaded"}` now.
+async fn overloaded(api: &str) -> u64 {
+    let text = reqwest::get(format!("{api}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("reckon_ingest_rejections_total{reason=\"overloaded\"} "))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+/// Waits until the held export has the only permit (another export is refused), and returns
+/// the overload count then.
+async fn until_at_capacity(running: &reckon::app::Running) -> u64 {
+    let http = reqwest::Client::new();
+    let probe = export_of(&unique("probe")).encode_to_vec();
+    for _ in 0..500 {
+        let resp = http
+            .post(format!("{}/v1/traces", running.http_url()))
+            .header("content-type", "application/x-protobuf")
+            .body(probe.clone())
+            .send()
+            .await
+            .unwrap();
+        if resp.status() == 429 {
+            return overloaded(&running.api_url()).await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the held export never took the only permit");
+}
+
+/// Every intent has its one attempt stored.
+async fn all_stored(api: &str, intents: &[String]) {
+    for intent in intents {
+        let mut found = None;
+        for _ in 0..100 {
+            let resp = reqwest::get(format!("{api}/api/v1/intents/{intent}"))
+                .await
+                .unwrap();
+            if resp.status() == 200 {
+                found = Some(resp.json::<serde_json::Value>().await.unwrap());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let v = found.unwrap_or_else(|| panic!("{intent} was never stored"));
+        assert_eq!(v["attempts"].as_array().map(Vec::len), Some(1), "{intent}");
+    }
+}
+
+/// More exports at once on one gRPC connection than its `max_concurrent_streams`, through the
+/// official exporter sharing one channel: the client queues the rest (HTTP/2's own setting),
+/// none is refused, every span is stored. Before, tonic's per-connection concurrency limit
+/// answered `RESOURCE_EXHAUSTED` without `RetryInfo`, which OTLP exporters must not retry: the
+/// spans were dropped (issue 36).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_exports_than_streams_on_one_connection_all_land() {
+    use opentelemetry_otlp::WithTonicConfig;
+    use opentelemetry_sdk::trace::SpanExporter as _;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(dir.path().join("data"));
+    config.max_concurrent_streams = 2;
+    let running = reckon::app::start(config).await.expect("reckon starts");
+    let channel = tonic::transport::Channel::from_shared(running.grpc_url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let exporter = || {
+        opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .with_channel(channel.clone())
+            .build()
+            .unwrap()
+    };
+    // The client has the server's SETTINGS before the burst.
+    let warm = unique("refund");
+    exporter()
+        .export(vec![refund_span(&warm).data()])
+        .await
+        .expect("the first export is answered");
+
+    let mut intents = vec![warm];
+    let mut exports = tokio::task::JoinSet::new();
+    for _ in 0..24 {
+        let batch: Vec<String> = (0..40).map(|_| unique("refund")).collect();
+        intents.extend(batch.iter().cloned());
+        let spans = batch.iter().map(|i| refund_span(i).data()).collect();
+        let exporter = exporter();
+        exports.spawn(async move { exporter.export(spans).await });
+    }
+    while let Some(done) = exports.join_next().await {
+        done.unwrap()
+            .expect("every export on the shared connection is acknowledged");
+    }
+    all_stored(&running.api_url(), &intents).await;
+    running.shutdown().await.unwrap();
+}
+
+/// At the process's capacity, the official exporters over gRPC (`RESOURCE_EXHAUSTED` with
+/// `RetryInfo`) and HTTP (429 with `Retry-After`) are refused, retry as the OTLP rules say, and
+/// every span lands once capacity is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exporters_refused_at_capacity_retry_until_every_span_is_stored() {
+    use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
+    use opentelemetry_sdk::trace::SpanExporter as _;
+    let dir = tempfile::tempdir().unwrap();
+    let running = with_one_permit(&dir).await;
+    let held = hold_the_only_permit(&running).await;
+    let before = until_at_capacity(&running).await;
+
+    let grpc_intents: Vec<String> = (0..20).map(|_| unique("refund")).collect();
+    let http_intents: Vec<String> = (0..20).map(|_| unique("refund")).collect();
+    let grpc = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(running.grpc_url())
+        .with_compression(opentelemetry_otlp::Compression::Gzip)
+        .build()
+        .unwrap();
+    let http = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_endpoint(format!("{}/v1/traces", running.http_url()))
+        .build()
+        .unwrap();
+    let spans =
+        |intents: &[String]| -> Vec<_> { intents.iter().map(|i| refund_span(i).data()).collect() };
+    let (grpc_spans, http_spans) = (spans(&grpc_intents), spans(&http_intents));
+    let grpc_export = tokio::spawn(async move { grpc.export(grpc_spans).await });
+    let http_export = tokio::spawn(async move { http.export(http_spans).await });
+
+    // Both are refused at least once before the capacity comes back.
+    let mut refused = 0;
+    for _ in 0..200 {
+        refused = overloaded(&running.api_url()).await - before;
+        if refused >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(refused >= 2, "both exporters were refused ({refused})");
+    drop(held);
+
+    grpc_export
+        .await
+        .unwrap()
+        .expect("the gRPC exporter retried until acknowledged");
+    http_export
+        .await
+        .unwrap()
+        .expect("the HTTP exporter retried until acknowledged");
+    let mut all = grpc_intents;
+    all.extend(http_intents);
+    all_stored(&running.api_url(), &all).await;
+    running.shutdown().await.unwrap();
+}
+
+/// The Python SDK's OTLP/HTTP exporter, refused at capacity, honours `Retry-After` and lands
+/// every span once capacity is back. (The Python gRPC exporter is not installed here.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_exporter_refused_at_capacity_retries_until_every_span_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = with_one_permit(&dir).await;
+    let held = hold_the_only_permit(&running).await;
+    let before = until_at_capacity(&running).await;
+
+    let intents: Vec<String> = (0..20).map(|_| unique("refund")).collect();
+    let script = r#"
+import sys, time
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+endpoint, *intents = sys.argv[1:]
+tracer = TracerProvider().get_tracer("shedding")
+now = time.time_ns()
+spans = []
+for i, intent in enumerate(intents):
+    span = tracer.start_span(
+        "execute_tool issue_refund",
+        start_time=now - 120_000_000_000,
+        attributes={
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "issue_refund",
+            "reckon.intent.id": intent,
+            "reckon.idempotency_key": "key-" + intent,
+            "error.type": "timeout",
+        },
+    )
+    span.end(end_time=now - 90_000_000_000)
+    spans.append(span)
+result = OTLPSpanExporter(endpoint=endpoint, timeout=30).export(spans)
+print(result)
+sys.exit(0 if result == SpanExportResult.SUCCESS else 1)
+"#;
+    let mut args = vec![
+        "-c".to_string(),
+        script.to_string(),
+        format!("{}/v1/traces", running.http_url()),
+    ];
+    args.extend(intents.iter().cloned());
+    let python = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3").args(&args).output()
+    });
+
+    let mut refused = 0;
+    for _ in 0..500 {
+        refused = overloaded(&running.api_url()).await - before;
+        if refused >= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(refused >= 1, "the Python exporter was refused");
+    drop(held);
+
+    let out = python.await.unwrap().expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "the Python exporter gave up:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    all_stored(&running.api_url(), &intents).await;
+    running.shutdown().await.unwrap();
+}
