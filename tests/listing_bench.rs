@@ -17,8 +17,7 @@ use std::time::{Duration, Instant};
 
 use reckon::model::*;
 use reckon::store::{
-    ClickHouseConfig, ClickHouseStore, Derived, EscalationFilter, SqliteStore, Store,
-    VerdictFilter,
+    ClickHouseConfig, ClickHouseStore, Derived, EscalationFilter, SqliteStore, Store, VerdictFilter,
 };
 
 #[path = "../src/test_builders.rs"]
@@ -38,7 +37,10 @@ fn intents() -> usize {
 
 fn id(i: usize) -> String {
     // Not in write order: the listing's order (intent_id) is not the arrival order.
-    format!("int_{:016x}", (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    format!(
+        "int_{:016x}",
+        (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    )
 }
 
 async fn fill<S: Store>(store: &S, n: usize) {

@@ -838,9 +838,8 @@ impl Store for ClickHouseStore {
             outer_args.push(Arg::S(kind.as_str().into()));
             outer_args.push(Arg::S(value.into()));
         }
-        let count_sql = format!(
-            "SELECT count() FROM (SELECT {cols} FROM reckon_verdicts FINAL{inner}){outer}"
-        );
+        let count_sql =
+            format!("SELECT count() FROM (SELECT {cols} FROM reckon_verdicts FINAL{inner}){outer}");
         let count_args: Vec<Arg> = inner_args.iter().chain(&outer_args).cloned().collect();
         let mut page_inner = inner.clone();
         let mut page_args = inner_args;
@@ -918,7 +917,10 @@ impl Store for ClickHouseStore {
                      WHERE intent_id IN ?) WHERE deleted = 0",
                 )
                 .bind(writer::SqlTuple(&lost));
-            current.extend(self.fetch::<(String, String)>("list verdicts: rewritten", q).await?);
+            current.extend(
+                self.fetch::<(String, String)>("list verdicts: rewritten", q)
+                    .await?,
+            );
         }
         let items = ids
             .into_iter()

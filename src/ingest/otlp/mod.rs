@@ -164,14 +164,17 @@ fn salvaged<R: Message + Default, M: salvage::Item>(
     body: &[u8],
     whole: prost::DecodeError,
 ) -> Result<(R, Decoded), DecodeError> {
-    let Some((rest, reasons)) = salvage::salvage::<M>(body) else {
+    let Some((rest, cut)) = salvage::salvage::<M>(body) else {
         return Err(whole.into());
     };
     let req = R::decode(rest.as_slice()).map_err(|_| whole)?;
-    let mut out = Decoded::default();
-    for reason in reasons {
-        out.add(Outcome::Rejected(reason));
-    }
+    let mut out = Decoded {
+        seen: cut.items,
+        rejected: cut.items,
+        reasons: cut.reasons,
+        ..Decoded::default()
+    };
+    out.reasons.truncate(MAX_REASONS);
     Ok((req, out))
 }
 

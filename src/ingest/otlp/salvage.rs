@@ -138,11 +138,28 @@ fn utf8_ok(f: &Field<'_>) -> bool {
     f.payload.is_none_or(|p| std::str::from_utf8(p).is_ok())
 }
 
+/// What [`salvage`] cut out: how many items, and the reasons of the first
+/// [`super::MAX_REASONS`] (a body of a million broken spans must not become a million strings).
+#[derive(Debug, Default)]
+pub(crate) struct Cut {
+    pub items: u64,
+    pub reasons: Vec<String>,
+}
+
+impl Cut {
+    fn push(&mut self, reason: impl FnOnce() -> String) {
+        self.items += 1;
+        if self.reasons.len() < super::MAX_REASONS {
+            self.reasons.push(reason());
+        }
+    }
+}
+
 /// The request without the items, scopes and resources that do not decode on their own, and
-/// one reason per item cut out. `None` when the framing is broken or nothing was cut (then
-/// the whole request's error stands).
-pub(crate) fn salvage<M: Item>(body: &[u8]) -> Option<(Vec<u8>, Vec<String>)> {
-    let mut reasons = Vec::new();
+/// what was cut out. `None` when the framing is broken or nothing was cut (then the whole
+/// request's error stands).
+pub(crate) fn salvage<M: Item>(body: &[u8]) -> Option<(Vec<u8>, Cut)> {
+    let mut cut = Cut::default();
     let mut out = Vec::with_capacity(body.len());
     for group in fields(body)? {
         let (1, Some(group_body)) = (group.number, group.payload) else {
@@ -187,7 +204,7 @@ pub(crate) fn salvage<M: Item>(body: &[u8]) -> Option<(Vec<u8>, Vec<String>)> {
                             None => M::decode(item).err().map(|e| why(&e)),
                         };
                         match bad {
-                            Some(b) => reasons.push(format!("{}: {b}", name::<M>(item))),
+                            Some(b) => cut.push(|| format!("{}: {b}", name::<M>(item))),
                             None => scope_kept.extend_from_slice(f.raw),
                         }
                     }
@@ -202,5 +219,5 @@ pub(crate) fn salvage<M: Item>(body: &[u8]) -> Option<(Vec<u8>, Vec<String>)> {
             put_len(&mut out, 1, &kept);
         }
     }
-    (!reasons.is_empty()).then_some((out, reasons))
+    (cut.items > 0).then_some((out, cut))
 }

@@ -1175,6 +1175,23 @@ fn invalid_utf8_in_one_log_record_refuses_that_record_alone() {
 }
 
 #[test]
+fn many_invalid_spans_keep_a_bounded_number_of_reasons() {
+    let spans: Vec<Span> = (1..=100)
+        .map(|i| refund_span(&format!("{i:016x}"), "int_x", "POISON_KEY"))
+        .chain([refund_span("00000000000000ff", "int_ok", "k_ok")])
+        .collect();
+    let body = poison(proto_request(spans).encode_to_vec(), b"POISON_KEY");
+    let d = traces_from_protobuf_bytes(&body, &contracts()).unwrap();
+    assert_eq!((d.seen, d.rejected, d.events.len()), (101, 100, 1));
+    assert_eq!(d.reasons.len(), MAX_REASONS);
+    assert!(
+        d.error_message().ends_with("; and 84 more"),
+        "{}",
+        d.error_message()
+    );
+}
+
+#[test]
 fn broken_framing_is_still_the_whole_request_error() {
     let req = proto_request(vec![refund_span("0000000000000002", "int_b", "POISON_KEY")]);
     let body = poison(req.encode_to_vec(), b"POISON_KEY");
