@@ -21,7 +21,6 @@ use reckon::store::{
 };
 
 #[path = "../src/test_builders.rs"]
-#[allow(dead_code)]
 mod builders;
 use builders::{at, escalation, verdict};
 
