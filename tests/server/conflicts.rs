@@ -392,3 +392,71 @@ async fn a_span_with_invalid_utf8_is_rejected_alone_over_http_and_grpc() {
     );
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_record_resent_with_other_content_is_rejected() {
+    use opentelemetry_proto::tonic::collector::logs::v1::{
+        ExportLogsServiceRequest, ExportLogsServiceResponse,
+    };
+    use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+    let server = Server::start().await;
+    let intent = unique("int");
+    let object = unique("re");
+    let t = unix_nanos(ago(MIN)) as u64;
+    let body = |amount: &str| {
+        ExportLogsServiceRequest {
+            resource_logs: vec![ResourceLogs {
+                scope_logs: vec![ScopeLogs {
+                    log_records: vec![LogRecord {
+                        time_unix_nano: t,
+                        attributes: vec![
+                            kv("reckon.record.kind", "refund"),
+                            kv("reckon.record.object_id", &object),
+                            kv("reckon.record.status", "succeeded"),
+                            kv("reckon.intent.id", &intent),
+                            kv("reckon.record.amount", amount),
+                        ],
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+        .encode_to_vec()
+    };
+    let send = |b: Vec<u8>| async {
+        let resp = server
+            .post_otlp("/v1/logs", "application/x-protobuf", false, b)
+            .await;
+        assert_eq!(resp.status(), 200);
+        ExportLogsServiceResponse::decode(resp.bytes().await.unwrap())
+            .unwrap()
+            .partial_success
+            .unwrap_or_default()
+    };
+    let p = send(body("45.00")).await;
+    assert_eq!(p.rejected_log_records, 0, "{}", p.error_message);
+    let p = send(body("45.00")).await;
+    assert_eq!(
+        p.rejected_log_records, 0,
+        "an identical re-send is silent: {}",
+        p.error_message
+    );
+    let p = send(body("99.00")).await;
+    assert_eq!(p.rejected_log_records, 1, "{}", p.error_message);
+    assert!(
+        p.error_message.contains(&format!("record \"{object}\""))
+            && p.error_message
+                .contains("conflicts with a stored observation"),
+        "{}",
+        p.error_message
+    );
+    assert_eq!(
+        server
+            .metric("reckon_conflicting_resends_total{kind=\"record\"}")
+            .await,
+        Some(1.0)
+    );
+    server.stop().await;
+}
