@@ -8,6 +8,8 @@ mod api;
 mod audit_truth;
 #[path = "server/bad_input.rs"]
 mod bad_input;
+#[path = "server/conflicts.rs"]
+mod conflicts;
 #[path = "server/eviction.rs"]
 mod eviction;
 #[path = "server/notify.rs"]

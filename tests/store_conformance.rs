@@ -1517,6 +1517,7 @@ async fn ingest(engine: &Arc<Engine>, events: Vec<Event>) -> usize {
         .ingest(events, std::time::Instant::now(), ())
         .await
         .expect("ingest")
+        .new
 }
 
 /// Item 5 of "Store truth": counters count what happened, on both stores: three identical sends

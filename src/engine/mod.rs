@@ -82,6 +82,18 @@ pub struct Reloaded {
 /// Compare-and-set rounds a person's action tries before answering a conflict.
 const PERSON_ACTION_TRIES: u32 = 5;
 
+/// What [`Engine::ingest`] did with an export's events.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ingested {
+    /// Events stored for the first time.
+    pub new: usize,
+    /// The events whose identity the store already held with other content
+    /// ([`Appended::Conflict`]), each with its position in the events handed in: the first
+    /// copy stays and these were not stored, so the caller must refuse them in its answer,
+    /// never acknowledge them.
+    pub conflicts: Vec<(usize, Event)>,
+}
+
 pub struct Engine {
     core: Mutex<EngineCore>,
     /// The contracts in force, for whoever reads them outside the core (ingest's decoders,
@@ -506,9 +518,9 @@ impl Engine {
         events: Vec<Event>,
         received: Instant,
         hold: impl Send + 'static,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<Ingested, StoreError> {
         if events.is_empty() {
-            return Ok(0);
+            return Ok(Ingested::default());
         }
         let engine = self.clone();
         let deadline = self.append_deadline;
@@ -530,7 +542,7 @@ impl Engine {
         &self,
         events: Vec<Event>,
         received: Instant,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<Ingested, StoreError> {
         let began = Instant::now();
         // Held until the outcome is queued for the persister: the checkpoint stays before it.
         let receipt = self.progress.receive();
@@ -548,10 +560,11 @@ impl Engine {
         };
         self.metrics.store_append(began.elapsed());
         let mut new = 0;
+        let mut conflicts = Vec::new();
         let mut kept = Vec::with_capacity(events.len());
         // Counted before taking the lock: classifying needs only the contracts.
         let contracts = self.contracts();
-        for (e, status) in events.into_iter().zip(stored) {
+        for (i, (e, status)) in events.into_iter().zip(stored).enumerate() {
             match status {
                 Appended::New => {
                     new += 1;
@@ -572,7 +585,12 @@ impl Engine {
                 Appended::Duplicate => kept.push(e),
                 // The store kept the first copy; so does the engine, whichever of two
                 // concurrent exports reaches the core first.
-                Appended::Conflict => self.metrics.conflicting_resend(event_kind(&e)),
+                // The caller refuses it in its answer (partial success, `rejected`), so nothing
+                // acknowledged is silently dropped.
+                Appended::Conflict => {
+                    self.metrics.conflicting_resend(event_kind(&e));
+                    conflicts.push((i, e));
+                }
                 // Not stored (a time no store can hold; ingest refuses these first): not audited.
                 Appended::Refused => self.metrics.rejection("unholdable", 1),
             }
@@ -619,7 +637,7 @@ impl Engine {
         }
         self.metrics.verdict_latency(received.elapsed());
         self.wake.notify_one();
-        Ok(new)
+        Ok(Ingested { new, conflicts })
     }
 
     /// One step of the core: computed and queued for the persister under the lock (so

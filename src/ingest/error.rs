@@ -27,6 +27,11 @@ pub enum IngestError {
     BadSignature(String),
     #[error("{0}")]
     BadRequest(String),
+    /// The item's identity is stored with other content (a Stripe event whose refund,
+    /// status and time are stored from another event): the first copy stays, this one is not
+    /// stored. Not retryable: the same body meets the same first copy.
+    #[error("{0}")]
+    Conflict(String),
     /// No token, or one reckon does not know: one answer for both (`auth`).
     #[error("{}", crate::auth::AuthError::Unauthenticated)]
     Unauthenticated,
@@ -81,6 +86,7 @@ impl IngestError {
             ),
             IngestError::BadSignature(_) => (Code::Unauthenticated, 400, "bad_signature", None),
             IngestError::BadRequest(_) => (Code::InvalidArgument, 400, "bad_request", None),
+            IngestError::Conflict(_) => (Code::AlreadyExists, 409, "conflict", None),
             // Not retryable: OTLP exporters drop the batch and log, which is what a wrong
             // token deserves (retrying cannot fix it).
             IngestError::Unauthenticated => (Code::Unauthenticated, 401, "unauthenticated", None),

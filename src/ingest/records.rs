@@ -33,6 +33,8 @@ pub struct RecordsBatch {
     /// Positions in `accepted` (ascending) of the records that carried no `observed_at` of
     /// their own: their time is the receive time, not the downstream's.
     pub untimed: Vec<usize>,
+    /// The index in the request (as [`RecordRejection::index`]) of each record of `accepted`.
+    pub indices: Vec<usize>,
     pub rejected: Vec<RecordRejection>,
 }
 
@@ -114,6 +116,7 @@ pub fn parse_records(body: &[u8], window: &TimeWindow) -> Result<RecordsBatch, R
                     batch.untimed.push(batch.accepted.len());
                 }
                 batch.accepted.push(record);
+                batch.indices.push(index);
             }
             Err(error) => batch.rejected.push(RecordRejection { index, error }),
         }

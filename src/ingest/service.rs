@@ -145,13 +145,17 @@ impl IngestService {
             })
     }
 
+    /// Makes `events` durable through the engine. Returns the events the store refused as
+    /// conflicting re-sends (their identity stored with other content), with their positions
+    /// in `events`, each already counted and logged (at most once per 5 s): the caller refuses
+    /// them in its answer, so nothing acknowledged is dropped silently.
     async fn durable(
         &self,
         admitted: Admission,
         events: Vec<Event>,
         received: Instant,
-    ) -> Result<(), IngestError> {
-        self.engine.ingest(events, received, admitted).await.map_err(|e| {
+    ) -> Result<Vec<(usize, Event)>, IngestError> {
+        let ingested = self.engine.ingest(events, received, admitted).await.map_err(|e| {
             static LOG: Throttle = Throttle::new(REPEATED_FAILURE_EVERY);
             if let Some(held_back) = LOG.admit(&e.kind()) {
                 tracing::error!(error = %e, held_back, "store refused an append; the export is not acknowledged");
@@ -159,7 +163,20 @@ impl IngestService {
             self.metrics.rejection("unavailable", 1);
             IngestError::Unavailable(e.to_string())
         })?;
-        Ok(())
+        if let Some((_, first)) = ingested.conflicts.first() {
+            let n = ingested.conflicts.len() as u64;
+            self.metrics.rejection("conflict", n);
+            static LOG: Throttle = Throttle::new(REPEATED_FAILURE_EVERY);
+            if let Some(held_back) = LOG.admit(crate::store::event_kind(first)) {
+                tracing::warn!(
+                    refused = n,
+                    held_back,
+                    example = %conflict_reason(first),
+                    "re-sent items whose identity is stored with other content were refused (the first copy is kept): an exporter or id generator reuses ids"
+                );
+            }
+        }
+        Ok(ingested.conflicts)
     }
 
     /// A contracted tool span without an intent id is dropped, not audited: the executor is not
@@ -214,12 +231,14 @@ impl IngestService {
         if bad_time > 0 {
             self.metrics.rejection("bad_time", bad_time);
         }
-        let reply = PartialSuccess {
+        let events = std::mem::take(&mut decoded.events);
+        for (_, e) in self.durable(admitted, events, received).await? {
+            decoded.refuse(conflict_reason(&e));
+        }
+        Ok(PartialSuccess {
             rejected: decoded.rejected,
             message: decoded.error_message(),
-        };
-        self.durable(admitted, decoded.events, received).await?;
-        Ok(reply)
+        })
     }
 
     pub async fn logs(
@@ -239,12 +258,14 @@ impl IngestService {
         if bad_time > 0 {
             self.metrics.rejection("bad_time", bad_time);
         }
-        let reply = PartialSuccess {
+        let events = std::mem::take(&mut decoded.events);
+        for (_, e) in self.durable(admitted, events, received).await? {
+            decoded.refuse(conflict_reason(&e));
+        }
+        Ok(PartialSuccess {
             rejected: decoded.rejected,
             message: decoded.error_message(),
-        };
-        self.durable(admitted, decoded.events, received).await?;
-        Ok(reply)
+        })
     }
 
     /// `POST /api/v1/records`: good items are kept, bad ones named by index.
@@ -262,20 +283,27 @@ impl IngestService {
             self.metrics
                 .rejection("bad_record", batch.rejected.len() as u64);
         }
-        let accepted = batch.accepted.len();
-        let news = self
-            .without_redeliveries(batch.accepted, &batch.untimed)
+        let mut accepted = batch.accepted.len();
+        let (news, at) = self
+            .without_redeliveries(batch.accepted, &batch.untimed, &batch.indices)
             .await?;
-        self.durable(
-            admitted,
-            news.into_iter().map(Event::Record).collect(),
-            received,
-        )
-        .await?;
-        Ok(RecordsReply {
-            accepted,
-            rejected: batch.rejected,
-        })
+        let conflicts = self
+            .durable(
+                admitted,
+                news.into_iter().map(Event::Record).collect(),
+                received,
+            )
+            .await?;
+        let mut rejected = batch.rejected;
+        for (i, e) in conflicts {
+            accepted -= 1;
+            rejected.push(records::RecordRejection {
+                index: at.get(i).copied().unwrap_or(i),
+                error: conflict_reason(&e),
+            });
+        }
+        rejected.sort_by_key(|r| r.index);
+        Ok(RecordsReply { accepted, rejected })
     }
 
     /// Drops the re-deliveries among `accepted`: a record with no `observed_at` of its own
@@ -286,13 +314,17 @@ impl IngestService {
     /// `failed` would flip a failed refund back to completed. "Known" comes from the store, so
     /// it holds across restarts and instances. A re-delivery is still acknowledged (counted in
     /// `accepted`), as any re-sent item is.
+    ///
+    /// Returns the news with, for each, its index in the request (from `indices`, one per
+    /// accepted record).
     async fn without_redeliveries(
         &self,
         accepted: Vec<RecordObservation>,
         untimed: &[usize],
-    ) -> Result<Vec<RecordObservation>, IngestError> {
+        indices: &[usize],
+    ) -> Result<(Vec<RecordObservation>, Vec<usize>), IngestError> {
         if untimed.is_empty() {
-            return Ok(accepted);
+            return Ok((accepted, indices.to_vec()));
         }
         let key = |r: &RecordObservation| RecordKey {
             source: r.source.clone(),
@@ -330,19 +362,20 @@ impl IngestService {
                 .map(|(r, _)| key(r)),
         );
         let before = accepted.len();
-        let news: Vec<RecordObservation> = accepted
+        let (news, at): (Vec<RecordObservation>, Vec<usize>) = accepted
             .into_iter()
             .zip(is_untimed)
-            .filter(|(r, untimed)| !untimed || !known.contains(&key(r)))
-            .map(|(r, _)| r)
-            .collect();
+            .zip(indices.iter().copied().chain(before..))
+            .filter(|((r, untimed), _)| !untimed || !known.contains(&key(r)))
+            .map(|((r, _), i)| (r, i))
+            .unzip();
         if news.len() < before {
             tracing::debug!(
                 redelivered = before - news.len(),
                 "records without observed_at already known: taken as re-deliveries"
             );
         }
-        Ok(news)
+        Ok((news, at))
     }
 
     /// `POST /api/v1/webhooks/stripe`.
@@ -379,8 +412,15 @@ impl IngestService {
             stripe::StripeOutcome::Record {
                 event_type, record, ..
             } => {
-                self.durable(admitted, vec![Event::Record(record)], received)
+                let conflicts = self
+                    .durable(admitted, vec![Event::Record(record)], received)
                     .await?;
+                if let Some((_, e)) = conflicts.first() {
+                    return Err(IngestError::Conflict(format!(
+                        "{event_type}: {}",
+                        conflict_reason(e)
+                    )));
+                }
                 Ok(StripeReply {
                     received: true,
                     recorded: true,
@@ -388,5 +428,29 @@ impl IngestService {
                 })
             }
         }
+    }
+}
+
+/// Why an item the store refused as a conflicting re-send was not stored, naming its identity:
+/// the partial-success message, the records API's `rejected[].error`, the webhook's 409.
+pub fn conflict_reason(e: &Event) -> String {
+    match e {
+        Event::Attempt(a) => format!(
+            "span {} of trace {}: conflicts with a stored span of different content (same trace_id and span_id; stored first, kept), not stored",
+            a.span.span_hex(),
+            a.span.trace_hex()
+        ),
+        Event::Readback(r) => format!(
+            "span {} of trace {}: conflicts with a stored span of different content (same trace_id and span_id; stored first, kept), not stored",
+            r.span.span_hex(),
+            r.span.trace_hex()
+        ),
+        Event::Record(r) => format!(
+            "record {:?} (source {:?}, status {:?}, observed_at {}): conflicts with a stored observation of different content (same source, object_id, status and observed_at; stored first, kept), not stored",
+            r.object_id,
+            r.source,
+            r.status,
+            crate::codec::rfc3339(r.observed_at)
+        ),
     }
 }

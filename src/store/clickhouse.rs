@@ -29,7 +29,7 @@ mod rows;
 pub mod schema;
 mod writer;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -213,13 +213,8 @@ struct DocRow {
     doc: String,
 }
 
-#[derive(Row, Deserialize)]
-struct PageRow {
-    intent_id: String,
-    doc: String,
-}
-
 /// A value bound to a `?` of a query built from parts.
+#[derive(Clone)]
 enum Arg {
     S(String),
     U(u64),
@@ -786,6 +781,13 @@ impl Store for ClickHouseStore {
         }
     }
 
+    /// In three reads shaped for 18.16, which cannot stop a `FINAL` read at `LIMIT` (no
+    /// read-in-order): the page's ids and current versions from the narrow columns only
+    /// (`FINAL` over what the cursor leaves, the cursor and any lookup inside it so the primary
+    /// index skips the rest; the other conditions outside it, on the current version), the
+    /// total beside it (concurrently, narrow columns too), and then the documents of exactly
+    /// those versions, a range of the primary index with no `FINAL`. Reading `doc` under `FINAL`
+    /// read every document of the table for each page (BENCHMARKS.md, "Listings").
     async fn list_verdicts(&self, filter: &VerdictFilter) -> Result<Page<VerdictDoc>, StoreError> {
         let limit = filter.effective_limit();
         let after = filter
@@ -793,79 +795,138 @@ impl Store for ClickHouseStore {
             .as_deref()
             .map(IntentCursor::decode)
             .transpose()?;
-        let mut cond = String::from(" WHERE deleted = 0");
-        let mut args: Vec<Arg> = Vec::new();
+        // Columns the outer conditions read, selected by the inner FINAL read.
+        let mut cols = String::from("intent_id, version, deleted");
+        let mut outer = String::from(" WHERE deleted = 0");
+        let mut outer_args: Vec<Arg> = Vec::new();
         if let Some(s) = filter.state {
-            cond.push_str(" AND state = ?");
-            args.push(Arg::S(s.as_str().into()));
+            cols.push_str(", state");
+            outer.push_str(" AND state = ?");
+            outer_args.push(Arg::S(s.as_str().into()));
         }
         if let Some(t) = &filter.tool {
-            cond.push_str(" AND tool = ?");
-            args.push(Arg::S(t.clone()));
+            cols.push_str(", tool");
+            outer.push_str(" AND tool = ?");
+            outer_args.push(Arg::S(t.clone()));
         }
         if let Some(s) = filter.since {
-            cond.push_str(" AND last_event_ns >= ?");
-            args.push(Arg::U(s.0.max(0) as u64));
+            cols.push_str(", last_event_ns");
+            outer.push_str(" AND last_event_ns >= ?");
+            outer_args.push(Arg::U(s.0.max(0) as u64));
         }
         if let Some(k) = filter.finding {
-            cond.push_str(" AND has(CAST(finding_kinds AS Array(String)), ?)");
-            args.push(Arg::S(k.as_str().into()));
+            cols.push_str(", finding_kinds");
+            outer.push_str(" AND has(CAST(finding_kinds AS Array(String)), ?)");
+            outer_args.push(Arg::S(k.as_str().into()));
         }
         // A lookup reads a range of `reckon_intent_lookup`'s primary index (kind, value), and the
-        // verdicts it names by theirs (`intent_id`); the second condition keeps the rows the
-        // intent's current verdict wrote (as `reckon_current_findings` does for findings).
+        // verdicts it names by theirs (`intent_id`, inside FINAL: every version of an intent
+        // shares it); the second condition keeps the rows the intent's current verdict wrote
+        // (as `reckon_current_findings` does for findings).
+        let mut inner = String::from(" WHERE 1 = 1");
+        let mut inner_args: Vec<Arg> = Vec::new();
         for (kind, value) in filter.lookups() {
-            cond.push_str(
-                " AND intent_id IN (SELECT intent_id FROM reckon_intent_lookup WHERE kind = ? AND value = ?)
-                  AND (intent_id, version) IN
+            inner.push_str(
+                " AND intent_id IN (SELECT intent_id FROM reckon_intent_lookup WHERE kind = ? AND value = ?)",
+            );
+            inner_args.push(Arg::S(kind.as_str().into()));
+            inner_args.push(Arg::S(value.into()));
+            outer.push_str(
+                " AND (intent_id, version) IN
                       (SELECT intent_id, verdict_version FROM reckon_intent_lookup WHERE kind = ? AND value = ?)",
             );
-            for _ in 0..2 {
-                args.push(Arg::S(kind.as_str().into()));
-                args.push(Arg::S(value.into()));
-            }
+            outer_args.push(Arg::S(kind.as_str().into()));
+            outer_args.push(Arg::S(value.into()));
         }
-        let total = self
-            .fetch::<u64>(
-                "count verdicts",
-                bind_all(
-                    self.client
-                        .query(&format!("SELECT count() FROM reckon_verdicts FINAL{cond}")),
-                    &args,
-                ),
-            )
-            .await?
-            .pop()
-            .unwrap_or(0);
+        let count_sql =
+            format!("SELECT count() FROM (SELECT {cols} FROM reckon_verdicts FINAL{inner}){outer}");
+        let count_args: Vec<Arg> = inner_args.iter().chain(&outer_args).cloned().collect();
+        let mut page_inner = inner.clone();
+        let mut page_args = inner_args;
         if let Some(after) = after {
-            cond.push_str(" AND intent_id > ?");
-            args.push(Arg::S(after.intent_id));
+            page_inner.push_str(" AND intent_id > ?");
+            page_args.push(Arg::S(after.intent_id));
         }
+        page_args.extend(outer_args);
         // One extra row tells whether there is a next page.
-        args.push(Arg::U(limit as u64 + 1));
-        let q = bind_all(
-            self.client.query(&format!(
-                "SELECT intent_id, doc FROM reckon_verdicts FINAL{cond}
-                 ORDER BY intent_id LIMIT ?"
-            )),
-            &args,
+        page_args.push(Arg::U(limit as u64 + 1));
+        let page_sql = format!(
+            "SELECT intent_id, version FROM (SELECT {cols} FROM reckon_verdicts FINAL{page_inner}){outer}
+             ORDER BY intent_id LIMIT ?"
         );
-        let mut rows = self.fetch::<PageRow>("list verdicts", q).await?;
-        let more = rows.len() > limit;
-        rows.truncate(limit);
-        let next_cursor = match (more, rows.last()) {
-            (true, Some(last)) => Some(
+        let (total, ids) = tokio::join!(
+            self.fetch::<u64>(
+                "count verdicts",
+                bind_all(self.client.query(&count_sql), &count_args),
+            ),
+            self.fetch::<(String, u64)>(
+                "list verdicts",
+                bind_all(self.client.query(&page_sql), &page_args),
+            ),
+        );
+        let total = total?.pop().unwrap_or(0);
+        let mut ids = ids?;
+        let more = ids.len() > limit;
+        ids.truncate(limit);
+        let next_cursor = match (more, ids.last()) {
+            (true, Some((last, _))) => Some(
                 IntentCursor {
-                    intent_id: last.intent_id.clone(),
+                    intent_id: last.clone(),
                 }
                 .encode(),
             ),
             _ => None,
         };
-        let items = rows
+        let (Some((first, _)), Some((last, _))) = (ids.first(), ids.last()) else {
+            return Ok(Page {
+                items: Vec::new(),
+                next_cursor,
+                total,
+            });
+        };
+        // The page is a range of the primary index; of each intent the version FINAL chose.
+        let versions: Vec<u64> = ids.iter().map(|(_, v)| *v).collect();
+        let q = self
+            .client
+            .query(
+                "SELECT intent_id, version, doc FROM reckon_verdicts
+                 WHERE intent_id >= ? AND intent_id <= ? AND version IN ?",
+            )
+            .bind(first.as_str())
+            .bind(last.as_str())
+            .bind(writer::SqlTuple(&versions));
+        let mut docs: HashMap<(String, u64), String> = self
+            .fetch::<(String, u64, String)>("list verdicts: documents", q)
+            .await?
             .into_iter()
-            .map(|r| {
-                serde_json::from_str(&r.doc)
+            .map(|(id, v, doc)| ((id, v), doc))
+            .collect();
+        // A verdict rewritten and merged between the two reads has lost the version the first
+        // chose: its current one is read instead (it keeps its place: the order is by id).
+        let lost: Vec<&str> = ids
+            .iter()
+            .filter(|k| !docs.contains_key(*k))
+            .map(|(id, _)| id.as_str())
+            .collect();
+        let mut current: HashMap<String, String> = HashMap::new();
+        if !lost.is_empty() {
+            let q = self
+                .client
+                .query(
+                    "SELECT intent_id, doc FROM (SELECT intent_id, doc, deleted FROM reckon_verdicts FINAL
+                     WHERE intent_id IN ?) WHERE deleted = 0",
+                )
+                .bind(writer::SqlTuple(&lost));
+            current.extend(
+                self.fetch::<(String, String)>("list verdicts: rewritten", q)
+                    .await?,
+            );
+        }
+        let items = ids
+            .into_iter()
+            .filter_map(|k| docs.remove(&k).or_else(|| current.remove(&k.0)))
+            .map(|doc| {
+                serde_json::from_str(&doc)
                     .map_err(|e| StoreError::corrupt(VERDICTS, "doc", e.to_string()))
             })
             .collect::<Result<Vec<VerdictDoc>, _>>()?;
@@ -1119,22 +1180,21 @@ impl Store for ClickHouseStore {
             );
             args.push(Arg::S(t.clone()));
         }
-        let total = self
-            .fetch::<u64>(
-                "count escalations",
-                bind_all(
-                    self.client.query(&format!(
-                        "SELECT count() FROM reckon_escalations FINAL{cond}"
-                    )),
-                    &args,
-                ),
-            )
-            .await?
-            .pop()
-            .unwrap_or(0);
-        if let Some(after) = after {
+        let count_sql = format!(
+            "SELECT count() FROM (SELECT id, status, severity, intent_id FROM reckon_escalations FINAL){cond}"
+        );
+        let count_args = args.clone();
+        if let Some(after) = &after {
             if after.opened_at.0 < 0 {
                 // Nothing stored is older than 1970: the page after such a key is empty.
+                let total = self
+                    .fetch::<u64>(
+                        "count escalations",
+                        bind_all(self.client.query(&count_sql), &count_args),
+                    )
+                    .await?
+                    .pop()
+                    .unwrap_or(0);
                 return Ok(Page {
                     items: Vec::new(),
                     next_cursor: None,
@@ -1143,17 +1203,68 @@ impl Store for ClickHouseStore {
             }
             cond.push_str(" AND (opened_ns < ? OR (opened_ns = ? AND id > ?))");
             let t = after.opened_at.0 as u64;
-            args.extend([Arg::U(t), Arg::U(t), Arg::S(after.id)]);
+            args.extend([Arg::U(t), Arg::U(t), Arg::S(after.id.clone())]);
         }
         args.push(Arg::U(limit as u64 + 1));
-        let q = bind_all(
-            self.client.query(&format!(
-                "SELECT ?fields FROM reckon_escalations FINAL{cond}
-                 ORDER BY opened_ns DESC, id ASC LIMIT ?"
-            )),
-            &args,
+        // The page's ids and current versions from the narrow columns (FINAL cannot stop at
+        // LIMIT on 18.16), the total beside it, then the whole rows of exactly those versions
+        // with no FINAL (see `list_verdicts`).
+        let page_sql = format!(
+            "SELECT id, version FROM
+               (SELECT id, version, opened_ns, status, severity, intent_id FROM reckon_escalations FINAL){cond}
+             ORDER BY opened_ns DESC, id ASC LIMIT ?"
         );
-        let mut items = self.escalations("page escalations", q).await?;
+        let (total, ids) = tokio::join!(
+            self.fetch::<u64>(
+                "count escalations",
+                bind_all(self.client.query(&count_sql), &count_args),
+            ),
+            self.fetch::<(String, u64)>(
+                "page escalations",
+                bind_all(self.client.query(&page_sql), &args),
+            ),
+        );
+        let total = total?.pop().unwrap_or(0);
+        let ids = ids?;
+        let mut items = Vec::with_capacity(ids.len());
+        if !ids.is_empty() {
+            let names: Vec<&str> = ids.iter().map(|(id, _)| id.as_str()).collect();
+            let versions: Vec<u64> = ids.iter().map(|(_, v)| *v).collect();
+            let q = self
+                .client
+                .query("SELECT ?fields FROM reckon_escalations WHERE id IN ? AND version IN ?")
+                .bind(writer::SqlTuple(&names))
+                .bind(writer::SqlTuple(&versions));
+            let mut rows: HashMap<(String, u64), Escalation> = self
+                .escalations("page escalations: rows", q)
+                .await?
+                .into_iter()
+                .map(|e| ((e.id.clone(), e.version), e))
+                .collect();
+            // One rewritten and merged between the two reads: its current row instead.
+            let lost: Vec<&str> = ids
+                .iter()
+                .filter(|k| !rows.contains_key(*k))
+                .map(|(id, _)| id.as_str())
+                .collect();
+            let mut current: HashMap<String, Escalation> = HashMap::new();
+            if !lost.is_empty() {
+                let q = self
+                    .client
+                    .query("SELECT ?fields FROM reckon_escalations FINAL WHERE id IN ?")
+                    .bind(writer::SqlTuple(&lost));
+                current.extend(
+                    self.escalations("page escalations: rewritten", q)
+                        .await?
+                        .into_iter()
+                        .map(|e| (e.id.clone(), e)),
+                );
+            }
+            items.extend(
+                ids.into_iter()
+                    .filter_map(|k| rows.remove(&k).or_else(|| current.remove(&k.0))),
+            );
+        }
         let more = items.len() > limit;
         items.truncate(limit);
         let next_cursor = match (more, items.last()) {

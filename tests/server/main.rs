@@ -4,6 +4,7 @@ mod access;
 mod api;
 mod audit_truth;
 mod bad_input;
+mod conflicts;
 mod connections;
 mod disk_full;
 mod eviction;

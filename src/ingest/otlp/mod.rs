@@ -12,6 +12,7 @@ pub mod attr;
 mod json;
 pub mod logs;
 mod recognize;
+mod salvage;
 mod value;
 
 #[cfg(test)]
@@ -21,6 +22,8 @@ pub(crate) use recognize::clip;
 
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::logs::v1::LogRecord;
+use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 
 use super::bounds::TimeWindow;
@@ -61,6 +64,12 @@ impl Decoded {
         if self.reasons.len() < MAX_REASONS {
             self.reasons.push(reason);
         }
+    }
+
+    /// Refuses an item after decoding (the store held its identity with other content): one
+    /// more in `rejected`, with its reason.
+    pub fn refuse(&mut self, reason: String) {
+        self.reject(reason);
     }
 
     /// The partial-success `error_message` for the exporter: empty when nothing was rejected.
@@ -137,8 +146,36 @@ pub fn traces_from_protobuf_bytes(
     body: &[u8],
     contracts: &Contracts,
 ) -> Result<Decoded, DecodeError> {
-    let req = ExportTraceServiceRequest::decode(body)?;
-    Ok(traces_from_proto(&req, contracts))
+    match ExportTraceServiceRequest::decode(body) {
+        Ok(req) => Ok(traces_from_proto(&req, contracts)),
+        Err(e) => {
+            let (req, mut out) = salvaged::<ExportTraceServiceRequest, Span>(body, e)?;
+            out.absorb(traces_from_proto(&req, contracts));
+            Ok(out)
+        }
+    }
+}
+
+/// A request the whole decode refused (`whole`) decoded without the items that do not decode
+/// alone (`salvage`: invalid UTF-8 in one span's string), those refused each in a `Decoded`
+/// of their own. The whole decode's error when nothing could be cut out, or when the rest
+/// still does not decode.
+fn salvaged<R: Message + Default, M: salvage::Item>(
+    body: &[u8],
+    whole: prost::DecodeError,
+) -> Result<(R, Decoded), DecodeError> {
+    let Some((rest, cut)) = salvage::salvage::<M>(body) else {
+        return Err(whole.into());
+    };
+    let req = R::decode(rest.as_slice()).map_err(|_| whole)?;
+    let mut out = Decoded {
+        seen: cut.items,
+        rejected: cut.items,
+        reasons: cut.reasons,
+        ..Decoded::default()
+    };
+    out.reasons.truncate(MAX_REASONS);
+    Ok((req, out))
 }
 
 /// Tool spans of an OTLP/HTTP JSON body (`application/json`), decoded as real exporters write it.
@@ -171,8 +208,14 @@ pub fn logs_from_proto(req: &ExportLogsServiceRequest) -> Decoded {
 
 /// Downstream record observations of an OTLP/HTTP protobuf log body.
 pub fn logs_from_protobuf_bytes(body: &[u8]) -> Result<Decoded, DecodeError> {
-    let req = ExportLogsServiceRequest::decode(body)?;
-    Ok(logs_from_proto(&req))
+    match ExportLogsServiceRequest::decode(body) {
+        Ok(req) => Ok(logs_from_proto(&req)),
+        Err(e) => {
+            let (req, mut out) = salvaged::<ExportLogsServiceRequest, LogRecord>(body, e)?;
+            out.absorb(logs_from_proto(&req));
+            Ok(out)
+        }
+    }
 }
 
 /// Downstream record observations of an OTLP/HTTP JSON log body.

@@ -3,7 +3,7 @@
 
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{status, ResourceSpans, ScopeSpans, Span, Status};
@@ -1037,6 +1037,167 @@ fn protobuf_request_with_a_bad_span_keeps_the_others() {
             ..base_attempt("issue_refund", "int_p")
         })]
     );
+}
+
+/// `body` with every occurrence of `marker` overwritten by bytes that are not UTF-8 (same
+/// length, so the protobuf framing stays valid): what a broken exporter sends.
+fn poison(mut body: Vec<u8>, marker: &[u8]) -> Vec<u8> {
+    let mut found = false;
+    let mut i = 0;
+    while i + marker.len() <= body.len() {
+        if &body[i..i + marker.len()] == marker {
+            body[i..i + marker.len()].fill(0xff);
+            found = true;
+            i += marker.len();
+        } else {
+            i += 1;
+        }
+    }
+    assert!(found, "marker not in the body");
+    body
+}
+
+fn refund_span(span_id: &str, intent: &str, key: &str) -> Span {
+    proto_span(
+        span_id,
+        "execute_tool issue_refund",
+        vec![
+            kv("gen_ai.operation.name", sv("execute_tool")),
+            kv("gen_ai.tool.name", sv("issue_refund")),
+            kv("reckon.intent.id", sv(intent)),
+            kv("reckon.idempotency_key", sv(key)),
+        ],
+    )
+}
+
+#[test]
+fn invalid_utf8_in_one_span_refuses_that_span_alone() {
+    let req = proto_request(vec![
+        refund_span("0000000000000001", "int_a", "k_a"),
+        refund_span("0000000000000002", "int_b", "POISON_KEY"),
+        refund_span("0000000000000003", "int_c", "k_c"),
+    ]);
+    let body = poison(req.encode_to_vec(), b"POISON_KEY");
+    assert!(ExportTraceServiceRequest::decode(body.as_slice()).is_err());
+    let d = traces_from_protobuf_bytes(&body, &contracts()).unwrap();
+    assert_eq!((d.seen, d.rejected), (3, 1), "{:?}", d.reasons);
+    assert!(
+        d.reasons[0].starts_with("span 0000000000000002 of trace 5b8efff798038103d269b633813fc60c")
+            && d.reasons[0].contains("UTF-8"),
+        "{:?}",
+        d.reasons
+    );
+    let intents: Vec<&str> = d
+        .events
+        .iter()
+        .map(|e| match e {
+            Event::Attempt(a) => a.intent_id.as_str(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(intents, ["int_a", "int_c"]);
+}
+
+#[test]
+fn invalid_utf8_in_a_resource_or_scope_refuses_its_spans_only() {
+    let mut req = proto_request(vec![refund_span("0000000000000001", "int_a", "k_a")]);
+    let mut other = req.resource_spans[0].clone();
+    other.resource = Some(Resource {
+        attributes: vec![kv("service.name", sv("POISON_SVC"))],
+        ..Default::default()
+    });
+    other.scope_spans[0].spans = vec![
+        refund_span("0000000000000002", "int_b", "k_b"),
+        refund_span("0000000000000003", "int_c", "k_c"),
+    ];
+    let mut scoped = req.resource_spans[0].clone();
+    scoped.scope_spans[0].scope = Some(InstrumentationScope {
+        name: "POISON_SCOPE".into(),
+        ..Default::default()
+    });
+    scoped.scope_spans[0].spans = vec![refund_span("0000000000000004", "int_d", "k_d")];
+    req.resource_spans.push(other);
+    req.resource_spans.push(scoped);
+    let body = poison(poison(req.encode_to_vec(), b"POISON_SVC"), b"POISON_SCOPE");
+    let d = traces_from_protobuf_bytes(&body, &contracts()).unwrap();
+    assert_eq!(
+        (d.seen, d.rejected, d.events.len()),
+        (4, 3, 1),
+        "{:?}",
+        d.reasons
+    );
+    assert!(
+        d.reasons.iter().any(|r| r.contains("its resource")),
+        "{:?}",
+        d.reasons
+    );
+    assert!(
+        d.reasons.iter().any(|r| r.contains("its scope")),
+        "{:?}",
+        d.reasons
+    );
+}
+
+#[test]
+fn invalid_utf8_in_one_log_record_refuses_that_record_alone() {
+    let record = |object: &str| LogRecord {
+        time_unix_nano: START as u64,
+        attributes: vec![
+            kv("reckon.record.kind", sv("refund")),
+            kv("reckon.record.object_id", sv(object)),
+            kv("reckon.record.status", sv("succeeded")),
+        ],
+        ..Default::default()
+    };
+    let req = ExportLogsServiceRequest {
+        resource_logs: vec![ResourceLogs {
+            scope_logs: vec![ScopeLogs {
+                log_records: vec![record("re_1"), record("POISON_OBJ"), record("re_3")],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    let good = logs_from_protobuf_bytes(&req.encode_to_vec()).unwrap();
+    let body = poison(req.encode_to_vec(), b"POISON_OBJ");
+    let d = logs_from_protobuf_bytes(&body).unwrap();
+    assert_eq!((d.seen, d.rejected), (3, 1), "{:?}", d.reasons);
+    assert!(
+        d.reasons[0].starts_with("a log record without ids: "),
+        "{:?}",
+        d.reasons
+    );
+    assert_eq!((good.events.len(), d.events.len()), (3, 2), "{good:?}");
+    assert_eq!(
+        d.events[..],
+        [good.events[0].clone(), good.events[2].clone()]
+    );
+}
+
+#[test]
+fn many_invalid_spans_keep_a_bounded_number_of_reasons() {
+    let spans: Vec<Span> = (1..=100)
+        .map(|i| refund_span(&format!("{i:016x}"), "int_x", "POISON_KEY"))
+        .chain([refund_span("00000000000000ff", "int_ok", "k_ok")])
+        .collect();
+    let body = poison(proto_request(spans).encode_to_vec(), b"POISON_KEY");
+    let d = traces_from_protobuf_bytes(&body, &contracts()).unwrap();
+    assert_eq!((d.seen, d.rejected, d.events.len()), (101, 100, 1));
+    assert_eq!(d.reasons.len(), MAX_REASONS);
+    assert!(
+        d.error_message().ends_with("; and 84 more"),
+        "{}",
+        d.error_message()
+    );
+}
+
+#[test]
+fn broken_framing_is_still_the_whole_request_error() {
+    let req = proto_request(vec![refund_span("0000000000000002", "int_b", "POISON_KEY")]);
+    let body = poison(req.encode_to_vec(), b"POISON_KEY");
+    // Cut inside the span: the framing is broken, nothing can be salvaged.
+    let err = traces_from_protobuf_bytes(&body[..body.len() - 3], &contracts()).unwrap_err();
+    assert!(matches!(err, DecodeError::Protobuf(_)), "{err}");
 }
 
 #[test]
