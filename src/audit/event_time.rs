@@ -32,6 +32,18 @@ enum Place {
 /// objects nor the state, and findings about keys, parameters and retries only grow with
 /// attempts. So a retry storm under one key costs one audit, not one per attempt.
 pub fn held_before(h: &History, c: Option<&Contract>, verdict: &Verdict) -> Vec<Finding> {
+    // Only attempts, none refused and none naming an object (timeouts, 5xx, a retry storm):
+    // no event can take a finding away, so no prefix needs judging (see `may_take_away`).
+    let only_sends = h.records.is_empty()
+        && h.readbacks.is_empty()
+        && h.answered_elsewhere.is_empty()
+        && verdict
+            .attempts
+            .iter()
+            .all(|a| a.object_id.is_none() && a.class != AttemptClass::Rejected);
+    if only_sends {
+        return Vec::new();
+    }
     let mut events: Vec<(Timestamp, Place)> = Vec::with_capacity(
         h.attempts.len() + h.answered_elsewhere.len() + h.readbacks.len() + h.records.len(),
     );
