@@ -1855,12 +1855,21 @@ async fn two_instances_agree_on_person_actions<H: Harness>(h: &H) {
         .await
         .and_then(|v| v.escalation_id.clone())
         .expect("escalated");
-    assert_eq!(
-        b.verdict("intent-e")
+    // B may serve before it has read its open intents back (a start with their routes in the
+    // store does): wait until it holds intent-e (a loaded machine took more than the instant
+    // this used to allow).
+    let mut seen_by_b = None;
+    for _ in 0..500 {
+        seen_by_b = b
+            .verdict("intent-e")
             .await
-            .and_then(|v| v.escalation_id.clone()),
-        Some(id.clone())
-    );
+            .and_then(|v| v.escalation_id.clone());
+        if seen_by_b.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(seen_by_b, Some(id.clone()));
     // Ana claims through one instance; Bo, a moment later, through the other, whose memory
     // still says open: the store says otherwise.
     let (winner, loser) = (a.clone(), b.clone());
