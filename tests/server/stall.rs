@@ -57,6 +57,28 @@ impl OwnClickHouse {
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), self.url);
     }
 
+    /// Whether the server answers `/ping` within 300 ms.
+    async fn answers(&self, http: &reqwest::Client) -> bool {
+        http.get(format!("{}/ping", self.url))
+            .timeout(Duration::from_millis(300))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+    }
+
+    /// Stop it (SIGSTOP) and wait until it no longer answers: a stalled store is the
+    /// precondition of what follows, so it is checked, not assumed.
+    async fn stall(&self, http: &reqwest::Client) {
+        self.signal("STOP");
+        for _ in 0..50 {
+            if !self.answers(http).await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("ClickHouse still answers after SIGSTOP");
+    }
+
     /// One number from a query, straight from the server.
     async fn count(&self, http: &reqwest::Client, sql: &str) -> u64 {
         let text = http
@@ -162,7 +184,7 @@ async fn a_stalled_or_dead_store_is_refused_quickly_and_ingest_resumes() {
     assert_eq!(send(&s, &export_json(&a)).await.0, 200);
 
     // Hung: the process is there, answers nothing.
-    ch.signal("STOP");
+    ch.stall(&s.http).await;
     let stalled = export_json(&b);
     let (status, retry, took, body) = send(&s, &stalled).await;
     assert_eq!(
