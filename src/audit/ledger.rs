@@ -1328,6 +1328,15 @@ impl Ledger {
                 // Its kind decides whom its keys are shared with (`history`'s shared keys):
                 // when it changes, every sender of every key of its looks again.
                 if kind_before.is_some_and(|k| self.intent_kind(&reader) != k) {
+                    // So does the kind of the records that name it without one
+                    // (`record_kind`): their objects' owners and orphan status are decided
+                    // again.
+                    touched.extend(
+                        self.named_objects
+                            .get(reader.as_str())
+                            .into_iter()
+                            .flat_map(|f| f.iter().cloned()),
+                    );
                     let keys: BTreeSet<&str> = self
                         .intents
                         .get(reader.as_str())
