@@ -5,6 +5,7 @@ pub mod api;
 pub mod app;
 pub mod audit;
 pub mod auth;
+pub mod bloom;
 pub mod cli;
 pub mod clock;
 pub mod codec;

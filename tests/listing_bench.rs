@@ -5,6 +5,7 @@
 //! export RECKON_TEST_CLICKHOUSE=$(scripts/clickhouse-test-server start /tmp/ch-bench)
 //! cargo test --release --test listing_bench -- --ignored --nocapture
 //! # RECKON_BENCH_INTENTS=100000 (default) verdicts, half as many escalations
+//! # RECKON_BENCH_KEEP=1: keep the ClickHouse database (named in the output) to query by hand
 //! ```
 //!
 //! Each store gets the same verdicts (a fifth of them written twice, as the engine rewrites a
@@ -218,6 +219,10 @@ async fn listing_pages_clickhouse_against_sqlite() {
             tc.as_secs_f64() * 1e3,
             tc.as_secs_f64() / ts.as_secs_f64()
         );
+    }
+    if std::env::var("RECKON_BENCH_KEEP").is_ok_and(|v| v == "1") {
+        println!("kept ClickHouse database {database}");
+        return;
     }
     ::clickhouse::Client::default()
         .with_url(&config.url)

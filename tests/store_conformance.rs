@@ -243,8 +243,8 @@ macro_rules! conformance {
                 run(|h| async move { super::first_copy_wins(&*h).await }).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn a_stale_unstored_hint_keeps_the_first_copy() {
-                run(|h| async move { super::a_stale_unstored_hint_keeps_the_first_copy(&*h).await })
+            async fn a_resend_under_another_intent_is_a_conflict() {
+                run(|h| async move { super::a_resend_under_another_intent_is_a_conflict(&*h).await })
                     .await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1399,62 +1399,69 @@ async fn first_copy_wins<H: Harness>(h: &H) {
     assert_eq!(restored.book().all().count(), 0, "no escalation");
 }
 
-/// `Store::append_unstored`: the engine's "nothing of this intent is stored" can be stale by
-/// the time the store writes (two exports of one new intent in flight at once; a re-send of an
-/// export whose append outlived its deadline). The first copy still wins, on every store.
-async fn a_stale_unstored_hint_keeps_the_first_copy<H: Harness>(h: &H) {
+/// A span's identity is (trace_id, span_id) whatever intent it names: a re-send that changed
+/// only its intent id is a conflict, found on every store (ClickHouse sorts attempts by intent
+/// first), also by a store opened afresh on the same data, and so is a record observation that
+/// changed only its kind. The first copy wins; nothing acknowledged is stored twice.
+async fn a_resend_under_another_intent_is_a_conflict<H: Harness>(h: &H) {
     use Appended::{Conflict, Duplicate, New};
     let store = h.open().await;
-    let now = reckon::clock::wall_now();
     let (timeout, answered) = timeout_then_answered();
+    let moved = ev(refund(1, "intent-9", 0)
+        .key("k-1")
+        .timeout()
+        .told("unknown"));
     let read = readback(2, "intent-1", 10, &["re_1"]);
-    let vouched = |events: &[Event]| vec![true; events.len()];
+    let read_moved = readback(2, "intent-9", 10, &["re_1"]);
     let first = vec![timeout.clone(), read.clone()];
+    assert_eq!(store.append(first).await.unwrap(), [New, New]);
+    let again = vec![
+        answered,
+        timeout.clone(),
+        moved.clone(),
+        read.clone(),
+        read_moved.clone(),
+    ];
     assert_eq!(
-        store
-            .append_unstored(first.clone(), now, vouched(&first))
-            .await
-            .unwrap(),
-        [New, New]
+        store.append(again).await.unwrap(),
+        [Conflict, Duplicate, Conflict, Duplicate, Conflict]
     );
-    let again = vec![answered, timeout.clone(), read.clone()];
-    assert_eq!(
-        store
-            .append_unstored(again.clone(), now, vouched(&again))
-            .await
-            .unwrap(),
-        [Conflict, Duplicate, Duplicate]
-    );
-    // Within one call, and with fewer hints than events (the rest may be stored).
+    // Within one call: the first copy counts as stored.
     let other = ev(refund(3, "intent-2", 0).key("k-2").timeout());
-    let changed = ev(refund(3, "intent-2", 0).key("k-2").http(503));
+    let other_moved = ev(refund(3, "intent-3", 0).key("k-2").timeout());
     assert_eq!(
         store
-            .append_unstored(
-                vec![other.clone(), changed.clone(), other.clone(), changed],
-                now,
-                vec![true, true]
-            )
+            .append(vec![other.clone(), other_moved.clone(), other.clone()])
             .await
             .unwrap(),
-        [New, Conflict, Duplicate, Conflict]
+        [New, Conflict, Duplicate]
     );
-    // Records, by their whole identity: a new object's observation vouched for twice.
+    // Records, by their whole identity: another amount, or another kind, is another content.
     let seen = record("re_9", Some("intent-2"), Some("k-2"), "succeeded", 5);
     let other_amount = with_amount(seen.clone(), Amount::Minor(1));
+    let other_kind = match seen.clone() {
+        Event::Record(mut r) => {
+            r.kind = Some("draft".into());
+            Event::Record(r)
+        }
+        _ => unreachable!(),
+    };
+    assert_eq!(store.append(vec![seen.clone()]).await.unwrap(), [New]);
     assert_eq!(
         store
-            .append_unstored(vec![seen.clone()], now, vec![true])
+            .append(vec![seen.clone(), other_amount.clone(), other_kind.clone()])
             .await
             .unwrap(),
-        [New]
+        [Duplicate, Conflict, Conflict]
     );
+    // A store opened afresh knows what is stored (on ClickHouse: its filter of stored
+    // identities starts cold and is filled from the tables).
+    drop(store);
+    let store = h.open().await;
+    let later = vec![moved, read_moved, other_moved, other_kind, timeout.clone()];
     assert_eq!(
-        store
-            .append_unstored(vec![seen.clone(), other_amount], now, vec![true, true])
-            .await
-            .unwrap(),
-        [Duplicate, Conflict]
+        store.append(later).await.unwrap(),
+        [Conflict, Conflict, Conflict, Conflict, Duplicate]
     );
     assert_eq!(
         sorted_events(store.load_events().await.unwrap()),

@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, VecDeque};
 use foldhash::{HashMap, HashMapExt, HashSet};
 use std::sync::Arc;
 
-use super::routes::RouteFilter;
+use super::RouteFilter;
 use crate::audit::{self, Ledger};
 use crate::contract::Contracts;
 use crate::escalation::EscalationBook;
@@ -392,37 +392,6 @@ impl EngineCore {
             }
         }
         out.into_iter().collect()
-    }
-
-    /// Per event: whether nothing that could be an earlier copy of it is in the store. True
-    /// for an attempt or read-back whose intent is not in memory while no intent by that id ever
-    /// left it (the route filter is warm and says no to its `i:` route), and for a record of an
-    /// object the ledger holds no record of while none that left memory could see it (no to
-    /// `o:`). Everything stored was in memory until it left (the ledger keeps every record of an
-    /// object while anyone in memory may see it), and what leaves puts its routes in the filter.
-    pub fn unstored(&self, events: &[Event]) -> Vec<bool> {
-        if !self.routes.is_warm() {
-            return vec![false; events.len()];
-        }
-        let mut route = String::new();
-        let mut not_routed = |prefix: &str, id: &str| {
-            route.clear();
-            route.push_str(prefix);
-            route.push_str(id);
-            !self.routes.may_contain(&route)
-        };
-        events
-            .iter()
-            .map(|e| match e {
-                Event::Attempt(Attempt { intent_id: id, .. })
-                | Event::Readback(Readback { intent_id: id, .. }) => {
-                    !self.verdicts.contains_key(id.as_str()) && not_routed("i:", id)
-                }
-                Event::Record(r) => {
-                    !self.ledger.has_records_of(&r.object_id) && not_routed("o:", &r.object_id)
-                }
-            })
-            .collect()
     }
 
     /// Which of `ids` are not in memory.
@@ -2109,44 +2078,6 @@ mod tests {
         assert!(!core.ledger.is_isolated("a"));
         assert_eq!(core.evict_idle(t(500)), 0);
         assert_eq!(core.intents(), 2);
-    }
-
-    /// What the engine vouches for to the store ([`EngineCore::unstored`]): only spans of
-    /// intents neither in memory nor ever out of it, records of objects likewise, and nothing
-    /// while routes of intents out of memory may be missing from the filter.
-    #[test]
-    fn only_intents_never_seen_are_vouched_unstored() {
-        let mut core = EngineCore::new(contracts()).with_eviction(Some(Dur::secs(60)));
-        let settled = core.ingest(
-            vec![
-                timeout("gone", 1, 0, "k1"),
-                record("re_1", Some("k1"), "succeeded", 40),
-            ],
-            t(50),
-        );
-        core.ingest(vec![timeout("here", 2, 0, "k2")], t(50));
-        core.mark_durable(settled.seq);
-        assert_eq!(core.evict_idle(t(111)), 1);
-        let probe = vec![
-            timeout("new", 3, 200, "k3"),
-            timeout("here", 4, 200, "k2"),
-            timeout("gone", 5, 200, "k1"),
-            record("re_9", Some("k9"), "succeeded", 200),
-        ];
-        assert_eq!(core.unstored(&probe), [true, false, false, true]);
-        // A record of an object in memory, and of one that left with its intent.
-        let known = vec![
-            record("re_1", Some("k1"), "failed", 300),
-            record("re_here", None, "succeeded", 300),
-        ];
-        core.ingest(vec![record("re_here", None, "pending", 250)], t(260));
-        assert_eq!(core.unstored(&known), [false, false]);
-        // A start that left history in the store: nothing is vouched for until the filter
-        // holds its routes.
-        core.routes_in_store();
-        assert_eq!(core.unstored(&probe), [false; 4]);
-        core.routes_filled();
-        assert_eq!(core.unstored(&probe), [true, false, false, true]);
     }
 
     /// An intent's escalations are in memory while it is: resolved and settled, they leave

@@ -17,7 +17,6 @@
 
 pub mod core;
 mod persister;
-pub mod routes;
 mod startup;
 
 use std::collections::{BTreeSet, HashMap};
@@ -38,7 +37,8 @@ use crate::model::*;
 use crate::notify::{Notifier, OutboxItem};
 use crate::store::{event_kind, AnyStore, Appended, Derived, Store, StoreError, Swap};
 use persister::persist_loop;
-use routes::RouteFilter;
+/// The engine's filter of the routes that may reach an intent out of memory.
+pub type RouteFilter = crate::bloom::Bloom;
 use startup::{
     fill_route_filter, load_unsettled, reconcile, restore_pending, write_open_routes, Loaded,
 };
@@ -548,12 +548,7 @@ impl Engine {
         let receipt = self.progress.receive();
         // A write that outlives the deadline may still land: the client's retry then finds it
         // stored (a duplicate) and the engine takes it in then.
-        // Which events can have no earlier copy stored (a new intent's spans, a new object's
-        // records), so the store need not look for one (a query per group on ClickHouse).
-        let unstored = self.lock().unstored(&events);
-        let append = self
-            .store
-            .append_unstored(events.clone(), receipt.key.0, unstored);
+        let append = self.store.append_received(events.clone(), receipt.key.0);
         let stored = match tokio::time::timeout(self.append_deadline, append).await {
             Ok(stored) => stored?,
             Err(_) => return Err(StoreError::Timeout(self.append_deadline)),

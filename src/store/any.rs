@@ -27,14 +27,6 @@ impl Store for AnyStore {
     ) -> Result<Vec<Appended>, StoreError> {
         dispatch!(self, s => s.append_received(events, received_at))
     }
-    async fn append_unstored(
-        &self,
-        events: Vec<Event>,
-        received_at: Timestamp,
-        unstored: Vec<bool>,
-    ) -> Result<Vec<Appended>, StoreError> {
-        dispatch!(self, s => s.append_unstored(events, received_at, unstored))
-    }
     async fn checkpoint(&self) -> Result<Option<Timestamp>, StoreError> {
         dispatch!(self, s => s.checkpoint())
     }

@@ -372,7 +372,15 @@ impl ClickHouseStore {
             .await?;
         let clock = Arc::new(Clock::new(floor));
         let (tx, rx) = mpsc::channel(writer::QUEUE_DEPTH);
-        tokio::spawn(writer::run(client.clone(), retry, clock.clone(), rx));
+        let stored = writer::StoredFilter::cold();
+        tokio::spawn(writer::fill(client.clone(), stored.clone()));
+        tokio::spawn(writer::run(
+            client.clone(),
+            retry,
+            clock.clone(),
+            stored,
+            rx,
+        ));
         Ok(ClickHouseStore {
             client: Box::new(client),
             database: config.database,
@@ -455,16 +463,7 @@ impl Store for ClickHouseStore {
     async fn append_received(
         &self,
         events: Vec<Event>,
-        received_at: Timestamp,
-    ) -> Result<Vec<Appended>, StoreError> {
-        self.append_unstored(events, received_at, Vec::new()).await
-    }
-
-    async fn append_unstored(
-        &self,
-        events: Vec<Event>,
         _received_at: Timestamp,
-        unstored: Vec<bool>,
     ) -> Result<Vec<Appended>, StoreError> {
         if events.is_empty() {
             return Ok(Vec::new());
@@ -475,26 +474,13 @@ impl Store for ClickHouseStore {
         if events.is_empty() {
             return Ok(vec![Appended::Refused; mask.len()]);
         }
-        // The hints of the events kept; a missing hint is "may be stored".
-        let mut hints = unstored.into_iter();
-        let unstored = mask
-            .iter()
-            .filter_map(|&kept| {
-                let h = hints.next().unwrap_or(false);
-                kept.then_some(h)
-            })
-            .collect();
         let events = events
             .iter()
             .map(EventRow::of)
             .collect::<Result<Vec<_>, _>>()?;
         let (reply, answer) = oneshot::channel();
         self.writer
-            .send(Request::Append {
-                events,
-                unstored,
-                reply,
-            })
+            .send(Request::Append { events, reply })
             .await
             .map_err(|_| StoreError::WriterGone)?;
         let statuses = answer.await.map_err(|_| StoreError::WriterGone)??;

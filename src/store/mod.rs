@@ -612,23 +612,6 @@ pub trait Store: Send + Sync {
         received_at: Timestamp,
     ) -> impl Future<Output = Result<Vec<Appended>, StoreError>> + Send;
 
-    /// [`Store::append_received`], told which events can have no earlier copy stored
-    /// (`unstored[i]`, one per event; the engine knows: an attempt or read-back of an intent
-    /// neither in memory nor ever out of it, a record of an object no record of which is in
-    /// memory or ever left it; see `EngineCore::unstored`). A store that must look for an earlier copy of an identity
-    /// before writing (ClickHouse: a query per group) may skip the look for those, unless it
-    /// wrote that identity itself lately; one that finds copies by a constraint (SQLite's
-    /// UNIQUE) has nothing to skip and ignores the hint. Statuses are as `append_received`'s.
-    fn append_unstored(
-        &self,
-        events: Vec<Event>,
-        received_at: Timestamp,
-        unstored: Vec<bool>,
-    ) -> impl Future<Output = Result<Vec<Appended>, StoreError>> + Send {
-        drop(unstored);
-        self.append_received(events, received_at)
-    }
-
     /// [`Store::append_received`] with no receive time (tests, tools): such events are never
     /// read back as received since a checkpoint.
     fn append(

@@ -26,8 +26,8 @@ DATASOURCE_UID = "reckon-clickhouse"
 DATASOURCE_TYPE = "grafana-clickhouse-datasource"
 
 # The tables DESIGN.md names (prefix reckon_) plus the migrations bookkeeping table, the
-# notification outbox, the routes to intents out of memory and the API's lookups by target,
-# object and key.
+# notification outbox, the routes to intents out of memory, the API's lookups by target,
+# object and key, and the owners of stored spans (the writer's look-up by span identity).
 EXPECTED_TABLES = {
     "reckon_schema_migrations",
     "reckon_attempts",
@@ -40,6 +40,7 @@ EXPECTED_TABLES = {
     "reckon_routes",
     "reckon_meta",
     "reckon_intent_lookup",
+    "reckon_span_owners",
 }
 EXPECTED_VIEWS = {"reckon_current_verdicts", "reckon_current_findings"}
 

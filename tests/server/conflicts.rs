@@ -185,21 +185,19 @@ async fn a_span_resent_with_other_content_is_rejected_and_an_identical_one_is_si
         );
         assert_verdict(&server.verdict(&a).await, "unknown / retry_same_key / -");
 
-        // The same ids naming another intent: refused too, where the store finds the identity
-        // across intents (SQLite; ClickHouse looks spans up by intent, see ARCHITECTURE.md).
-        if crate::BACKEND == Backend::Sqlite {
-            let mut other = first.clone();
-            other.attributes[2] = kv("reckon.intent.id", &b);
-            let (n, msg) = export(&server, &mut grpc, via, vec![other]).await;
-            refused += 1.0;
-            assert_eq!(n, 1, "{via:?}: {msg}");
-            assert!(msg.contains(&span_hex), "{msg}");
-            assert_eq!(
-                server.get(&format!("/api/v1/intents/{b}")).await.0,
-                404,
-                "{via:?}: the refused copy is not stored"
-            );
-        }
+        // The same ids naming another intent: refused too, on every store (ClickHouse finds
+        // a span by its identity alone through reckon_span_owners).
+        let mut other = first.clone();
+        other.attributes[2] = kv("reckon.intent.id", &b);
+        let (n, msg) = export(&server, &mut grpc, via, vec![other]).await;
+        refused += 1.0;
+        assert_eq!(n, 1, "{via:?}: {msg}");
+        assert!(msg.contains(&span_hex), "{msg}");
+        assert_eq!(
+            server.get(&format!("/api/v1/intents/{b}")).await.0,
+            404,
+            "{via:?}: the refused copy is not stored"
+        );
         // A batch mixing a conflict with a new span: only the conflict is refused.
         let c = unique("int");
         let mut changed = first.clone();

@@ -22,6 +22,7 @@ pub const OUTBOX: &str = "reckon_outbox";
 pub const ROUTES: &str = "reckon_routes";
 pub const META: &str = "reckon_meta";
 pub const LOOKUPS: &str = "reckon_intent_lookup";
+pub const SPAN_OWNERS: &str = "reckon_span_owners";
 
 #[derive(Clone, Debug, Row, Serialize, Deserialize)]
 pub struct AttemptRow {
@@ -109,6 +110,16 @@ pub struct VerdictRow {
     pub contract_version: String,
     pub settled: u8,
     pub fingerprint: u64,
+}
+
+/// Which intent a stored span names: its row in `reckon_attempts` (`readback` 0) or
+/// `reckon_readbacks` (1) is found by `(intent_id, trace_id, span_id)`.
+#[derive(Clone, Debug, Row, Serialize, Deserialize)]
+pub struct SpanOwnerRow {
+    pub trace_id: String,
+    pub span_id: String,
+    pub readback: u8,
+    pub intent_id: String,
 }
 
 #[derive(Clone, Debug, Row, Serialize, Deserialize)]
@@ -437,6 +448,37 @@ pub enum Identity<'a> {
     Attempt(&'a str, &'a str),
     Readback(&'a str, &'a str),
     Record(&'a str, &'a str, &'a str, u64),
+}
+
+impl Identity<'_> {
+    /// The identity as bytes for [`crate::bloom::Bloom`], into `buf` (cleared first): a tag, then
+    /// each part with its length.
+    pub fn key_into(&self, buf: &mut Vec<u8>) {
+        buf.clear();
+        let mut part = |p: &[u8]| {
+            buf.extend_from_slice(&(p.len() as u32).to_le_bytes());
+            buf.extend_from_slice(p);
+        };
+        match self {
+            Identity::Attempt(t, s) => {
+                part(b"a");
+                part(t.as_bytes());
+                part(s.as_bytes());
+            }
+            Identity::Readback(t, s) => {
+                part(b"b");
+                part(t.as_bytes());
+                part(s.as_bytes());
+            }
+            Identity::Record(source, object, status, at) => {
+                part(b"r");
+                part(source.as_bytes());
+                part(object.as_bytes());
+                part(status.as_bytes());
+                part(&at.to_le_bytes());
+            }
+        }
+    }
 }
 
 impl EventRow {

@@ -329,6 +329,26 @@ SELECT CAST('target' AS Enum8('target' = 1, 'object' = 2, 'key' = 3)), t, intent
 FROM (SELECT intent_id, version, doc, deleted FROM reckon_verdicts FINAL)
 ARRAY JOIN extractAll(doc, '"target":"([^"\\\\]*)"') AS t WHERE deleted = 0"#;
 
+/// v10: which intent each stored span belongs to, sorted by the span's identity, so a span
+/// re-sent under another intent id is found (the event tables sort by intent first, so a lookup
+/// by `(trace_id, span_id)` alone would read them whole). Written with every attempt and
+/// read-back, before them; small granules because it is only ever read a few keys at a time.
+pub const V10_SPAN_OWNERS: &str = "
+CREATE TABLE IF NOT EXISTS reckon_span_owners (
+    trace_id String COMMENT 'span identity, part 1',
+    span_id String COMMENT 'span identity, part 2',
+    readback UInt8 COMMENT '1: a read-back span (reckon_readbacks), 0: an attempt (reckon_attempts); separate identity spaces',
+    intent_id String COMMENT 'the intent the stored span names: its row is (intent_id, trace_id, span_id) in its table'
+) ENGINE = ReplacingMergeTree
+ORDER BY (trace_id, span_id, readback, intent_id)
+SETTINGS index_granularity = 1024";
+pub const V10_SPAN_OWNERS_ATTEMPTS: &str = "
+INSERT INTO reckon_span_owners (trace_id, span_id, readback, intent_id)
+SELECT DISTINCT trace_id, span_id, 0, intent_id FROM reckon_attempts";
+pub const V10_SPAN_OWNERS_READBACKS: &str = "
+INSERT INTO reckon_span_owners (trace_id, span_id, readback, intent_id)
+SELECT DISTINCT trace_id, span_id, 1, intent_id FROM reckon_readbacks";
+
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
@@ -420,6 +440,15 @@ pub const MIGRATIONS: &[Migration] = &[
             V9_LOOKUP_KEYS,
             V9_LOOKUP_OBJECTS,
             V9_LOOKUP_TARGETS,
+        ],
+    },
+    Migration {
+        version: 10,
+        name: "span owners: a stored span found by its identity alone",
+        statements: &[
+            V10_SPAN_OWNERS,
+            V10_SPAN_OWNERS_ATTEMPTS,
+            V10_SPAN_OWNERS_READBACKS,
         ],
     },
 ];

@@ -12,21 +12,25 @@
 //! version. When a group fails with bad data, its requests are retried one by one so only the
 //! request holding the bad row fails.
 //!
-//! Before inserting, the group's event identities are looked up (the first copy wins), except
-//! those the caller vouched for as having no earlier copy stored (a new intent's spans, a new
-//! object's records) and that this writer has not written lately ([`Recent`]): on a stream of
-//! new intents the look-up was half of what ClickHouse spent (parsing a `SELECT` of 500-tuple
-//! `IN` lists per 500 events).
+//! Before inserting, the group's event identities that may be stored already are looked up (the
+//! first copy wins). Which may be is what [`StoredFilter`] says: a Bloom filter of every identity
+//! stored, filled from the store in the background at start (until then, every identity is looked
+//! up) and from every group this writer inserts. On a stream of new intents nearly nothing is
+//! looked up: the look-up had been half of what ClickHouse spent (parsing a `SELECT` of 500-tuple
+//! `IN` lists per 500 events). A span is looked up by its identity alone through
+//! `reckon_span_owners`, so a re-send that changed its intent id is found, and refused, not
+//! stored under a second intent.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::BuildHasher;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
 use super::error::{ClickHouseError, ErrorClass, RetryPolicy};
 use super::rows::*;
 use super::Clock;
+use crate::bloom::Bloom;
 use crate::logging::{Throttle, REPEATED_FAILURE_EVERY};
 use crate::store::{Appended, StoreError};
 
@@ -51,6 +55,7 @@ pub struct Rows {
     pub routes: Vec<RouteRow>,
     pub meta: Vec<MetaRow>,
     pub lookups: Vec<LookupRow>,
+    pub span_owners: Vec<SpanOwnerRow>,
 }
 
 impl Rows {
@@ -65,6 +70,7 @@ impl Rows {
             + self.routes.len()
             + self.meta.len()
             + self.lookups.len()
+            + self.span_owners.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -75,12 +81,9 @@ impl Rows {
 /// What a caller queued.
 pub enum Request {
     /// Events: the writer decides which are new (the first copy of an identity wins) and
-    /// answers one status per event. `unstored[i]`: the caller knows no earlier copy of event
-    /// `i` can be stored (see [`crate::store::Store::append_unstored`]); shorter than `events`
-    /// means "may be stored" for the rest.
+    /// answers one status per event.
     Append {
         events: Vec<EventRow>,
-        unstored: Vec<bool>,
         reply: oneshot::Sender<Result<Vec<Appended>, StoreError>>,
     },
     /// Derived rows (verdicts, findings, escalations), written as they are.
@@ -107,57 +110,149 @@ impl Request {
     }
 }
 
-/// Identities this writer inserted or tried to lately, as 64-bit hashes in two generations of
-/// [`Recent::GENERATION`] (~5 MiB in all). A caller's "no earlier copy is stored" can be
-/// stale by the time its group is written: two exports of one new intent in flight at once both
-/// say so, and so does a re-send of an export whose append outlived its deadline before the
-/// engine took it in, or whose group failed after landing in part. The earlier copy must still
-/// be found, so an identity met here (written, or attempted) is looked up whatever the hint. A
-/// collision only costs a look-up.
-struct Recent {
-    current: HashSet<u64>,
-    previous: HashSet<u64>,
-    hasher: foldhash::quality::FixedState,
+/// Which event identities may be stored already: a [`Bloom`] of every identity in the event
+/// tables. "No" is exact once it is warm, so those events skip the look-up; "maybe" (a stored
+/// identity, a false positive, or anything while cold) costs one. An identity goes in before
+/// its INSERT is sent: a group that fails may still have landed in part, and its re-send must be
+/// looked up.
+///
+/// It knows what this process wrote and what was stored when it started. Another process
+/// writing to the same database meanwhile is not in it: two instances can each store a copy of
+/// an identity (`load_events` keeps the first written).
+#[derive(Clone)]
+pub struct StoredFilter(Arc<Mutex<Bloom>>);
+
+impl StoredFilter {
+    /// The first stage: ~4 M identities at 2.8 % false positives; resident as it fills.
+    const FIRST_BYTES: usize = 4 << 20;
+    /// The most it grows to (~500 M identities); past it, more look-ups instead of memory.
+    const MAX_BYTES: usize = 512 << 20;
+
+    /// A cold filter: every identity is "maybe" until [`fill`] has read the store.
+    pub fn cold() -> StoredFilter {
+        let mut bloom = Bloom::new(Self::FIRST_BYTES, false).growing_to(Self::MAX_BYTES);
+        bloom.cold();
+        StoredFilter(Arc::new(Mutex::new(bloom)))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Bloom> {
+        // Inserting bits cannot leave the filter half-changed in a way that matters: a
+        // panicking holder at worst set some bits, which only makes more "maybe"s.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn may_contain<'a>(&self, ids: impl Iterator<Item = Identity<'a>>) -> Vec<bool> {
+        let bloom = self.lock();
+        let mut key = Vec::new();
+        ids.map(|id| {
+            id.key_into(&mut key);
+            bloom.may_contain(&key)
+        })
+        .collect()
+    }
+
+    fn insert<'a>(&self, ids: impl Iterator<Item = Identity<'a>>) {
+        let mut bloom = self.lock();
+        let mut key = Vec::new();
+        for id in ids {
+            id.key_into(&mut key);
+            bloom.insert(&key);
+        }
+    }
 }
 
-impl Recent {
-    /// Identities per generation: far more than are written between a hint and the write it
-    /// precedes (the exports queued ahead, the moments until the engine takes the intent in).
-    const GENERATION: usize = 1 << 18;
-
-    fn new() -> Recent {
-        Recent {
-            current: HashSet::new(),
-            previous: HashSet::new(),
-            hasher: foldhash::quality::FixedState::with_seed(0x7265_636b_6f6e),
+/// Fill `filter` with every identity stored, then mark it warm. Retried until it succeeds (the
+/// filter stays cold meanwhile, which costs look-ups, never a wrong answer).
+pub async fn fill(client: ::clickhouse::Client, filter: StoredFilter) {
+    let mut wait = Duration::from_secs(1);
+    loop {
+        match fill_once(&client, &filter).await {
+            Ok(n) => {
+                filter.lock().warmed();
+                tracing::debug!(identities = n, "stored identities read into the filter");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?wait, "could not read stored identities; every event is looked up until they are read");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(60));
+            }
         }
     }
+}
 
-    fn hash(&self, id: &Identity<'_>) -> u64 {
-        self.hasher.hash_one(id)
+async fn fill_once(
+    client: &::clickhouse::Client,
+    filter: &StoredFilter,
+) -> Result<u64, ::clickhouse::error::Error> {
+    #[derive(::clickhouse::Row, serde::Deserialize)]
+    struct SpanId {
+        trace_id: String,
+        span_id: String,
+        readback: u8,
     }
-
-    fn contains(&self, id: &Identity<'_>) -> bool {
-        let h = self.hash(id);
-        self.current.contains(&h) || self.previous.contains(&h)
+    #[derive(::clickhouse::Row, serde::Deserialize)]
+    struct RecordId {
+        source: String,
+        object_id: String,
+        status: String,
+        observed_ns: u64,
     }
-
-    fn insert(&mut self, id: &Identity<'_>) {
-        if self.current.len() >= Self::GENERATION {
-            self.previous = std::mem::take(&mut self.current);
+    const CHUNK: usize = 8192;
+    let mut n = 0;
+    let mut spans = client
+        .query(&format!(
+            "SELECT trace_id, span_id, readback FROM {SPAN_OWNERS}"
+        ))
+        .fetch::<SpanId>()?;
+    let mut chunk = Vec::with_capacity(CHUNK);
+    loop {
+        let row = spans.next().await?;
+        let done = row.is_none();
+        chunk.extend(row);
+        if chunk.len() == CHUNK || (done && !chunk.is_empty()) {
+            n += chunk.len() as u64;
+            filter.insert(chunk.iter().map(|r: &SpanId| match r.readback {
+                0 => Identity::Attempt(&r.trace_id, &r.span_id),
+                _ => Identity::Readback(&r.trace_id, &r.span_id),
+            }));
+            chunk.clear();
         }
-        let h = self.hash(id);
-        self.current.insert(h);
+        if done {
+            break;
+        }
     }
+    let mut records = client
+        .query(&format!(
+            "SELECT source, object_id, status, observed_ns FROM {RECORDS}"
+        ))
+        .fetch::<RecordId>()?;
+    let mut chunk = Vec::with_capacity(CHUNK);
+    loop {
+        let row = records.next().await?;
+        let done = row.is_none();
+        chunk.extend(row);
+        if chunk.len() == CHUNK || (done && !chunk.is_empty()) {
+            n += chunk.len() as u64;
+            filter.insert(chunk.iter().map(|r: &RecordId| {
+                Identity::Record(&r.source, &r.object_id, &r.status, r.observed_ns)
+            }));
+            chunk.clear();
+        }
+        if done {
+            break;
+        }
+    }
+    Ok(n)
 }
 
 pub async fn run(
     client: ::clickhouse::Client,
     retry: RetryPolicy,
     clock: Arc<Clock>,
+    stored: StoredFilter,
     mut rx: mpsc::Receiver<Request>,
 ) {
-    let mut recent = Recent::new();
     while let Some(first) = rx.recv().await {
         let mut total = first.len();
         let mut batch = vec![first];
@@ -170,7 +265,7 @@ pub async fn run(
                 Err(_) => break,
             }
         }
-        commit(&client, &retry, &clock, &mut recent, batch).await;
+        commit(&client, &retry, &clock, &stored, batch).await;
     }
 }
 
@@ -178,10 +273,10 @@ async fn commit(
     client: &::clickhouse::Client,
     retry: &RetryPolicy,
     clock: &Clock,
-    recent: &mut Recent,
+    stored: &StoredFilter,
     batch: Vec<Request>,
 ) {
-    match write_group(client, retry, clock, recent, &batch).await {
+    match write_group(client, retry, clock, stored, &batch).await {
         Ok(statuses) => {
             for (r, s) in batch.into_iter().zip(statuses) {
                 r.answer(Ok(s));
@@ -191,7 +286,7 @@ async fn commit(
             tracing::warn!(error = %e, requests = batch.len(), "group insert refused as bad data; retrying its requests one by one");
             for r in batch {
                 let result =
-                    write_group(client, retry, clock, recent, std::slice::from_ref(&r)).await;
+                    write_group(client, retry, clock, stored, std::slice::from_ref(&r)).await;
                 let result = result
                     .map(|mut s| s.pop().unwrap_or_default())
                     .map_err(StoreError::from);
@@ -222,18 +317,17 @@ async fn commit(
 /// for derived writes).
 ///
 /// Only this task inserts events, one group at a time, so within one reckon process an
-/// identity is never inserted twice: the lookup is exact, and so is skipping it for an intent
-/// the engine vouched for that is not in [`Recent`]. Two processes appending the same identity
-/// at the same instant can both insert it (so can two that both took one intent for new);
-/// `load_events` then keeps the copy written first.
+/// identity is never inserted twice: the lookup is exact, and so is skipping what the
+/// [`StoredFilter`] says was never stored. Two processes appending the same identity can both
+/// insert it; `load_events` then keeps the copy written first.
 async fn write_group(
     client: &::clickhouse::Client,
     retry: &RetryPolicy,
     clock: &Clock,
-    recent: &mut Recent,
+    filter: &StoredFilter,
     batch: &[Request],
 ) -> Result<Vec<Vec<Appended>>, ClickHouseError> {
-    let stored = lookup(client, retry, recent, batch).await?;
+    let stored = lookup(client, retry, filter, batch).await?;
     let mut known: HashMap<Identity<'_>, &EventRow> = HashMap::with_capacity(stored.len());
     for r in &stored {
         // `stored` is in write order: an identity stored twice is known by its first copy.
@@ -263,8 +357,24 @@ async fn write_group(
                     row.set_ingested_ns(at);
                     at += 1;
                     match row {
-                        EventRow::Attempt(r) => fresh.attempts.push(r),
-                        EventRow::Readback(r) => fresh.readbacks.push(r),
+                        EventRow::Attempt(r) => {
+                            fresh.span_owners.push(span_owner(
+                                &r.trace_id,
+                                &r.span_id,
+                                0,
+                                &r.intent_id,
+                            ));
+                            fresh.attempts.push(r)
+                        }
+                        EventRow::Readback(r) => {
+                            fresh.span_owners.push(span_owner(
+                                &r.trace_id,
+                                &r.span_id,
+                                1,
+                                &r.intent_id,
+                            ));
+                            fresh.readbacks.push(r)
+                        }
                         EventRow::Record(r) => fresh.records.push(r),
                     }
                     Appended::New
@@ -285,27 +395,26 @@ async fn write_group(
             parts.push(rows);
         }
     }
-    // Before the INSERT: a group that fails may still have landed in part, so a re-send of
-    // it is looked up rather than taken on the engine's word.
-    for e in fresh
-        .attempts
-        .iter()
-        .map(|r| Identity::Attempt(&r.trace_id, &r.span_id))
-        .chain(
-            fresh
-                .readbacks
-                .iter()
-                .map(|r| Identity::Readback(&r.trace_id, &r.span_id)),
-        )
-        .chain(
-            fresh
-                .records
-                .iter()
-                .map(|r| Identity::Record(&r.source, &r.object_id, &r.status, r.observed_ns)),
-        )
-    {
-        recent.insert(&e);
-    }
+    // Before the INSERT: a group that fails may still have landed in part, so its re-send
+    // must be looked up.
+    filter.insert(
+        fresh
+            .attempts
+            .iter()
+            .map(|r| Identity::Attempt(&r.trace_id, &r.span_id))
+            .chain(
+                fresh
+                    .readbacks
+                    .iter()
+                    .map(|r| Identity::Readback(&r.trace_id, &r.span_id)),
+            )
+            .chain(
+                fresh
+                    .records
+                    .iter()
+                    .map(|r| Identity::Record(&r.source, &r.object_id, &r.status, r.observed_ns)),
+            ),
+    );
     insert_all(client, retry, &parts).await?;
     Ok(statuses)
 }
@@ -314,44 +423,63 @@ async fn write_group(
 const LOOKUP_CHUNK: usize = 500;
 const LOOKUP_BYTES: usize = 128 * 1024;
 
-/// `SELECT` the stored rows of every event identity in the group that may be stored. Attempts
-/// and read-backs are looked up by `(intent_id, trace_id, span_id)`, their tables' sorting key,
-/// so the lookup reads only the granules of the group's intents: a re-send that changed a
-/// span's intent id is not found, and is stored a second time under the other intent
-/// (`load_events` still returns the first copy only). Records are looked up by their whole
-/// identity, which is their sorting key. Skipped: events the caller vouched for (no earlier
-/// copy can be stored) whose identity this writer did not insert lately.
+fn span_owner(trace_id: &str, span_id: &str, readback: u8, intent_id: &str) -> SpanOwnerRow {
+    SpanOwnerRow {
+        trace_id: trace_id.to_owned(),
+        span_id: span_id.to_owned(),
+        readback,
+        intent_id: intent_id.to_owned(),
+    }
+}
+
+/// `SELECT` the stored rows of every event identity in the group that may be stored (see
+/// [`StoredFilter`]). Spans in two steps: their owners from `reckon_span_owners` by
+/// `(trace_id, span_id)`, then their rows by `(intent_id, trace_id, span_id)`, their tables'
+/// sorting key, so both read a few granules. An owner whose row is missing (a group that failed
+/// between the two INSERTs) finds nothing, as it should. Records by their whole identity, which
+/// is their sorting key.
 async fn lookup(
     client: &::clickhouse::Client,
     retry: &RetryPolicy,
-    recent: &Recent,
+    filter: &StoredFilter,
     batch: &[Request],
 ) -> Result<Vec<EventRow>, ClickHouseError> {
-    let mut attempts: Vec<(&str, &str, &str)> = Vec::new();
-    let mut readbacks: Vec<(&str, &str, &str)> = Vec::new();
+    let events = batch.iter().flat_map(|r| match r {
+        Request::Append { events, .. } => events.as_slice(),
+        Request::Write { .. } => &[],
+    });
+    let maybe = filter.may_contain(events.clone().map(EventRow::identity));
+    let mut spans: HashSet<(&str, &str, u8)> = HashSet::new();
     let mut records: Vec<(&str, &str, &str, u64)> = Vec::new();
-    for r in batch {
-        if let Request::Append {
-            events, unstored, ..
-        } = r
-        {
-            for (i, e) in events.iter().enumerate() {
-                let vouched = unstored.get(i).copied().unwrap_or(false);
-                if vouched && !recent.contains(&e.identity()) {
-                    continue;
-                }
-                match e {
-                    EventRow::Attempt(a) => attempts.push((&a.intent_id, &a.trace_id, &a.span_id)),
-                    EventRow::Readback(b) => {
-                        readbacks.push((&b.intent_id, &b.trace_id, &b.span_id))
-                    }
-                    EventRow::Record(c) => {
-                        records.push((&c.source, &c.object_id, &c.status, c.observed_ns))
-                    }
-                }
+    for (e, maybe) in events.zip(maybe) {
+        if !maybe {
+            continue;
+        }
+        match e {
+            EventRow::Attempt(a) => drop(spans.insert((&a.trace_id, &a.span_id, 0))),
+            EventRow::Readback(b) => drop(spans.insert((&b.trace_id, &b.span_id, 1))),
+            EventRow::Record(c) => {
+                records.push((&c.source, &c.object_id, &c.status, c.observed_ns))
             }
         }
     }
+    let pairs: Vec<(&str, &str)> = {
+        let distinct: HashSet<(&str, &str)> = spans.iter().map(|&(t, s, _)| (t, s)).collect();
+        distinct.into_iter().collect()
+    };
+    let mut owners: Vec<SpanOwnerRow> = Vec::new();
+    for keys in chunks(&pairs, |k| k.0.len() + k.1.len()) {
+        owners.extend(
+            fetch_keys::<SpanOwnerRow, _>(client, retry, SPAN_OWNERS, "(trace_id, span_id)", keys)
+                .await?,
+        );
+    }
+    owners.retain(|o| spans.contains(&(o.trace_id.as_str(), o.span_id.as_str(), o.readback)));
+    let key = |o: &SpanOwnerRow| (o.intent_id.clone(), o.trace_id.clone(), o.span_id.clone());
+    let attempts: Vec<(String, String, String)> =
+        owners.iter().filter(|o| o.readback == 0).map(key).collect();
+    let readbacks: Vec<(String, String, String)> =
+        owners.iter().filter(|o| o.readback != 0).map(key).collect();
     let mut out = Vec::new();
     for keys in chunks(&attempts, |k| k.0.len() + k.1.len() + k.2.len()) {
         let rows: Vec<AttemptRow> = fetch_keys(
@@ -458,6 +586,7 @@ pub async fn insert_now(
 }
 
 /// One INSERT per table, in an order that keeps reads consistent if the group fails midway:
+/// a span's owner before the span (a span is never stored where the look-up cannot find it),
 /// events before anything derived from them, notifications before the escalation changes they
 /// announce (a change is never stored unannounced), escalations before the verdicts that name
 /// them, findings and lookups before the verdict version that makes them current, a settled intent's routes
@@ -467,6 +596,7 @@ async fn insert_all(
     retry: &RetryPolicy,
     parts: &[&Rows],
 ) -> Result<(), ClickHouseError> {
+    insert(client, retry, SPAN_OWNERS, parts, |r| &r.span_owners).await?;
     insert(client, retry, ATTEMPTS, parts, |r| &r.attempts).await?;
     insert(client, retry, READBACKS, parts, |r| &r.readbacks).await?;
     insert(client, retry, RECORDS, parts, |r| &r.records).await?;

@@ -1,17 +1,19 @@
-//! The route filter: which routes (see [`crate::store::Route`]) may reach an intent that is not
-//! in memory, in memory that grows with the log of the history behind it, not with the history.
+//! A scalable Bloom filter: which keys may be in a set held elsewhere (the store), in memory
+//! that grows with the log of the set, not with the set.
 //!
-//! A Bloom filter: a route that was inserted always answers "maybe"; one that was not answers
-//! "no" except for a false positive, which costs one store lookup that finds nothing new. The
-//! store holds the routes themselves (`Store::route_owners`), so the filter never has to be
-//! exact, only never wrong about "no". Until it has been filled from the store after a start
-//! that left intents out of memory there ([`RouteFilter::cold`]), every route answers "maybe".
+//! Two users: the engine's filter of the routes (see [`crate::store::Route`]) that may reach an
+//! intent out of memory, and the ClickHouse writer's filter of the event identities that may be
+//! stored already. A key that was inserted always answers "maybe"; one that was not answers "no"
+//! except for a false positive, which costs one store lookup that finds nothing. The store holds
+//! the keys themselves, so the filter never has to be exact, only never wrong about "no". Until
+//! it has been filled from the store ([`Bloom::cold`], [`Bloom::warmed`]), every key answers
+//! "maybe".
 //!
-//! It grows in stages, as a scalable Bloom filter does (Almeida et al., 2007): routes go into
+//! It grows in stages, as a scalable Bloom filter does (Almeida et al., 2007): keys go into
 //! the newest stage; once it is full (the first at 55 % of its bits set, 2.8 % false positives
 //! with six probes; each later one at half the false positives of the one before, so together
 //! they never pass twice the first's) a new stage twice its size takes the next ones, and a
-//! route answers "maybe" if any stage says so. A stage is never dropped: a months-old intent
+//! key answers "maybe" if any stage says so. A stage is never dropped: a months-old intent
 //! must still be found. A fixed filter
 //! saturated instead, at 100 tool calls a second within about a week, after which nearly every
 //! event asked the store. Past `max_bytes` the newest stage goes on filling: more "maybe"s,
@@ -19,8 +21,8 @@
 
 use std::hash::{BuildHasher, Hasher};
 
-/// Probes per route. With a share `f` of its bits set, a stage answers "maybe" to `f^6` of
-/// the routes it never saw.
+/// Probes per key. With a share `f` of its bits set, a stage answers "maybe" to `f^6` of
+/// the keys it never saw.
 const PROBES: u64 = 6;
 
 /// The first stage is full, and the next one begins, once this share of its bits is set:
@@ -37,7 +39,7 @@ struct Stage {
     /// The share of its bits set at which it is full.
     full: f64,
     bits: Vec<u64>,
-    /// Bits set: how full it is, counted as bits go from 0 to 1 (a route inserted twice, or a
+    /// Bits set: how full it is, counted as bits go from 0 to 1 (a key inserted twice, or a
     /// probe landing on a set bit, adds nothing).
     ones: u64,
 }
@@ -90,22 +92,22 @@ impl Stage {
     }
 }
 
-/// The bits a route sets in a stage of `m` bits, by double hashing.
+/// The bits a key sets in a stage of `m` bits, by double hashing.
 fn probes(m: u64, (h1, h2): (u64, u64)) -> impl Iterator<Item = usize> {
     (0..PROBES).map(move |i| (h1.wrapping_add(i.wrapping_mul(h2)) % m) as usize)
 }
 
-pub struct RouteFilter {
-    /// Oldest first, each twice the size of the one before; routes go into the last.
+pub struct Bloom {
+    /// Oldest first, each twice the size of the one before; keys go into the last.
     stages: Vec<Stage>,
     /// The most bytes the stages may take together.
     max_bytes: usize,
     warm: bool,
 }
 
-impl std::fmt::Debug for RouteFilter {
+impl std::fmt::Debug for Bloom {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RouteFilter")
+        f.debug_struct("Bloom")
             .field("bytes", &self.bytes())
             .field("stages", &self.stages.len())
             .field("false_positives", &self.false_positive_rate())
@@ -114,23 +116,23 @@ impl std::fmt::Debug for RouteFilter {
     }
 }
 
-/// Two independent 64-bit hashes of a route, for double hashing.
-fn hashes(route: &str) -> (u64, u64) {
+/// Two independent 64-bit hashes of a key, for double hashing.
+fn hashes(key: &[u8]) -> (u64, u64) {
     let seeded = |seed: u64| {
         let mut h = foldhash::quality::FixedState::with_seed(seed).build_hasher();
-        h.write(route.as_bytes());
+        h.write(key);
         h.finish()
     };
     (seeded(0x5eed_0001), seeded(0x5eed_0002) | 1)
 }
 
-impl RouteFilter {
+impl Bloom {
     /// A filter of `bytes` (at least 8), warm and empty, that does not grow (see
-    /// [`RouteFilter::growing_to`]). `touch` writes every page of the first stage now, so the
+    /// [`Bloom::growing_to`]). `touch` writes every page of the first stage now, so the
     /// process's resident memory is the same before and after history fills it.
-    pub fn new(bytes: usize, touch: bool) -> RouteFilter {
+    pub fn new(bytes: usize, touch: bool) -> Bloom {
         let first = Stage::new(bytes, full_at(0), touch);
-        RouteFilter {
+        Bloom {
             max_bytes: first.bytes(),
             stages: vec![first],
             warm: true,
@@ -138,7 +140,7 @@ impl RouteFilter {
     }
 
     /// Let the filter grow, a stage at a time, up to `max_bytes` in all.
-    pub fn growing_to(mut self, max_bytes: usize) -> RouteFilter {
+    pub fn growing_to(mut self, max_bytes: usize) -> Bloom {
         self.max_bytes = max_bytes.max(self.bytes());
         self
     }
@@ -148,7 +150,7 @@ impl RouteFilter {
         self.stages.iter().map(Stage::bytes).sum()
     }
 
-    /// The share of routes never inserted that would answer "maybe" now: each stage's chance
+    /// The share of keys never inserted that would answer "maybe" now: each stage's chance
     /// of a false positive, added up (a bound, close while they are small).
     pub fn false_positive_rate(&self) -> f64 {
         self.stages
@@ -169,8 +171,8 @@ impl RouteFilter {
         self.stages.last().map_or(8, |s| s.bytes() * 2)
     }
 
-    /// Routes out of memory exist that the filter does not hold yet: everything is "maybe"
-    /// until [`RouteFilter::warmed`].
+    /// Keys exist in the set that the filter does not hold yet: everything is "maybe" until
+    /// [`Bloom::warmed`].
     pub fn cold(&mut self) {
         self.warm = false;
     }
@@ -183,8 +185,8 @@ impl RouteFilter {
         self.warm
     }
 
-    pub fn insert(&mut self, route: &str) {
-        let h = hashes(route);
+    pub fn insert(&mut self, key: impl AsRef<[u8]>) {
+        let h = hashes(key.as_ref());
         // Already a "maybe" (inserted before, or a false positive: the answer is the same), it
         // adds nothing: a route re-inserted each time its intent leaves does not fill a stage.
         if self.stages.iter().any(|s| s.may_contain(h)) {
@@ -195,19 +197,19 @@ impl RouteFilter {
         if self.stages[last].is_full() {
             let next = self.next_stage_bytes();
             if self.bytes() + next <= self.max_bytes {
-                // Not touched: it fills as routes arrive, and so becomes resident with them.
+                // Not touched: it fills as keys arrive, and so becomes resident with them.
                 self.stages
                     .push(Stage::new(next, full_at(self.stages.len()), false));
             }
         }
     }
 
-    /// False only when no intent out of memory can have this route.
-    pub fn may_contain(&self, route: &str) -> bool {
+    /// False only when the key was never inserted and the filter is warm.
+    pub fn may_contain(&self, key: impl AsRef<[u8]>) -> bool {
         if !self.warm {
             return true;
         }
-        let h = hashes(route);
+        let h = hashes(key.as_ref());
         self.stages.iter().any(|s| s.may_contain(h))
     }
 }
@@ -218,7 +220,7 @@ mod tests {
 
     #[test]
     fn inserted_routes_always_answer_maybe_and_most_others_no() {
-        let mut f = RouteFilter::new(64 * 1024, false);
+        let mut f = Bloom::new(64 * 1024, false);
         for i in 0..20_000 {
             f.insert(&format!("i:intent-{i}"));
         }
@@ -232,7 +234,7 @@ mod tests {
 
     #[test]
     fn a_cold_filter_says_maybe_to_everything_until_warmed() {
-        let mut f = RouteFilter::new(1024, true);
+        let mut f = Bloom::new(1024, true);
         assert!(!f.may_contain("o:re_1"));
         f.cold();
         assert!(f.may_contain("o:re_1"));
@@ -241,7 +243,7 @@ mod tests {
         assert_eq!(f.bytes(), 1024);
     }
 
-    fn false_positives(f: &RouteFilter, n: usize) -> f64 {
+    fn false_positives(f: &Bloom, n: usize) -> f64 {
         let hits = (0..n)
             .filter(|i| f.may_contain(&format!("k:never-{i}")))
             .count();
@@ -253,8 +255,8 @@ mod tests {
     /// having grown in doubling stages, and never forgets a route.
     #[test]
     fn a_growing_filter_keeps_its_false_positives_low_as_history_grows() {
-        let mut fixed = RouteFilter::new(4096, false);
-        let mut growing = RouteFilter::new(4096, false).growing_to(1 << 20);
+        let mut fixed = Bloom::new(4096, false);
+        let mut growing = Bloom::new(4096, false).growing_to(1 << 20);
         let n = 120_000;
         for i in 0..n {
             let r = format!("i:intent-{i}");
@@ -287,7 +289,7 @@ mod tests {
     /// "maybe"s, each a store lookup); routes inserted again add nothing.
     #[test]
     fn a_filter_at_its_most_fills_instead_of_growing() {
-        let mut f = RouteFilter::new(1024, false).growing_to(8 * 1024);
+        let mut f = Bloom::new(1024, false).growing_to(8 * 1024);
         for i in 0..50_000 {
             f.insert(&format!("o:re_{i}"));
         }
@@ -299,7 +301,7 @@ mod tests {
         assert!(f.at_its_most());
         assert!(false_positives(&f, 5_000) > 0.5);
 
-        let mut g = RouteFilter::new(1024, false).growing_to(1 << 20);
+        let mut g = Bloom::new(1024, false).growing_to(1 << 20);
         for _ in 0..10 {
             for i in 0..200 {
                 g.insert(&format!("o:re_{i}"));
