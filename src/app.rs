@@ -14,6 +14,7 @@ use crate::auth::{Access, Gate, Role};
 use crate::config::{Config, StoreConfig};
 use crate::contract::{self, Contracts};
 use crate::engine::{Engine, EngineTasks};
+use crate::ingest::body::BodyLimits;
 use crate::ingest::service::IngestService;
 use crate::ingest::{grpc, http};
 use crate::listen::{self, ConnLimits, Guard, LimitedListener};
@@ -143,6 +144,11 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     };
     check_open_file_limit(config.max_connections);
     let guard = |listener, http1| Guard::new(listener, conn_limits, http1, metrics.clone());
+    // Every HTTP request body (OTLP/HTTP, records, webhooks): bounded in size and in time.
+    let body = BodyLimits {
+        max_bytes: config.max_request_bytes,
+        read_timeout: config.body_read_timeout,
+    };
     let grpc_routes = grpc::router(ingest.clone(), config.max_request_bytes, gate("otlp_grpc"));
     let grpc_guard = guard("otlp_grpc", false);
     let grpc_tls = tls.as_ref().map(|t| t.grpc.clone());
@@ -193,7 +199,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
             .context("OTLP gRPC server")
         }
     });
-    let http_router = http::router(ingest.clone(), config.max_request_bytes, gate("otlp_http"));
+    let http_router = http::router(ingest.clone(), body, gate("otlp_http"));
     let http_server = tokio::spawn(serve_http(
         http_listener,
         guard("otlp_http", true),
@@ -226,7 +232,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         ingest,
         store,
         metrics: metrics.clone(),
-        max_bytes: config.max_request_bytes,
+        body,
         gate: gate("api"),
     });
     let api_server = tokio::spawn(serve_http(

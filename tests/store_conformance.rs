@@ -3080,7 +3080,10 @@ async fn api_get(
         ingest,
         store,
         metrics: metrics.clone(),
-        max_bytes: 1 << 20,
+        body: reckon::ingest::body::BodyLimits {
+            max_bytes: 1 << 20,
+            read_timeout: std::time::Duration::from_secs(30),
+        },
         gate: reckon::auth::Gate::new(access, metrics.clone(), "api"),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

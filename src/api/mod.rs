@@ -24,7 +24,7 @@ use crate::auth::{Gate, Need, Principal};
 use crate::clock::wall_now;
 use crate::codec::{rfc3339, EscalationDoc, VerdictDoc};
 use crate::engine::Engine;
-use crate::ingest::body::{body_of, discard_later, read_body};
+use crate::ingest::body::{body_of, discard_later, read_body, BodyLimits};
 use crate::ingest::error::IngestError;
 use crate::ingest::service::Admission;
 use crate::ingest::service::IngestService;
@@ -38,7 +38,7 @@ pub struct ApiState {
     pub ingest: Arc<IngestService>,
     pub store: Arc<AnyStore>,
     pub metrics: Arc<Metrics>,
-    pub max_bytes: usize,
+    pub body: BodyLimits,
     /// Who may do what on this port (`crate::auth`).
     pub gate: Gate,
 }
@@ -46,7 +46,7 @@ pub struct ApiState {
 /// Each group of routes says what it needs (`crate::auth`'s roles); the health probes and the
 /// pages' stylesheet and icon are open.
 pub fn router(state: ApiState) -> Router {
-    let max = state.max_bytes;
+    let max = state.body.max_bytes;
     let gate = state.gate.clone();
     let evidence = Router::new().route("/api/v1/records", post(post_records));
     // A Stripe event is authenticated by its signature; without a webhook secret to check it
@@ -95,7 +95,7 @@ fn admit(s: &ApiState, body: Body) -> Result<(Admission, Body), ApiError> {
     match s.ingest.admit() {
         Ok(admitted) => Ok((admitted, body)),
         Err(e) => {
-            discard_later(body, s.max_bytes);
+            discard_later(body, s.body.max_bytes);
             Err(e.into())
         }
     }
@@ -107,8 +107,8 @@ async fn post_records(
     body: Body,
 ) -> Result<Response, ApiError> {
     let (admitted, body) = admit(&s, body)?;
-    let body = read_body(body, s.max_bytes).await?;
-    let raw = body_of(&headers, &body, s.max_bytes)?;
+    let body = read_body(body, s.body).await?;
+    let raw = body_of(&headers, &body, s.body.max_bytes)?;
     let reply = s.ingest.records(admitted, &raw).await?;
     Ok(Json(reply).into_response())
 }
@@ -119,7 +119,7 @@ async fn post_stripe(
     body: Body,
 ) -> Result<Response, ApiError> {
     let (admitted, body) = admit(&s, body)?;
-    let body = read_body(body, s.max_bytes).await?;
+    let body = read_body(body, s.body).await?;
     let signature = headers
         .get("stripe-signature")
         .and_then(|v| v.to_str().ok());
@@ -356,7 +356,7 @@ async fn claim(
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let b: ClaimBody = json_body(&body_within_limit(body, s.max_bytes)?)?;
+    let b: ClaimBody = json_body(&body_within_limit(body, s.body.max_bytes)?)?;
     let by = auth::acting_as(&principal, b.by.as_deref())?;
     let e = s.engine.claim(&id, &by, b.take_over).await?;
     Ok(Json(bundle(&s, &e).await).into_response())
@@ -368,7 +368,7 @@ async fn resolve(
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let b: ResolveBody = json_body(&body_within_limit(body, s.max_bytes)?)?;
+    let b: ResolveBody = json_body(&body_within_limit(body, s.body.max_bytes)?)?;
     let by = auth::acting_as(&principal, b.by.as_deref())?;
     let e = s
         .engine

@@ -63,6 +63,7 @@ max_request_bytes = 1001
 max_concurrent_exports = 1
 max_connections = 11
 header_read_timeout = "11s"
+body_read_timeout = "12s"
 idle_timeout = "111s"
 http2_keepalive = "1h"
 max_concurrent_streams = 1
@@ -108,6 +109,7 @@ const ENV: &[(&str, &str)] = &[
     ("RECKON_MAX_CONCURRENT_EXPORTS", "2"),
     ("RECKON_MAX_CONNECTIONS", "22"),
     ("RECKON_HEADER_READ_TIMEOUT", "22s"),
+    ("RECKON_BODY_READ_TIMEOUT", "23s"),
     ("RECKON_IDLE_TIMEOUT", "222s"),
     ("RECKON_HTTP2_KEEPALIVE", "2h"),
     ("RECKON_MAX_CONCURRENT_STREAMS", "2"),
@@ -152,6 +154,7 @@ const FLAGS: &[&str] = &[
     "--max-concurrent-exports=3",
     "--max-connections=33",
     "--header-read-timeout=33s",
+    "--body-read-timeout=34s",
     "--idle-timeout=333s",
     "--http2-keepalive=3h",
     "--max-concurrent-streams=3",
@@ -207,6 +210,7 @@ fn flag_beats_env_beats_file_beats_default() {
             max_concurrent_exports: 1,
             max_connections: 11,
             header_read_timeout: Duration::from_secs(11),
+            body_read_timeout: Duration::from_secs(12),
             idle_timeout: Duration::from_secs(111),
             http2_keepalive: Duration::from_secs(3600),
             max_concurrent_streams: 1,
@@ -240,6 +244,7 @@ fn flag_beats_env_beats_file_beats_default() {
             max_concurrent_exports: 2,
             max_connections: 22,
             header_read_timeout: Duration::from_secs(22),
+            body_read_timeout: Duration::from_secs(23),
             idle_timeout: Duration::from_secs(222),
             http2_keepalive: Duration::from_secs(7200),
             max_concurrent_streams: 2,
@@ -275,6 +280,7 @@ fn flag_beats_env_beats_file_beats_default() {
             max_concurrent_exports: 3,
             max_connections: 33,
             header_read_timeout: Duration::from_secs(33),
+            body_read_timeout: Duration::from_secs(34),
             idle_timeout: Duration::from_secs(333),
             http2_keepalive: Duration::from_secs(10800),
             max_concurrent_streams: 3,

@@ -177,6 +177,17 @@ macro_rules! with_settings {
                 value_name: "DURATION",
                 parse: value::parse_positive_duration,
             }
+            /// How long an HTTP request body (OTLP/HTTP, records, webhooks) may take to arrive
+            /// in full; past it the request is refused with 408
+            ///
+            /// The export slot (`max_concurrent_exports`) is taken before the body is read, so
+            /// without it a client trickling a body holds a slot for ever.
+            body_read_timeout: Duration = "30s" {
+                file: Text,
+                env: "RECKON_BODY_READ_TIMEOUT",
+                value_name: "DURATION",
+                parse: value::parse_positive_duration,
+            }
             /// How long a connection with no request in flight stays open
             idle_timeout: Duration = "60s" {
                 file: Text,

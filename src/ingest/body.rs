@@ -1,6 +1,7 @@
 //! HTTP request bodies, for every HTTP ingest path (OTLP/HTTP, records, Stripe webhooks): read
-//! under a byte limit, then gunzipped under the same limit, so neither a long body nor a small
-//! gzip bomb costs more memory than the limit.
+//! under a byte limit and a deadline, then gunzipped under the same limit, so neither a long
+//! body nor a small gzip bomb costs more memory than the limit, and a body that trickles in
+//! does not hold its export slot (taken before the body is read) for longer than the deadline.
 
 use std::io::Read;
 use std::time::Duration;
@@ -10,18 +11,30 @@ use axum::http::{header, HeaderMap};
 
 use super::error::IngestError;
 
-/// The raw body, at most `limit` bytes: over it is `TooLarge`, a broken-off body is `Decode`.
-pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, IngestError> {
+/// What an HTTP request body may be: at most `max_bytes` (settings `max_request_bytes`), in
+/// full within `read_timeout` of the handler starting to read it (`body_read_timeout`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BodyLimits {
+    pub max_bytes: usize,
+    pub read_timeout: Duration,
+}
+
+/// The raw body, at most `limits.max_bytes`: over it is `TooLarge`, a broken-off body is
+/// `Decode`, one still arriving at the deadline is `BodyTimeout`.
+pub async fn read_body(body: Body, limits: BodyLimits) -> Result<Bytes, IngestError> {
     use http_body_util::BodyExt;
-    match http_body_util::Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e)
+    let limit = limits.max_bytes;
+    let read = http_body_util::Limited::new(body, limit).collect();
+    match tokio::time::timeout(limits.read_timeout, read).await {
+        Err(_) => Err(IngestError::BodyTimeout(limits.read_timeout)),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e))
             if e.downcast_ref::<http_body_util::LengthLimitError>()
                 .is_some() =>
         {
             Err(IngestError::TooLarge { limit })
         }
-        Err(e) => Err(IngestError::Decode(format!("reading the body: {e}"))),
+        Ok(Err(e)) => Err(IngestError::Decode(format!("reading the body: {e}"))),
     }
 }
 

@@ -12,6 +12,11 @@ pub enum IngestError {
     Decode(String),
     #[error("request body is larger than the limit of {limit} bytes")]
     TooLarge { limit: usize },
+    /// The body was still arriving at the deadline (`body_read_timeout`): a client too slow,
+    /// or one holding an export slot on purpose. Not retryable by OTLP's rules: a client that
+    /// slow would time out again.
+    #[error("request body did not arrive within {0:?}")]
+    BodyTimeout(Duration),
     #[error("unsupported content type {0:?}: send application/x-protobuf or application/json")]
     UnsupportedMediaType(String),
     #[error("unsupported content encoding {0:?}: send gzip or none")]
@@ -66,6 +71,7 @@ impl IngestError {
         let (grpc, http, code, retry_after) = match self {
             IngestError::Decode(_) => (Code::InvalidArgument, 400, "decode_error", None),
             IngestError::TooLarge { .. } => (Code::InvalidArgument, 413, "body_too_large", None),
+            IngestError::BodyTimeout(_) => (Code::DeadlineExceeded, 408, "body_timeout", None),
             IngestError::UnsupportedMediaType(_) => {
                 (Code::InvalidArgument, 415, "unsupported_media_type", None)
             }

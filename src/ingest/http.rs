@@ -19,7 +19,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use prost::Message;
 
-use super::body::{body_of, discard_later, read_body};
+use super::body::{body_of, discard_later, read_body, BodyLimits};
 use super::error::IngestError;
 use super::otlp;
 use super::service::{IngestService, PartialSuccess, Transport};
@@ -34,10 +34,11 @@ pub enum Format {
 #[derive(Clone)]
 struct HttpState {
     service: Arc<IngestService>,
-    max_bytes: usize,
+    body: BodyLimits,
 }
 
-pub fn router(service: Arc<IngestService>, max_bytes: usize, gate: Gate) -> Router {
+pub fn router(service: Arc<IngestService>, body: BodyLimits, gate: Gate) -> Router {
+    let max_bytes = body.max_bytes;
     Router::new()
         .route("/v1/traces", post(traces))
         .route("/v1/logs", post(logs))
@@ -48,7 +49,7 @@ pub fn router(service: Arc<IngestService>, max_bytes: usize, gate: Gate) -> Rout
         ))
         // Bodies are read by `read_body` under the limit, after admission.
         .layer(DefaultBodyLimit::disable())
-        .with_state(HttpState { service, max_bytes })
+        .with_state(HttpState { service, body })
 }
 
 /// Every export needs an `ingest` token; a refusal answers in the request's format, as every
@@ -115,7 +116,7 @@ async fn export(s: HttpState, headers: HeaderMap, body: Body, signal: Signal) ->
     let admitted = match admitted {
         Ok(a) => a,
         Err(e) => {
-            discard_later(body, s.max_bytes);
+            discard_later(body, s.body.max_bytes);
             if !matches!(e, IngestError::Overloaded) {
                 s.service.refused(&e);
             }
@@ -123,9 +124,9 @@ async fn export(s: HttpState, headers: HeaderMap, body: Body, signal: Signal) ->
         }
     };
     let result = async {
-        let body = read_body(body, s.max_bytes).await?;
+        let body = read_body(body, s.body).await?;
         let service = s.service.clone();
-        let max = s.max_bytes;
+        let max = s.body.max_bytes;
         let encoding = headers.clone();
         // Gunzip and decode off the async workers. The permit travels with them: a caller that
         // leaves does not free capacity the (uncancellable) decode is still using.

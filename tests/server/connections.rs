@@ -230,3 +230,76 @@ async fn an_idle_keep_alive_connection_is_closed_at_the_idle_timeout() {
     assert!(again.is_some(), "the client reconnects and is answered");
     server.stop().await;
 }
+
+/// A client that sends its header in time and then trickles its body holds an export slot
+/// (taken before the body is read): with one slot, every other export is refused meanwhile.
+/// At `body_read_timeout` it is answered 408 and the slot is free again, so the real exporter
+/// that was refused gets through on its next try; before the deadline existed, the slot was
+/// held for as long as the client kept trickling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickling_body_is_refused_at_the_body_read_timeout_and_frees_its_slot() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(dir.path().join("data"));
+    config.max_concurrent_exports = 1;
+    config.body_read_timeout = Duration::from_secs(2);
+    let server = Server::start_with(dir, config).await;
+    let r = server.r();
+
+    let mut s = TcpStream::connect(r.http_addr).await.unwrap();
+    s.write_all(
+        b"POST /v1/traces HTTP/1.1\r\nhost: reckon\r\ncontent-type: application/x-protobuf\r\ncontent-length: 1000\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let t0 = Instant::now();
+    let trickle = async {
+        let mut buf = [0u8; 1024];
+        let mut answer = Vec::new();
+        loop {
+            if s.write_all(&[0x0a]).await.is_err() {
+                break;
+            }
+            match tokio::time::timeout(Duration::from_millis(200), s.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => break,
+                Ok(Ok(n)) => answer.extend_from_slice(&buf[..n]),
+                Err(_) => {}
+            }
+            if !answer.is_empty() || t0.elapsed() > Duration::from_secs(20) {
+                break;
+            }
+        }
+        (t0.elapsed(), String::from_utf8_lossy(&answer).into_owned())
+    };
+    // While the slot is held, an export is refused, retryably.
+    let held = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // An empty export (a valid empty protobuf): refused before its body would be read.
+        server
+            .http
+            .post(format!("{}/v1/traces", r.http_url()))
+            .header("content-type", "application/x-protobuf")
+            .body(Vec::<u8>::new())
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    let ((took, answer), status_while_held) = tokio::join!(trickle, held);
+    assert_eq!(
+        status_while_held, 429,
+        "the trickling body holds the one slot"
+    );
+    assert!(
+        answer.starts_with("HTTP/1.1 408"),
+        "answered 408 after {took:?}: {answer:?}"
+    );
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(10),
+        "refused at the deadline, not before and not much after: {took:?}"
+    );
+    let intent = unique("int");
+    export_http(&server, &[&refund(&intent)]).await;
+    assert!(server.get(&format!("/api/v1/intents/{intent}")).await.0 == 200);
+    server.stop().await;
+}
