@@ -82,3 +82,25 @@ def test_alertmanager_names_only_existing_alerts():
             if key == "alertname":
                 named |= set(value.split("|")) if op == "=~" else {value}
     assert named and named <= alerts, sorted(named - alerts)
+
+
+def _github_slug(heading: str) -> str:
+    """The anchor GitHub (and reckon's /runbook) gives a heading."""
+    slug = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return slug.replace(" ", "-")
+
+
+def test_every_alert_links_its_runbook_section():
+    """Each alert's runbook_url is its own section of docs/runbook.md, under the `runbook`
+    external label that prometheus.yml sets."""
+    runbook = (ROOT / "docs" / "runbook.md").read_text()
+    anchors = {_github_slug(h) for h in re.findall(r"^#+ (.+)$", runbook, re.M)}
+    for group in yaml.safe_load(RULES.read_text())["groups"]:
+        for rule in group["rules"]:
+            if "alert" not in rule:
+                continue
+            url = rule["annotations"].get("runbook_url", "")
+            assert url == "{{ $externalLabels.runbook }}#" + rule["alert"].lower(), (rule["alert"], url)
+            assert rule["alert"].lower() in anchors, f"docs/runbook.md has no section {rule['alert']}"
+    config = yaml.safe_load((ROOT / "prometheus" / "prometheus.yml").read_text())
+    assert config["global"]["external_labels"]["runbook"].endswith("/runbook")

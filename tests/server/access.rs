@@ -297,6 +297,26 @@ async fn the_api_answers_by_role_and_records_the_operator_as_who_acted() {
     for path in ["/healthz", "/readyz"] {
         assert_eq!(get(&s, path, None).await.status, 200, "{path}");
     }
+    // So does the runbook every alert links to (prometheus/rules.yml's runbook_url): a page
+    // with a section per alert, at the anchor the alert names.
+    let runbook = get(&s, "/runbook", None).await;
+    assert_eq!(runbook.status, 200);
+    let rules = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("prometheus/rules.yml"),
+    )
+    .unwrap();
+    let alerts: Vec<&str> = rules
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+        .collect();
+    assert!(alerts.len() >= 13, "{alerts:?}");
+    for alert in alerts {
+        let anchor = format!("id=\"{}\"", alert.to_lowercase());
+        assert!(
+            runbook.body.contains(&anchor),
+            "/runbook has no section for {alert}"
+        );
+    }
 
     // One answer for no token, a wrong one, a malformed header: nothing says what exists.
     let no_token = get(&s, "/api/v1/escalations", None).await;

@@ -8,6 +8,7 @@
 //! get). Everything that comes from outside is escaped ([`html::E`], [`html::U`]).
 
 mod html;
+mod runbook;
 mod timeline;
 
 use std::collections::BTreeSet;
@@ -66,7 +67,13 @@ pub fn routes(gate: &Gate) -> Router<ApiState> {
         .merge(guard(reads, gate, Need::Read, Face::Page))
         .merge(guard(actions, gate, Need::Act, Face::Page))
         .route("/ui/reckon.css", get(css))
+        // Operators' documentation, public like the stylesheet: alerts link here.
+        .route("/runbook", get(runbook_page))
         .route("/ui/favicon.svg", get(favicon))
+}
+
+async fn runbook_page() -> Response {
+    html::respond(StatusCode::OK, html::page("Runbook", &runbook::BODY))
 }
 
 /// A refused request to a page, as a page.
