@@ -1,9 +1,12 @@
 """dashboards/ and grafana/provisioning/: static checks (no Grafana here), then every panel,
 variable and alert query expanded as the grafana-clickhouse-datasource v4 plugin expands it and
-run on a current ClickHouse engine (chDB) loaded with a demo run."""
+run on a current ClickHouse engine (chDB) loaded with a demo run. The health dashboard is PromQL
+on reckon's own metrics: each expression is checked by promtool and reads only series reckon
+exposes."""
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 
@@ -14,11 +17,15 @@ import reckon_sql
 from reckon_sql import DATASOURCE_TYPE, DATASOURCE_UID, GrafanaContext
 
 DS = {"type": DATASOURCE_TYPE, "uid": DATASOURCE_UID}
-FILES = sorted(reckon_sql.DASHBOARDS_DIR.glob("*.json"))
+PROM = {"type": "prometheus", "uid": "reckon-prometheus"}
+ALL_FILES = sorted(reckon_sql.DASHBOARDS_DIR.glob("*.json"))
+# reckon's own health, from Prometheus; the others are SQL on reckon's tables.
+HEALTH = reckon_sql.DASHBOARDS_DIR / "reckon-health.json"
+FILES = [p for p in ALL_FILES if p != HEALTH]
 # uids are part of the interface: links (the overview's intent links, the alert's
 # __dashboardUid__) and bookmarks use them, so they are pinned here.
 EXPECTED_UIDS = {"reckon-overview": "reckon overview", "reckon-intent": "reckon intent",
-                 "reckon-contracts": "reckon contracts"}
+                 "reckon-contracts": "reckon contracts", "reckon-health": "reckon health"}
 PROVISIONING = sorted(p for p in reckon_sql.PROVISIONING_DIR.rglob("*") if p.is_file())
 
 
@@ -36,7 +43,7 @@ def panels(d):
 
 
 def test_dashboards_parse_with_stable_unique_uids():
-    dashboards = [load(p) for p in FILES]
+    dashboards = [load(p) for p in ALL_FILES]
     assert {d["uid"]: d["title"] for d in dashboards} == EXPECTED_UIDS
     assert len({d["uid"] for d in dashboards}) == len(dashboards)
 
@@ -69,7 +76,7 @@ def test_every_query_uses_the_provisioned_datasource(path):
 
 
 def test_no_unresolved_import_placeholders():
-    for path in FILES + PROVISIONING:
+    for path in ALL_FILES + PROVISIONING:
         assert "${DS_" not in path.read_text(), path
         assert "__inputs" not in path.read_text(), path
 
@@ -79,12 +86,55 @@ def _yaml(path):
 
 
 def test_datasource_provisioning():
-    docs = [_yaml(p) for p in (reckon_sql.PROVISIONING_DIR / "datasources").glob("*.yaml")]
-    sources = [s for d in docs for s in d["datasources"]]
-    assert [(s["uid"], s["type"]) for s in sources] == [(DATASOURCE_UID, DATASOURCE_TYPE)]
-    s = sources[0]
+    docs = [_yaml(p) for p in sorted((reckon_sql.PROVISIONING_DIR / "datasources").glob("*.yaml"))]
+    sources = {s["uid"]: s for d in docs for s in d["datasources"]}
+    assert {uid: s["type"] for uid, s in sources.items()} == \
+        {DATASOURCE_UID: DATASOURCE_TYPE, PROM["uid"]: PROM["type"]}
+    s = sources[DATASOURCE_UID]
     assert s["jsonData"]["protocol"] in ("http", "native")
     assert "password" in s.get("secureJsonData", {}), "the password belongs in secureJsonData"
+    # The Prometheus of docker-compose.yml, the one that scrapes reckon.
+    compose = _yaml(reckon_sql.ROOT / "docker-compose.yml")["services"]
+    m = re.fullmatch(r"http://([a-z0-9-]+):(\d+)/?", sources[PROM["uid"]]["url"])
+    assert m and m.group(1) == "prometheus" and m.group(1) in compose and m.group(2) == "9090"
+
+
+def _health_exprs():
+    for p in panels(load(HEALTH)):
+        if p["type"] == "row":
+            continue
+        assert p["datasource"] == PROM, p["title"]
+        for t in p["targets"]:
+            assert t["datasource"] == PROM, p["title"]
+            yield p["title"], t["expr"]
+
+
+def test_health_dashboard_reads_only_series_reckon_exposes():
+    metrics_rs = (reckon_sql.ROOT / "src" / "metrics.rs").read_text()
+    exposed = set(re.findall(r'"(reckon_[a-z_]+)"', metrics_rs))
+    # Histograms are exposed as NAME_bucket / _sum / _count.
+    exposed |= {f"{n}_{s}" for n in exposed for s in ("bucket", "sum", "count")}
+    exprs = list(_health_exprs())
+    assert len(exprs) >= 10
+    for title, expr in exprs:
+        used = set(re.findall(r"\b(reckon_[a-z_]+)", expr))
+        assert used, (title, expr)
+        assert used <= exposed, f"{title}: not exposed by reckon: {sorted(used - exposed)}"
+
+
+def test_health_dashboard_promql_parses(tmp_path):
+    """promtool checks each expression as a recording rule ($__rate_interval as Grafana would
+    set it for a 15 s scrape)."""
+    promtool = shutil.which("promtool")
+    if not promtool:
+        pytest.fail("promtool is not installed: apt-get install prometheus")
+    rules = {"groups": [{"name": "health", "rules": [
+        {"record": f"panel_{i}", "expr": expr.replace("$__rate_interval", "1m")}
+        for i, (_, expr) in enumerate(_health_exprs())]}]}
+    path = tmp_path / "health.yml"
+    path.write_text(json.dumps(rules))
+    r = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_dashboard_provider_points_at_the_mounted_dashboards():
