@@ -41,8 +41,13 @@ pub fn init_logging(format: LogFormat, filter: &str) -> Result<(), LoggingError>
             message,
         })?,
     };
+    // Colours only for a person at a terminal: escape codes in a log file or a journal are
+    // noise, and NO_COLOR (no-color.org) turns them off anywhere.
+    use std::io::IsTerminal;
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     // `try_init` fails only when a global subscriber already exists (installed by a test harness
     // or an embedding program); keeping theirs is the no-op this function promises.

@@ -8,13 +8,15 @@ way any instrumented agent would. reckon reports the intent as `unknown` with de
 service's own record arrives (as a webhook or records-API call would bring it) and reckon reports
 the intent `completed`: the refund had committed, and no second one must be sent.
 
+    python3 -m venv .venv && . .venv/bin/activate   # Debian's Python refuses a system-wide pip
     pip install -r examples/python/requirements.txt
-    python3 examples/python/timed_out_refund.py [--otlp http://localhost:4318] [--api http://localhost:8080]
+    python3 examples/python/timed_out_refund.py [--otlp URL (default: $OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318)] [--api http://localhost:8080]
 
 Exits non-zero if reckon concludes anything else.
 """
 
 import argparse
+import os
 import json
 import sys
 import time
@@ -50,7 +52,9 @@ def wait_for(api, intent_id, want_state, seconds=10.0):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--otlp", default="http://localhost:4318", help="reckon's OTLP/HTTP endpoint")
+    # The SDK's own variable, as every other exporter reads it; the flag overrides it.
+    parser.add_argument("--otlp", default=os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318").rstrip("/"),
+                        help="reckon's OTLP/HTTP endpoint (default: $OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318)")
     parser.add_argument("--api", default="http://localhost:8080", help="reckon's API")
     args = parser.parse_args()
 

@@ -32,13 +32,13 @@ def test_pipelines_name_defined_components():
 
 def test_traces_route_by_intent_with_a_persistent_queue():
     c = config()
-    lb = c["exporters"]["loadbalancing/traces"]
+    lb = c["exporters"]["load_balancing/traces"]
     assert lb["routing_key"] == "attributes"
     assert lb["routing_attributes"] == ["reckon.intent.id"]
     q = lb["sending_queue"]
     assert q["enabled"] is True
     assert q["storage"] in c["extensions"] and q["storage"].startswith("file_storage")
-    assert c["exporters"]["loadbalancing/logs"]["sending_queue"]["storage"] == q["storage"]
+    assert c["exporters"]["load_balancing/logs"]["sending_queue"]["storage"] == q["storage"]
     assert "otlp" in lb["protocol"] and lb["resolver"]
 
 
@@ -97,3 +97,26 @@ def test_filter_names_every_marker_reckon_recognises():
     cond = _drop_condition()
     for m in markers:
         assert m in cond, f"{m} is recognised by reckon but not kept by the Collector's filter"
+
+
+SECOND = ROOT / "deploy" / "otel-collector-second-exporter.yaml"
+
+
+def test_second_exporter_snippet_is_complete_and_filters_alike():
+    """deploy/otel-collector-second-exporter.yaml: its pipelines name defined components, only
+    tool spans reach reckon (the same filter as the main file), and the queue is on disk."""
+    c = yaml.safe_load(SECOND.read_text())
+    svc = c["service"]
+    for ext in svc["extensions"]:
+        assert ext in c["extensions"], ext
+    for name, p in svc["pipelines"].items():
+        for kind in ("receivers", "processors", "exporters"):
+            for comp in p.get(kind, []):
+                assert comp in c[kind], f"{name}: {kind} {comp} is not defined"
+    traces = svc["pipelines"]["traces/reckon"]
+    assert traces["processors"][0] == "filter/reckon-tool-spans"
+    assert c["processors"]["filter/reckon-tool-spans"] == config()["processors"]["filter/reckon-tool-spans"]
+    exporter = c["exporters"][traces["exporters"][0]]
+    q = exporter["sending_queue"]
+    assert q["enabled"] is True and q["storage"] in c["extensions"]
+    assert exporter["retry_on_failure"]["max_elapsed_time"] in ("0s", 0)

@@ -4,8 +4,17 @@ use std::process::Command;
 
 use super::support::*;
 
+/// How a script is told where reckon's OTLP endpoint is.
+#[derive(Clone, Copy)]
+enum Endpoint {
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`, as the README tells users to set it for every exporter.
+    Environment,
+    /// `--otlp URL`.
+    Flag,
+}
+
 /// Runs `examples/python/{script}` against a fresh `reckon serve`; its stdout, once it exited 0.
-async fn run_example(script: &str) -> String {
+async fn run_example(script: &str, endpoint: Endpoint) -> String {
     let probe = Command::new("python3")
         .args([
             "-c",
@@ -23,10 +32,15 @@ async fn run_example(script: &str) -> String {
     let otlp = server.r().http_url();
     let api = server.r().api_url();
     let out = tokio::task::spawn_blocking(move || {
-        Command::new("python3")
-            .arg(script)
-            .args(["--otlp", &otlp, "--api", &api])
-            .output()
+        let mut cmd = Command::new("python3");
+        cmd.arg(script).args(["--api", &api]);
+        match endpoint {
+            Endpoint::Environment => cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp),
+            Endpoint::Flag => cmd
+                .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+                .args(["--otlp", &otlp]),
+        };
+        cmd.output()
     })
     .await
     .unwrap()
@@ -43,7 +57,7 @@ async fn run_example(script: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_timed_out_refund_is_unknown_then_completed() {
-    let stdout = run_example("timed_out_refund.py").await;
+    let stdout = run_example("timed_out_refund.py", Endpoint::Environment).await;
     assert!(
         stdout.contains("state=unknown decision=retry_same_key"),
         "{stdout}"
@@ -55,7 +69,7 @@ async fn python_sdk_timed_out_refund_is_unknown_then_completed() {
 /// is not its effect, so the timed-out send stays unknown instead of `completed`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_refund_listed_before_the_send_is_not_its_effect() {
-    let stdout = run_example("check_then_act.py").await;
+    let stdout = run_example("check_then_act.py", Endpoint::Flag).await;
     assert!(
         stdout.contains("state=unknown decision=retry_same_key objects=[]"),
         "{stdout}"
