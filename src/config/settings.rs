@@ -336,7 +336,7 @@ mod tests {
     #[test]
     fn each_variable_is_reckon_and_the_key() {
         let vars = SETTINGS.vars();
-        assert_eq!(vars.len(), 24);
+        assert_eq!(vars.len(), 25);
         for (key, env) in vars {
             assert_eq!(env, format!("RECKON_{}", key.to_ascii_uppercase()));
         }
