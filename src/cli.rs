@@ -12,7 +12,7 @@
 use crate::config::file::{self, ConfigFileError};
 use crate::config::value::{self, ValueError};
 use crate::config::{settings, Config, LogFormat, Setting, StoreConfig, SETTINGS};
-use crate::model::{Dur, EscalationStatus, Timestamp};
+use crate::model::{Dur, EscalationStatus, Severity, Timestamp};
 use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -31,6 +31,7 @@ pub enum Command {
     Serve(Config),
     Report(ReportArgs),
     Escalations(EscalationsCmd),
+    Intents(IntentsCmd),
     Demo(DemoArgs),
     Loadgen(crate::loadgen::LoadgenArgs),
     /// Validate the contracts in `dir` and list them.
@@ -102,12 +103,16 @@ pub struct EscalationsCmd {
     /// Sent as `Authorization: Bearer` when the server has `[[auth.token]]`s.
     pub token: Option<String>,
     pub action: EscalationAction,
+    /// The server's JSON instead of lines for a person (a list: one escalation per line).
+    pub json: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EscalationAction {
     List {
         status: Option<EscalationStatus>,
+        tool: Option<String>,
+        severity: Option<Severity>,
     },
     Show {
         id: String,
@@ -126,6 +131,16 @@ pub enum EscalationAction {
         note: Option<String>,
         take_over: bool,
     },
+}
+
+/// `reckon intents`: one intent's verdict, from a running reckon.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IntentsCmd {
+    pub server: String,
+    pub token: Option<String>,
+    /// The intent whose verdict to show.
+    pub id: String,
+    pub json: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -209,6 +224,7 @@ where
         Sub::Serve(a) => Command::Serve(a.resolve(&env)?),
         Sub::Report(a) => Command::Report(a.resolve(&env)?),
         Sub::Escalations(a) => Command::Escalations(a.resolve(&env)?),
+        Sub::Intents(a) => Command::Intents(a.resolve(&env)?),
         Sub::Demo(a) => Command::Demo(a.resolve(&env)?),
         Sub::Loadgen(a) => Command::Loadgen(a.resolve()),
         Sub::CheckContracts(a) => Command::CheckContracts {
@@ -322,6 +338,8 @@ enum Sub {
     Report(ReportCli),
     /// Work the escalation queue of a running reckon.
     Escalations(EscalationsCli),
+    /// Look at intents of a running reckon.
+    Intents(IntentsCli),
     /// Run the demo scenarios against a reckon.
     Demo(DemoCli),
     /// Drive a running reckon with OTLP load and report throughput, refusals, verdict latency
@@ -443,6 +461,12 @@ fn parse_report_format(s: &str) -> Result<ReportFormat, String> {
     }
 }
 
+fn parse_severity(s: &str) -> Result<Severity, String> {
+    Severity::parse(s.trim()).ok_or_else(|| {
+        format!("invalid severity {s:?}: expected \"medium\", \"high\" or \"critical\"")
+    })
+}
+
 fn parse_status(s: &str) -> Result<EscalationStatus, String> {
     EscalationStatus::parse(s.trim()).ok_or_else(|| {
         format!(
@@ -465,17 +489,73 @@ struct EscalationsCli {
     /// arguments are visible to other users [env: RECKON_TOKEN]
     #[arg(long, global = true, value_name = "TOKEN", value_parser = value::parse_secret)]
     token: Option<String>,
+    /// Print the server's JSON (a list: one escalation per line) instead of lines for a person
+    #[arg(long, global = true)]
+    json: bool,
     #[command(subcommand)]
     action: EscalationsSub,
 }
 
+#[derive(Args, Debug)]
+struct IntentsCli {
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        value_parser = value::parse_http_url,
+        help = format!("Base URL of the reckon API [default: {DEFAULT_SERVER}] [env: {ENV_SERVER}]"),
+    )]
+    server: Option<String>,
+    /// The server's token (read); prefer the variable, arguments are visible to other users
+    /// [env: RECKON_TOKEN]
+    #[arg(long, global = true, value_name = "TOKEN", value_parser = value::parse_secret)]
+    token: Option<String>,
+    /// Print the verdict as the server's JSON
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    action: IntentsSub,
+}
+
+#[derive(Subcommand, Debug)]
+enum IntentsSub {
+    /// Show one intent's verdict: state, decision, attempts, objects, findings.
+    Show {
+        #[arg(value_parser = value::parse_non_empty)]
+        id: String,
+    },
+}
+
+impl IntentsCli {
+    fn resolve(self, env: &Env) -> Result<IntentsCmd, CliError> {
+        let server = env
+            .or(self.server, ENV_SERVER, value::parse_http_url)?
+            .unwrap_or_else(|| DEFAULT_SERVER.to_string());
+        let token = env.or(self.token, ENV_TOKEN, value::parse_secret)?;
+        let IntentsSub::Show { id } = self.action;
+        Ok(IntentsCmd {
+            server,
+            token,
+            id,
+            json: self.json,
+        })
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum EscalationsSub {
-    /// List escalations.
+    /// List escalations in the queue page's order: waiting work most severe first, then
+    /// oldest; resolved and withdrawn ones newest first.
     List {
         /// Only this status: `open`, `claimed`, `resolved` or `withdrawn`
         #[arg(long, value_parser = parse_status)]
         status: Option<EscalationStatus>,
+        /// Only this tool's
+        #[arg(long, value_parser = value::parse_non_empty)]
+        tool: Option<String>,
+        /// Only this severity: `medium`, `high` or `critical`
+        #[arg(long, value_parser = parse_severity)]
+        severity: Option<Severity>,
     },
     /// Show one escalation with its evidence.
     Show {
@@ -519,7 +599,15 @@ impl EscalationsCli {
             .unwrap_or_else(|| DEFAULT_SERVER.to_string());
         let token = env.or(self.token, ENV_TOKEN, value::parse_secret)?;
         let action = match self.action {
-            EscalationsSub::List { status } => EscalationAction::List { status },
+            EscalationsSub::List {
+                status,
+                tool,
+                severity,
+            } => EscalationAction::List {
+                status,
+                tool,
+                severity,
+            },
             EscalationsSub::Show { id } => EscalationAction::Show { id },
             EscalationsSub::Claim { id, by, take_over } => {
                 EscalationAction::Claim { id, by, take_over }
@@ -543,6 +631,7 @@ impl EscalationsCli {
             server,
             token,
             action,
+            json: self.json,
         })
     }
 }

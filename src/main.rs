@@ -81,6 +81,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Escalations(cmd) => runtime()?.block_on(escalations(cmd)),
+        Command::Intents(cmd) => runtime()?.block_on(intents(cmd)),
         Command::Reaudit(args) => runtime()?.block_on(reaudit(args)),
         Command::Demo(args) => {
             reckon::logging::init_logging(LogFormat::Text, "error")?;
@@ -178,11 +179,8 @@ async fn reaudit(args: cli::ReauditArgs) -> anyhow::Result<ExitCode> {
 async fn escalations(cmd: cli::EscalationsCmd) -> anyhow::Result<ExitCode> {
     let http = reqwest::Client::new();
     let base = format!("{}/api/v1/escalations", cmd.server);
-    if let EscalationAction::List { status } = &cmd.action {
-        return list_escalations(&http, &cmd, &base, *status).await;
-    }
     let request = match &cmd.action {
-        EscalationAction::List { .. } => unreachable!("listed above"),
+        EscalationAction::List { .. } => return list_escalations(&http, &cmd, &base).await,
         EscalationAction::Show { id } => http.get(format!("{base}/{id}")),
         EscalationAction::Claim { id, by, take_over } => http
             .post(format!("{base}/{id}/claim"))
@@ -202,27 +200,46 @@ async fn escalations(cmd: cli::EscalationsCmd) -> anyhow::Result<ExitCode> {
                 "override": take_over,
             })),
     };
-    match answer(request, &cmd).await? {
-        Ok(body) => println!("{}", serde_json::to_string_pretty(&body)?),
+    let body = match answer(request, &cmd.server, cmd.token.as_deref()).await? {
+        Ok(body) => body,
         Err(failed) => return Ok(failed),
+    };
+    match (&cmd.action, cmd.json) {
+        // What changed, in a line; the whole answer (the evidence bundle) with --json or show.
+        (EscalationAction::Claim { .. } | EscalationAction::Resolve { .. }, false) => {
+            let e: EscalationDoc =
+                serde_json::from_value(body).context("decoding the escalation")?;
+            let who = match e.status.as_str() {
+                "claimed" => format!(" by {}", e.claimed_by.as_deref().unwrap_or("?")),
+                "resolved" => format!(
+                    " by {}: {}",
+                    e.resolved_by.as_deref().unwrap_or("?"),
+                    e.resolution.as_deref().unwrap_or("")
+                ),
+                _ => String::new(),
+            };
+            println!("{} {}{who} (intent {})", e.id, e.status, e.intent_id);
+        }
+        _ => println!("{}", serde_json::to_string_pretty(&body)?),
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Sends one request of `reckon escalations` with its token: the answer's JSON body, or, when
-/// the server refused, the refusal printed and the exit code to leave with.
+/// Sends one request of `reckon escalations` or `reckon intents` with its token: the answer's
+/// JSON body, or, when the server refused, the refusal printed and the exit code to leave with.
 async fn answer(
     request: reqwest::RequestBuilder,
-    cmd: &cli::EscalationsCmd,
+    server: &str,
+    token: Option<&str>,
 ) -> anyhow::Result<Result<serde_json::Value, ExitCode>> {
-    let request = match &cmd.token {
+    let request = match token {
         Some(token) => request.bearer_auth(token),
         None => request,
     };
     let response = request
         .send()
         .await
-        .with_context(|| format!("reaching reckon at {}", cmd.server))?;
+        .with_context(|| format!("reaching reckon at {server}"))?;
     let status = response.status();
     let body: serde_json::Value = response
         .json()
@@ -238,50 +255,172 @@ async fn answer(
     Ok(Ok(body))
 }
 
-/// Every page of the queue (of `status`), following the cursor: the list is never cut short.
+/// Every page of the queue (of the filters), following the cursor so the list is never cut
+/// short, then in the queue page's order: waiting work (open, claimed, or no status asked) the
+/// most severe first, then the oldest; history (resolved, withdrawn) the newest first.
 async fn list_escalations(
     http: &reqwest::Client,
     cmd: &cli::EscalationsCmd,
     base: &str,
-    status: Option<reckon::model::EscalationStatus>,
 ) -> anyhow::Result<ExitCode> {
+    use reckon::model::{EscalationStatus, Severity};
+    let EscalationAction::List {
+        status,
+        tool,
+        severity,
+    } = &cmd.action
+    else {
+        unreachable!("only a list is listed");
+    };
+    let mut query: Vec<(&str, String)> = vec![("limit", "1000".into())];
+    if let Some(s) = status {
+        query.push(("status", s.as_str().into()));
+    }
+    if let Some(t) = tool {
+        query.push(("tool", t.clone()));
+    }
+    if let Some(s) = severity {
+        query.push(("severity", s.as_str().into()));
+    }
+    let mut all: Vec<EscalationDoc> = Vec::new();
     let mut cursor: Option<String> = None;
-    let mut listed = 0usize;
     loop {
-        // The status is a plain word and the cursor base64url: nothing to escape.
-        let mut url = format!("{base}?limit=1000");
-        if let Some(s) = status {
-            url.push_str(&format!("&status={}", s.as_str()));
-        }
+        let mut page = query.clone();
         if let Some(c) = &cursor {
-            url.push_str(&format!("&cursor={c}"));
+            page.push(("cursor", c.clone()));
         }
-        let body = match answer(http.get(url), cmd).await? {
+        let url = reqwest::Url::parse_with_params(base, &page).context("the server URL")?;
+        let body = match answer(http.get(url), &cmd.server, cmd.token.as_deref()).await? {
             Ok(body) => body,
             Err(failed) => return Ok(failed),
         };
         let items: Vec<EscalationDoc> = serde_json::from_value(body["items"].clone())
             .context("decoding the escalation list")?;
-        for e in &items {
-            let kinds: Vec<&str> = e.findings.iter().map(|f| f.kind.as_str()).collect();
-            println!(
-                "{:<28} {:<9} {:<9} {:<30} {} {}",
-                e.id,
-                e.status,
-                e.severity,
-                e.intent_id,
-                e.opened_at,
-                kinds.join(",")
-            );
-        }
-        listed += items.len();
+        let more = !items.is_empty();
+        all.extend(items);
         match body["next_cursor"].as_str() {
-            Some(c) if !items.is_empty() => cursor = Some(c.to_string()),
+            Some(c) if more => cursor = Some(c.to_string()),
             _ => break,
         }
     }
-    if listed == 0 {
+    let opened = |e: &EscalationDoc| reckon::codec::parse_rfc3339(&e.opened_at);
+    let rank = |e: &EscalationDoc| Severity::parse(&e.severity);
+    if matches!(
+        status,
+        Some(EscalationStatus::Resolved | EscalationStatus::Withdrawn)
+    ) {
+        all.sort_by(|a, b| (opened(b), &b.id).cmp(&(opened(a), &a.id)));
+    } else {
+        all.sort_by(|a, b| (rank(b), opened(a), &a.id).cmp(&(rank(a), opened(b), &b.id)));
+    }
+    if cmd.json {
+        for e in &all {
+            println!("{}", serde_json::to_string(e)?);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if all.is_empty() {
         println!("no escalations");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let width = all.iter().map(|e| e.id.len()).max().unwrap_or(2).max(2);
+    let intent_width = all
+        .iter()
+        .map(|e| e.intent_id.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    println!(
+        "{:<width$}  {:<9}  {:<8}  {:<intent_width$}  {:<30}  FINDINGS",
+        "ID", "STATUS", "SEVERITY", "INTENT", "OPENED"
+    );
+    for e in &all {
+        let kinds: Vec<&str> = e.findings.iter().map(|f| f.kind.as_str()).collect();
+        println!(
+            "{:<width$}  {:<9}  {:<8}  {:<intent_width$}  {:<30}  {}",
+            e.id,
+            e.status,
+            e.severity,
+            e.intent_id,
+            e.opened_at,
+            kinds.join(",")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `reckon intents show ID`: the verdict, as a person reads it (or the server's JSON).
+async fn intents(cmd: cli::IntentsCmd) -> anyhow::Result<ExitCode> {
+    let http = reqwest::Client::new();
+    let url = format!("{}/api/v1/intents/{}", cmd.server, cmd.id);
+    let body = match answer(http.get(url), &cmd.server, cmd.token.as_deref()).await? {
+        Ok(body) => body,
+        Err(failed) => return Ok(failed),
+    };
+    if cmd.json {
+        println!("{}", serde_json::to_string_pretty(&body)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let s = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => "-".into(),
+        other => other.to_string(),
+    };
+    println!(
+        "{}  {}  {} -> {}",
+        s(&body["intent_id"]),
+        s(&body["tool"]),
+        s(&body["state"]),
+        s(&body["decision"])
+    );
+    if !body["escalation_id"].is_null() {
+        println!("escalated: {}", s(&body["escalation_id"]));
+    } else if !body["safe_retry_until"].is_null() {
+        println!(
+            "a same-key retry is safe until {}",
+            s(&body["safe_retry_until"])
+        );
+    }
+    let list = |key: &str| body[key].as_array().cloned().unwrap_or_default();
+    let attempts = list("attempts");
+    println!("attempts ({}):", attempts.len());
+    for a in &attempts {
+        println!(
+            "  {}  {:<9}  key {}  http {}  {}  object {} {}",
+            s(&a["start"]),
+            s(&a["class"]),
+            s(&a["idempotency_key"]),
+            s(&a["http_status"]),
+            s(&a["error_type"]),
+            s(&a["object_id"]),
+            s(&a["object_status"])
+        );
+    }
+    let objects = list("objects");
+    if !objects.is_empty() {
+        println!("objects ({}):", objects.len());
+        for o in &objects {
+            println!(
+                "  {}  {}  {} {}  target {}",
+                s(&o["object_id"]),
+                s(&o["status"]),
+                s(&o["amount"]),
+                s(&o["currency"]),
+                s(&o["target"])
+            );
+        }
+    }
+    let findings = list("findings");
+    if !findings.is_empty() {
+        println!("findings ({}):", findings.len());
+        for f in &findings {
+            println!(
+                "  {:<8}  {}  {}",
+                s(&f["severity"]),
+                s(&f["kind"]),
+                s(&f["detail"])
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

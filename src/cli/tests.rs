@@ -611,15 +611,60 @@ fn escalations() {
         EscalationsCmd {
             server: DEFAULT_SERVER.into(),
             token: None,
-            action: EscalationAction::List { status: None },
+            action: EscalationAction::List {
+                status: None,
+                tool: None,
+                severity: None,
+            },
+            json: false,
         }
     );
     assert_eq!(
         esc(&["list", "--status", "claimed"], &[]).action,
         EscalationAction::List {
-            status: Some(EscalationStatus::Claimed)
+            status: Some(EscalationStatus::Claimed),
+            tool: None,
+            severity: None,
         }
     );
+    let filtered = esc(
+        &[
+            "list",
+            "--tool",
+            "issue_refund",
+            "--severity",
+            "critical",
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(
+        filtered.action,
+        EscalationAction::List {
+            status: None,
+            tool: Some("issue_refund".into()),
+            severity: Some(crate::model::Severity::Critical),
+        }
+    );
+    assert!(filtered.json);
+    match run(&["escalations", "list", "--severity", "huge"], &[]) {
+        Err(e) => assert!(e.to_string().contains("invalid severity"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    match run(&["intents", "show", "refund-1", "--json"], &[]) {
+        Ok(Command::Intents(i)) => {
+            assert_eq!(
+                i,
+                crate::cli::IntentsCmd {
+                    server: DEFAULT_SERVER.into(),
+                    token: None,
+                    id: "refund-1".into(),
+                    json: true,
+                }
+            );
+        }
+        other => panic!("{other:?}"),
+    }
     assert_eq!(
         esc(&["show", "esc-1"], &[]).action,
         EscalationAction::Show { id: "esc-1".into() }

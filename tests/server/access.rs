@@ -879,6 +879,7 @@ async fn the_escalations_command_takes_over_only_with_override() {
             "--resolution",
             "refunded_once",
             "--override",
+            "--json",
         ],
         id.clone(),
     )
@@ -927,9 +928,144 @@ async fn the_escalations_command_sends_its_token() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(shown["claimed_by"], "ana", "{shown}");
+    // A line saying what changed, with the token's name as who.
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.starts_with(&format!("{id} claimed by ana ")), "{said}");
     let out = cli(Some(READ), vec!["list".into()]).await.unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains(&id));
+    s.stop().await;
+}
+
+/// `reckon escalations list` reads like the queue page: a header, the most severe waiting work
+/// first, filters by tool and severity, `--json` one escalation per line; `reckon intents show`
+/// says the verdict in a few lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_line_lists_like_the_page_and_shows_an_intent() {
+    let s = Server::start().await;
+    let server = s.r().api_url();
+    let (refund, email) = (unique("refund"), unique("mail"));
+    let t0 = ago(120.0);
+    let paid = |key: &str, object: &str, secs: f64| {
+        ToolSpan::new("issue_refund", after(t0, secs), 0.4)
+            .intent(&refund)
+            .key(key)
+            .args(refund_args("45.00"))
+            .http(200)
+            .object(object, "succeeded")
+    };
+    // The email first, so "oldest first" alone would list it first.
+    export_grpc(
+        &s,
+        &[&ToolSpan::new("send_email", ago(300.0), 30.0)
+            .intent(&email)
+            .timeout()
+            .told("unknown")],
+    )
+    .await;
+    export_grpc(
+        &s,
+        &[
+            &paid(&unique("k"), &unique("re"), 0.0),
+            &paid(&unique("k"), &unique("re"), 5.0),
+        ],
+    )
+    .await;
+    let run = |args: Vec<String>| {
+        let server = server.clone();
+        tokio::task::spawn_blocking(move || {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_reckon"))
+                .args(&args)
+                .args(["--server", &server])
+                .env_remove("RECKON_TOKEN")
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).unwrap()
+        })
+    };
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let mut listed = String::new();
+    for _ in 0..150 {
+        listed = run(args(&["escalations", "list"])).await.unwrap();
+        if listed.contains(&refund) && listed.contains(&email) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let lines: Vec<&str> = listed.lines().collect();
+    assert!(
+        lines[0].starts_with("ID ") && lines[0].contains("SEVERITY"),
+        "{listed}"
+    );
+    let (r, e) = (
+        lines
+            .iter()
+            .position(|l| l.contains(&refund))
+            .expect("the refund is listed"),
+        lines
+            .iter()
+            .position(|l| l.contains(&email))
+            .expect("the email is listed"),
+    );
+    assert!(
+        r < e,
+        "the critical duplicate comes before the older high finding:\n{listed}"
+    );
+    assert!(
+        lines[r].contains("critical") && lines[r].contains("duplicate_effect"),
+        "{listed}"
+    );
+
+    let critical = run(args(&[
+        "escalations",
+        "list",
+        "--severity",
+        "critical",
+        "--json",
+    ]))
+    .await
+    .unwrap();
+    let docs: Vec<Value> = critical
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        docs.iter().any(|d| d["intent_id"] == refund.as_str()),
+        "{critical}"
+    );
+    assert!(
+        docs.iter().all(|d| d["severity"] == "critical"),
+        "{critical}"
+    );
+    let emails = run(args(&["escalations", "list", "--tool", "send_email"]))
+        .await
+        .unwrap();
+    assert!(
+        emails.contains(&email) && !emails.contains(&refund),
+        "{emails}"
+    );
+
+    let shown = run(args(&["intents", "show", &refund])).await.unwrap();
+    let first = shown.lines().next().unwrap();
+    assert!(
+        first.starts_with(&format!("{refund}  issue_refund  completed -> escalate")),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("attempts (2):") && shown.contains("objects (2):"),
+        "{shown}"
+    );
+    assert!(shown.contains("duplicate_effect"), "{shown}");
+    let json: Value = serde_json::from_str(
+        &run(args(&["intents", "show", &refund, "--json"]))
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(json["intent_id"], refund.as_str());
     s.stop().await;
 }
