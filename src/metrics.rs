@@ -213,6 +213,7 @@ pub struct Metrics {
     records_received: Family,
     conflicting_resends: Family,
     notifications: Family,
+    webhooks: Family,
     contract_reloads: Family,
     /// 1 while the latest reload was refused: the directory holds contracts that are not in force.
     contract_reload_refused: AtomicU8,
@@ -260,6 +261,7 @@ impl Metrics {
             records_received: Family::new(&["source"]),
             conflicting_resends: Family::new(&["kind"]),
             notifications: Family::new(&["kind", "outcome"]),
+            webhooks: Family::new(&["source", "type", "outcome"]),
             contract_reloads: {
                 // Both series from the start, so `increase(...{result="error"}[..])` sees the
                 // first failure as an increase from zero.
@@ -417,6 +419,13 @@ impl Metrics {
     /// time, given up).
     pub fn notification(&self, kind: &str, outcome: &str) {
         self.notifications.add(&[kind, outcome], 1);
+    }
+
+    /// One webhook by its event type and what became of it: `recorded` (evidence), `ignored`
+    /// (a type reckon does not audit: acknowledged so the sender stops), `conflict`, or
+    /// `refused` (a bad signature or body; type `-`, as an unverified body is not read).
+    pub fn webhook(&self, source: &str, event_type: &str, outcome: &str) {
+        self.webhooks.add(&[source, event_type, outcome], 1);
     }
 
     /// One reload of the contracts directory (SIGHUP): `ok` (validated and in force) or
@@ -612,6 +621,12 @@ impl Metrics {
             &mut out,
             "reckon_conflicting_resends_total",
             "Re-sent events whose identity was stored with different content (the first copy is kept), by kind.",
+            "counter",
+        );
+        self.webhooks.render(
+            &mut out,
+            "reckon_webhooks_total",
+            "Webhooks received, by source, event type and outcome (recorded, ignored: a type reckon does not audit, conflict, refused).",
             "counter",
         );
         self.notifications.render(

@@ -397,18 +397,28 @@ impl IngestService {
             )
             .map_err(|e| {
                 self.metrics.rejection("bad_signature", 1);
+                self.metrics.webhook(stripe::SOURCE, "-", "refused");
                 IngestError::BadSignature(e.to_string())
             })?;
         }
         match stripe::parse_event(body, &window).map_err(|e| {
             self.metrics.rejection("bad_webhook", 1);
+            self.metrics.webhook(stripe::SOURCE, "-", "refused");
             IngestError::BadRequest(e.to_string())
         })? {
-            stripe::StripeOutcome::Ignored(event_type) => Ok(StripeReply {
-                received: true,
-                recorded: false,
-                event_type,
-            }),
+            stripe::StripeOutcome::Ignored(event_type) => {
+                // Stripe sends what the endpoint subscribes to; only refund events are evidence.
+                self.metrics.webhook(stripe::SOURCE, &event_type, "ignored");
+                tracing::debug!(
+                    event_type,
+                    "Stripe event of a type reckon does not audit: acknowledged, not recorded"
+                );
+                Ok(StripeReply {
+                    received: true,
+                    recorded: false,
+                    event_type,
+                })
+            }
             stripe::StripeOutcome::Record {
                 event_type, record, ..
             } => {
@@ -416,11 +426,15 @@ impl IngestService {
                     .durable(admitted, vec![Event::Record(record)], received)
                     .await?;
                 if let Some((_, e)) = conflicts.first() {
+                    self.metrics
+                        .webhook(stripe::SOURCE, &event_type, "conflict");
                     return Err(IngestError::Conflict(format!(
                         "{event_type}: {}",
                         conflict_reason(e)
                     )));
                 }
+                self.metrics
+                    .webhook(stripe::SOURCE, &event_type, "recorded");
                 Ok(StripeReply {
                     received: true,
                     recorded: true,

@@ -313,6 +313,29 @@ async fn unsigned_and_badly_signed_stripe_events_are_refused_and_not_recorded() 
     let (code, reply) = server.stripe_raw(&body, Some(&good_sig)).await;
     assert_eq!(code, 200, "{reply}");
     assert_verdict(&server.verdict(&i).await, "completed / none / -");
+    // Each webhook is counted by type and outcome: the ignored type by its name (an endpoint
+    // subscribed to more than reckon audits shows here), refusals without one (their body was
+    // not believed).
+    let webhooks = |ty: &str, outcome: &str| {
+        format!("reckon_webhooks_total{{source=\"stripe\",type=\"{ty}\",outcome=\"{outcome}\"}}")
+    };
+    assert_eq!(
+        server
+            .metric(&webhooks("customer.created", "ignored"))
+            .await,
+        Some(1.0)
+    );
+    assert_eq!(
+        server.metric(&webhooks("refund.updated", "recorded")).await,
+        Some(1.0)
+    );
+    assert!(
+        server
+            .metric(&webhooks("-", "refused"))
+            .await
+            .unwrap_or(0.0)
+            >= 2.0
+    );
     unchanged(&server, &good).await;
     server.stop().await;
 }
