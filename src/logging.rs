@@ -1,4 +1,5 @@
-//! Process-wide logging: `tracing` events to stderr as text or JSON lines.
+//! Process-wide logging: `tracing` events to stderr as text or JSON lines, and, when asked
+//! (`self_traces`), reckon's own `info` spans exported by OTLP.
 //!
 //! Logs go to stderr so that commands printing results (`reckon report --format csv`) keep stdout
 //! clean for pipes.
@@ -14,6 +15,8 @@ pub enum LoggingError {
     BadFilter { filter: String, message: String },
     #[error("RUST_LOG: invalid log filter {filter:?}: {message}")]
     BadRustLog { filter: String, message: String },
+    #[error("self_traces: cannot export to {endpoint}: {message}")]
+    SelfTraces { endpoint: String, message: String },
 }
 
 /// Whether `init_logging` already ran in this process (successfully or with someone else's
@@ -25,9 +28,56 @@ static INITIALIZED: Mutex<bool> = Mutex::new(false);
 /// debugging a deployment without editing its config. Calling it again is a no-op, so tests and
 /// embedders can call it freely; if another subscriber was installed first, that one stays.
 pub fn init_logging(format: LogFormat, filter: &str) -> Result<(), LoggingError> {
+    init(format, filter, None).map(drop)
+}
+
+/// Where and how much of reckon's own work to export as spans (settings `self_traces`,
+/// `self_traces_one_in`).
+#[derive(Clone, Debug)]
+pub struct SelfTracesTo {
+    /// OTLP/gRPC endpoint, `http://HOST:4317`.
+    pub endpoint: String,
+    /// Keep one trace in this many (decided at each trace's root).
+    pub one_in: usize,
+}
+
+/// reckon's own spans on their way out; [`SelfTraces::shutdown`] sends what is left.
+pub struct SelfTraces {
+    provider: opentelemetry_sdk::trace::SdkTracerProvider,
+}
+
+impl SelfTraces {
+    /// Exports the spans still queued. Blocks (the exporter has its own thread): call it off
+    /// the async workers.
+    pub fn shutdown(self) {
+        if let Err(e) = self.provider.shutdown() {
+            eprintln!("reckon: exporting its own last spans failed: {e}");
+        }
+    }
+}
+
+/// [`init_logging`], and with `self_traces` reckon's own spans (the `info` spans of its code:
+/// exports, audit steps, store writes, notification deliveries) exported by OTLP/gRPC. Must
+/// run inside the Tokio runtime that serves: the exporter's channel lives on it.
+pub fn init_serving(
+    format: LogFormat,
+    filter: &str,
+    self_traces: Option<SelfTracesTo>,
+) -> Result<Option<SelfTraces>, LoggingError> {
+    init(format, filter, self_traces)
+}
+
+fn init(
+    format: LogFormat,
+    filter: &str,
+    self_traces: Option<SelfTracesTo>,
+) -> Result<Option<SelfTraces>, LoggingError> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
     let mut done = INITIALIZED.lock().unwrap_or_else(|e| e.into_inner());
     if *done {
-        return Ok(());
+        return Ok(None);
     }
     let filter = match std::env::var("RUST_LOG") {
         Ok(rust_log) if !rust_log.trim().is_empty() => {
@@ -45,18 +95,68 @@ pub fn init_logging(format: LogFormat, filter: &str) -> Result<(), LoggingError>
     // noise, and NO_COLOR (no-color.org) turns them off anywhere.
     use std::io::IsTerminal;
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(colour)
         .with_writer(std::io::stderr);
+    let fmt = match format {
+        LogFormat::Text => fmt.boxed(),
+        LogFormat::Json => fmt.json().boxed(),
+    }
+    .with_filter(filter);
+    let exported = match self_traces {
+        Some(to) => {
+            Some(
+                self_traces_provider(&to).map_err(|message| LoggingError::SelfTraces {
+                    endpoint: to.endpoint.clone(),
+                    message,
+                })?,
+            )
+        }
+        None => None,
+    };
+    let spans = exported.as_ref().map(|p| {
+        use opentelemetry::trace::TracerProvider;
+        tracing_opentelemetry::layer()
+            .with_tracer(p.tracer("reckon"))
+            // reckon's own spans only, not its dependencies'.
+            .with_filter(
+                tracing_subscriber::filter::Targets::new()
+                    .with_target("reckon", tracing::Level::INFO),
+            )
+    });
     // `try_init` fails only when a global subscriber already exists (installed by a test harness
     // or an embedding program); keeping theirs is the no-op this function promises.
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
+    let _ = tracing_subscriber::registry()
+        .with(fmt)
+        .with(spans)
+        .try_init();
     *done = true;
-    Ok(())
+    Ok(exported.map(|provider| SelfTraces { provider }))
+}
+
+fn self_traces_provider(
+    to: &SelfTracesTo,
+) -> Result<opentelemetry_sdk::trace::SdkTracerProvider, String> {
+    use opentelemetry_otlp::WithExportConfig;
+    use opentelemetry_sdk::trace::{BatchSpanProcessor, Sampler, SdkTracerProvider};
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(&to.endpoint)
+        .with_timeout(Duration::from_secs(5))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let ratio = 1.0 / to.one_in.max(1) as f64;
+    Ok(SdkTracerProvider::builder()
+        .with_span_processor(BatchSpanProcessor::builder(exporter).build())
+        .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+            ratio,
+        ))))
+        .with_resource(
+            opentelemetry_sdk::Resource::builder()
+                .with_service_name("reckon")
+                .build(),
+        )
+        .build())
 }
 
 /// Lets a log line that can repeat once per request through at most once per period for each

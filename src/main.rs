@@ -44,10 +44,27 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Serve(config) => {
-            reckon::logging::init_logging(config.log_format, &config.log_filter)?;
             runtime()?.block_on(async {
+                // Inside the runtime: the exporter of reckon's own spans lives on it.
+                let self_traces =
+                    config
+                        .self_traces
+                        .clone()
+                        .map(|endpoint| reckon::logging::SelfTracesTo {
+                            endpoint,
+                            one_in: config.self_traces_one_in,
+                        });
+                let exported = reckon::logging::init_serving(
+                    config.log_format,
+                    &config.log_filter,
+                    self_traces,
+                )?;
                 let running = reckon::app::start(config).await?;
-                running.until_signal().await
+                let stopped = running.until_signal().await;
+                if let Some(exported) = exported {
+                    let _ = tokio::task::spawn_blocking(move || exported.shutdown()).await;
+                }
+                stopped
             })?;
             Ok(ExitCode::SUCCESS)
         }

@@ -73,6 +73,8 @@ retention = "30d"
 route_filter_max = "1GiB"
 log_format = "json"
 log_filter = "warn"
+self_traces = "http://file-otlp.example:4317"
+self_traces_one_in = 10
 public_url = "http://file.example"
 tls_cert = "/file/cert.pem"
 tls_key = "/file/key.pem"
@@ -119,6 +121,8 @@ const ENV: &[(&str, &str)] = &[
     ("RECKON_ROUTE_FILTER_MAX", "2GiB"),
     ("RECKON_LOG_FORMAT", "text"),
     ("RECKON_LOG_FILTER", "error"),
+    ("RECKON_SELF_TRACES", "http://env-otlp.example:4317"),
+    ("RECKON_SELF_TRACES_ONE_IN", "20"),
     ("RECKON_PUBLIC_URL", "http://env.example"),
     ("RECKON_TLS_CERT", "/env/cert.pem"),
     ("RECKON_TLS_KEY", "/env/key.pem"),
@@ -164,6 +168,8 @@ const FLAGS: &[&str] = &[
     "--route-filter-max=3GiB",
     "--log-format=json",
     "--log-filter=debug",
+    "--self-traces=http://flag-otlp.example:4317",
+    "--self-traces-one-in=30",
     "--public-url=https://flag.example/reckon/",
     "--tls-cert=/flag/cert.pem",
     "--tls-key=/flag/key.pem",
@@ -220,6 +226,8 @@ fn flag_beats_env_beats_file_beats_default() {
             route_filter_max: 1 << 30,
             log_format: LogFormat::Json,
             log_filter: "warn".into(),
+            self_traces: Some("http://file-otlp.example:4317".into()),
+            self_traces_one_in: 10,
             public_url: Some("http://file.example".into()),
             notify: vec![am()],
             auth: file_auth(),
@@ -254,6 +262,8 @@ fn flag_beats_env_beats_file_beats_default() {
             route_filter_max: 2 << 30,
             log_format: LogFormat::Text,
             log_filter: "error".into(),
+            self_traces: Some("http://env-otlp.example:4317".into()),
+            self_traces_one_in: 20,
             public_url: Some("http://env.example".into()),
             notify: vec![am()],
             auth: file_auth(),
@@ -290,6 +300,8 @@ fn flag_beats_env_beats_file_beats_default() {
             route_filter_max: 3 << 30,
             log_format: LogFormat::Json,
             log_filter: "debug".into(),
+            self_traces: Some("http://flag-otlp.example:4317".into()),
+            self_traces_one_in: 30,
             public_url: Some("https://flag.example/reckon".into()),
             notify: vec![am()],
             auth: file_auth(),

@@ -264,6 +264,24 @@ macro_rules! with_settings {
                 value_name: "FILTER",
                 parse: value::parse_log_filter,
             }
+            /// Export reckon's own spans by OTLP/gRPC to this endpoint (http://HOST:4317): its
+            /// exports, audit steps, store writes and notifications [default: off]
+            ///
+            /// Off unless set. The spans are reckon's own, never audited: sent to a reckon they
+            /// are non-tool spans, dropped unread.
+            self_traces: Option<String> = unset {
+                file: Text,
+                env: "RECKON_SELF_TRACES",
+                value_name: "URL",
+                parse: value::parse_http_url,
+            }
+            /// Of reckon's own traces, keep one in N (decided where each trace starts)
+            self_traces_one_in: usize = "100" {
+                file: Count,
+                env: "RECKON_SELF_TRACES_ONE_IN",
+                value_name: "N",
+                parse: value::parse_count,
+            }
             /// Where people open reckon, for links in notifications [default: http://API_ADDR]
             ///
             /// Links are `{public_url}/escalations/{id}`. Unset: `http://{api_addr}`, the bound
@@ -336,7 +354,7 @@ mod tests {
     #[test]
     fn each_variable_is_reckon_and_the_key() {
         let vars = SETTINGS.vars();
-        assert_eq!(vars.len(), 25);
+        assert_eq!(vars.len(), 27);
         for (key, env) in vars {
             assert_eq!(env, format!("RECKON_{}", key.to_ascii_uppercase()));
         }

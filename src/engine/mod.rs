@@ -24,6 +24,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
@@ -524,11 +525,16 @@ impl Engine {
         }
         let engine = self.clone();
         let deadline = self.append_deadline;
-        let work = tokio::spawn(async move {
-            let done = engine.ingest_to_completion(events, received).await;
-            drop(hold);
-            done
-        });
+        // reckon's own trace of the export (setting `self_traces`) follows the work.
+        let span = tracing::info_span!("engine.ingest", events = events.len());
+        let work = tokio::spawn(
+            async move {
+                let done = engine.ingest_to_completion(events, received).await;
+                drop(hold);
+                done
+            }
+            .instrument(span),
+        );
         // The work goes on (holding its admission permit, so new exports are refused while the
         // store hangs), but the client hears within the deadline, plus a moment for the
         // escalations an append may open: they are written before anything is acknowledged.
@@ -548,7 +554,10 @@ impl Engine {
         let receipt = self.progress.receive();
         // A write that outlives the deadline may still land: the client's retry then finds it
         // stored (a duplicate) and the engine takes it in then.
-        let append = self.store.append_received(events.clone(), receipt.key.0);
+        let append = self
+            .store
+            .append_received(events.clone(), receipt.key.0)
+            .instrument(tracing::info_span!("store.append", events = events.len()));
         let stored = match tokio::time::timeout(self.append_deadline, append).await {
             Ok(stored) => stored?,
             Err(_) => return Err(StoreError::Timeout(self.append_deadline)),
@@ -640,6 +649,7 @@ impl Engine {
     /// durable, and only then counted and announced.
     async fn step(&self, f: impl FnOnce(&mut EngineCore) -> Outcome) {
         let concluded = {
+            let _audit = tracing::info_span!("audit.step").entered();
             let mut core = self.lock();
             let out = f(&mut core);
             self.conclude(&core, out, true)

@@ -5,6 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 use tokio::sync::{mpsc, Notify};
 
@@ -188,7 +189,8 @@ pub(super) async fn persist_loop(
         }
         let checkpoint = (closing || settled_before >= last_checkpoint + CHECKPOINT_EVERY)
             .then_some(settled_before);
-        match pending.write(&store, checkpoint).await {
+        let span = tracing::info_span!("store.write", verdicts = pending.verdicts.len());
+        match pending.write(&store, checkpoint).instrument(span).await {
             Ok(()) => {
                 last_checkpoint = checkpoint.unwrap_or(last_checkpoint);
                 progress.durable.fetch_max(pending.seq, Ordering::AcqRel);

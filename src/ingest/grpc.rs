@@ -13,6 +13,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
+use tracing::Instrument;
 
 use bytes::{Buf, Bytes};
 use opentelemetry_proto::tonic::collector::logs::v1::{
@@ -116,15 +117,26 @@ async fn export<S: Signal>(
     service: Arc<IngestService>,
     body: Bytes,
 ) -> Result<S::Response, Status> {
+    let span = tracing::info_span!("otlp.export", transport = "grpc", bytes = body.len());
+    export_in::<S>(service, body).instrument(span).await
+}
+
+async fn export_in<S: Signal>(
+    service: Arc<IngestService>,
+    body: Bytes,
+) -> Result<S::Response, Status> {
     let received = Instant::now();
     let admitted = service.admit().map_err(|e| e.to_status())?;
     // The permit travels with the decode: a caller that leaves does not free capacity the
     // (uncancellable) decode is still using.
     let decoding = service.clone();
-    let (decoded, admitted) =
-        tokio::task::spawn_blocking(move || (S::decode(&decoding, &body), admitted))
-            .await
-            .map_err(|e| Status::internal(format!("decoder failed: {e}")))?;
+    let export = tracing::Span::current();
+    let (decoded, admitted) = tokio::task::spawn_blocking(move || {
+        let _decode = tracing::info_span!(parent: &export, "otlp.decode").entered();
+        (S::decode(&decoding, &body), admitted)
+    })
+    .await
+    .map_err(|e| Status::internal(format!("decoder failed: {e}")))?;
     let decoded = decoded.map_err(|e| {
         let e = IngestError::Decode(e.to_string());
         service.refused(&e);

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 use std::time::Instant;
+use tracing::Instrument;
 
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, State};
@@ -108,6 +109,11 @@ async fn logs(State(s): State<HttpState>, headers: HeaderMap, body: Body) -> Res
 
 /// One OTLP/HTTP export: admit, read, decode off the async workers, ingest, answer in kind.
 async fn export(s: HttpState, headers: HeaderMap, body: Body, signal: Signal) -> Response {
+    let span = tracing::info_span!("otlp.export", transport = "http");
+    export_in(s, headers, body, signal).instrument(span).await
+}
+
+async fn export_in(s: HttpState, headers: HeaderMap, body: Body, signal: Signal) -> Response {
     let received = Instant::now();
     let format = format_of(&headers).unwrap_or(Format::Protobuf);
     // Refuse before reading: a body costs memory, an overload answer costs nothing (the body is
@@ -130,7 +136,9 @@ async fn export(s: HttpState, headers: HeaderMap, body: Body, signal: Signal) ->
         let encoding = headers.clone();
         // Gunzip and decode off the async workers. The permit travels with them: a caller that
         // leaves does not free capacity the (uncancellable) decode is still using.
+        let export = tracing::Span::current();
         let (decoded, admitted) = tokio::task::spawn_blocking(move || {
+            let _decode = tracing::info_span!(parent: &export, "otlp.decode").entered();
             let decoded = body_of(&encoding, &body, max).and_then(|raw| {
                 match (signal, format) {
                     (Signal::Traces, Format::Protobuf) => {

@@ -16,6 +16,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
@@ -249,10 +250,15 @@ impl Deliverer {
             while running.len() < CONCURRENCY {
                 let Some((t, it)) = queue.next() else { break };
                 let d = self.clone();
-                running.spawn(async move {
-                    let outcome = d.attempt(&t, &it).await;
-                    (t, it, outcome)
-                });
+                let span =
+                    tracing::info_span!("notify.deliver", target = %t.name, event = %it.event);
+                running.spawn(
+                    async move {
+                        let outcome = d.attempt(&t, &it).await;
+                        (t, it, outcome)
+                    }
+                    .instrument(span),
+                );
             }
             let Some(done) = running.join_next().await else {
                 break;

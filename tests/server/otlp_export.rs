@@ -122,3 +122,57 @@ async fn a_chat_span_carrying_the_intent_and_key_is_context() {
     );
     server.stop().await;
 }
+
+/// With `self_traces`, reckon exports spans of its own work (an export, its decode, the durable
+/// append, the audit step) by OTLP to the endpoint, here a second reckon: they arrive there as
+/// non-tool spans, counted as dropped and never audited, and the first reckon's own verdicts
+/// are unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn its_own_spans_go_to_the_self_traces_endpoint_and_are_not_audited() {
+    let receiver = Server::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("reckon.log");
+    let endpoint = receiver.r().grpc_url();
+    let traced = Reckon::spawn_with(
+        &dir.path().join("data"),
+        &log,
+        &repo_contracts(),
+        &[
+            ("RECKON_SELF_TRACES", endpoint.as_str()),
+            ("RECKON_SELF_TRACES_ONE_IN", "1"),
+        ],
+    )
+    .await;
+    let intent = unique("int");
+    export_http_to(
+        traced.http,
+        &[&ToolSpan::new("issue_refund", ago(120.0), 30.0)
+            .intent(&intent)
+            .key(&unique("k"))
+            .timeout()
+            .told("unknown")],
+    )
+    .await;
+    assert_verdict(
+        &traced.verdict(&intent).await,
+        "unknown / retry_same_key / -",
+    );
+    // The batch processor sends within its delay (5 s by default).
+    let dropped = "reckon_spans_dropped_total{reason=\"not_audited\"}";
+    let began = std::time::Instant::now();
+    while receiver.metric(dropped).await.unwrap_or(0.0) < 4.0 {
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "reckon's own spans never arrived; its log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_, report) = receiver.get("/api/v1/report").await;
+    assert_eq!(
+        report["intents"], 0,
+        "nothing of reckon's own is audited: {report}"
+    );
+    traced.kill9();
+    receiver.stop().await;
+}

@@ -632,8 +632,18 @@ impl Reckon {
     /// connection may get it as its local port): a child that exits for that is spawned
     /// again on other ports, a few times.
     pub async fn spawn_with_contracts(data_dir: &Path, log: &Path, contracts: &Path) -> Reckon {
+        Self::spawn_with(data_dir, log, contracts, &[]).await
+    }
+
+    /// With the contracts in `contracts` and these environment variables (settings).
+    pub async fn spawn_with(
+        data_dir: &Path,
+        log: &Path,
+        contracts: &Path,
+        env: &[(&str, &str)],
+    ) -> Reckon {
         for _ in 0..4 {
-            let mut r = Self::spawn_once(data_dir, log, contracts);
+            let mut r = Self::spawn_once(data_dir, log, contracts, env);
             match r.wait_ready(log).await {
                 Ready::Yes => return r,
                 Ready::PortTaken => continue,
@@ -645,9 +655,10 @@ impl Reckon {
         );
     }
 
-    fn spawn_once(data_dir: &Path, log: &Path, contracts: &Path) -> Reckon {
+    fn spawn_once(data_dir: &Path, log: &Path, contracts: &Path, env: &[(&str, &str)]) -> Reckon {
         let (grpc, http, api) = (free_addr(), free_addr(), free_addr());
         let child = Command::new(env!("CARGO_BIN_EXE_reckon"))
+            .envs(env.iter().copied())
             .arg("serve")
             .arg("--data-dir")
             .arg(data_dir)
