@@ -2117,6 +2117,46 @@ async fn clickhouse_upgrades_to_lookups_overrides_and_withdrawn() {
     ch.finish().await;
 }
 
+/// v10 adds `reckon_span_owners`, filled from the spans an older reckon stored: a span of that
+/// history re-sent under another intent id is a conflict after the upgrade, not a second copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clickhouse_upgrades_to_span_owners() {
+    let Some(ch) = ClickHouse::new().await else {
+        return;
+    };
+    migrate_to(&ch.config, 9).await.expect("v9 schema");
+    let stored = refund(1, "intent-1", 0).key("k-1").timeout();
+    let (trace, span) = (stored.span.trace_hex(), stored.span.span_hex());
+    ch.client()
+        .query(
+            "INSERT INTO reckon_attempts (trace_id, span_id, intent_id, tool, started_at, started_ns, ended_ns, span_error, ingested_ns)
+             VALUES (?, ?, 'intent-1', 'issue_refund', toDateTime(1), 1000000000, 2000000000, 0, 1)",
+        )
+        .bind(trace.as_str())
+        .bind(span.as_str())
+        .execute()
+        .await
+        .expect("a span a v9 reckon stored");
+    let store = ch.open().await;
+    let moved = ev(refund(1, "intent-9", 0).key("k-1").timeout());
+    assert_eq!(
+        store.append(vec![moved]).await.unwrap(),
+        [Appended::Conflict]
+    );
+    let fresh = ev(refund(2, "intent-9", 0).key("k-9").timeout());
+    assert_eq!(store.append(vec![fresh]).await.unwrap(), [Appended::New]);
+    let owners: Vec<String> = ch
+        .client()
+        .query("SELECT intent_id FROM reckon_span_owners WHERE span_id = ?")
+        .bind(span.as_str())
+        .fetch_all()
+        .await
+        .unwrap();
+    assert_eq!(owners, ["intent-1"]);
+    drop(store);
+    ch.finish().await;
+}
+
 /// v5 adds each verdict's contract version: a verdict a v4 reckon wrote reads with an empty
 /// version, a verdict written after the upgrade has it in the document, the column and the
 /// recreated `reckon_current_verdicts` view.

@@ -333,6 +333,8 @@ ARRAY JOIN extractAll(doc, '"target":"([^"\\\\]*)"') AS t WHERE deleted = 0"#;
 /// re-sent under another intent id is found (the event tables sort by intent first, so a lookup
 /// by `(trace_id, span_id)` alone would read them whole). Written with every attempt and
 /// read-back, before them; small granules because it is only ever read a few keys at a time.
+/// The backfill streams the event tables as they are (no `DISTINCT`, which would hold every
+/// identity in memory): copies collapse by the sorting key.
 pub const V10_SPAN_OWNERS: &str = "
 CREATE TABLE IF NOT EXISTS reckon_span_owners (
     trace_id String COMMENT 'span identity, part 1',
@@ -344,10 +346,10 @@ ORDER BY (trace_id, span_id, readback, intent_id)
 SETTINGS index_granularity = 1024";
 pub const V10_SPAN_OWNERS_ATTEMPTS: &str = "
 INSERT INTO reckon_span_owners (trace_id, span_id, readback, intent_id)
-SELECT DISTINCT trace_id, span_id, 0, intent_id FROM reckon_attempts";
+SELECT trace_id, span_id, 0, intent_id FROM reckon_attempts";
 pub const V10_SPAN_OWNERS_READBACKS: &str = "
 INSERT INTO reckon_span_owners (trace_id, span_id, readback, intent_id)
-SELECT DISTINCT trace_id, span_id, 1, intent_id FROM reckon_readbacks";
+SELECT trace_id, span_id, 1, intent_id FROM reckon_readbacks";
 
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
