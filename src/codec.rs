@@ -95,6 +95,11 @@ pub struct VerdictDoc {
     pub audited_at: String,
     pub first_seen: String,
     pub last_event: String,
+    /// Where the intent sits in `GET /api/v1/intents` (newest first by it, then by id): its
+    /// first verdict's `first_seen`, never changed after. The stores fill it from their column
+    /// for documents written before it was kept.
+    #[serde(default)]
+    pub listed_at: Option<String>,
 }
 
 impl VerdictDoc {
@@ -156,7 +161,15 @@ impl VerdictDoc {
             audited_at: rfc3339(v.audited_at),
             first_seen: rfc3339(v.first_seen),
             last_event: rfc3339(v.last_event),
+            listed_at: Some(rfc3339(v.listed_at)),
         }
+    }
+
+    /// The document as listed at `listed_at` (the store's column, which is what orders the
+    /// listing; a document written before v11 lacks the member).
+    pub fn listed(mut self, listed_at: Timestamp) -> Self {
+        self.listed_at = Some(rfc3339(listed_at));
+        self
     }
 }
 

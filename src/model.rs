@@ -684,6 +684,12 @@ pub struct Verdict {
     pub first_seen: Timestamp,
     /// Time of the latest event.
     pub last_event: Timestamp,
+    /// Where the intent sits in the listings (`GET /api/v1/intents` pages newest first by
+    /// `(listed_at, intent_id)`): `first_seen` as its first verdict had it, and never changed
+    /// after, so a walk of the pages meets every intent exactly once even when late evidence
+    /// moves `first_seen` earlier. The audit sets it to `first_seen`; the engine keeps the
+    /// value the intent was first written with. Not part of the fingerprint (it never changes).
+    pub listed_at: Timestamp,
 }
 
 /// One way later evidence can reach a settled intent (DESIGN.md "Memory and history"): its id
@@ -741,6 +747,7 @@ impl Verdict {
             audited_at: _,
             first_seen,
             last_event,
+            listed_at: _,
         } = self;
         let mut h = foldhash::fast::FixedState::default().build_hasher();
         intent_id.hash(&mut h);
@@ -870,7 +877,12 @@ pub struct Escalation {
     pub id: String,
     pub intent_id: String,
     pub status: EscalationStatus,
+    /// Its earliest finding's time (event time): late evidence can move it earlier.
     pub opened_at: Timestamp,
+    /// Where it sits in the queue's pages (newest first by `(listed_at, id)`): `opened_at` as
+    /// it was when the escalation was created, never changed after, so a walk of the pages
+    /// meets every escalation exactly once.
+    pub listed_at: Timestamp,
     /// The most severe finding it holds.
     pub severity: Severity,
     /// The findings that opened or joined it, as they read then: kept even when later evidence

@@ -398,6 +398,7 @@ pub fn verdict(id: &str, tool: Option<&str>, state: IntentState, last_event: Tim
         audited_at: last_event + Dur::secs(1),
         first_seen: at(1),
         last_event,
+        listed_at: at(1),
     }
 }
 
@@ -436,6 +437,7 @@ pub fn escalation(
         intent_id: format!("intent-of-{id}"),
         status,
         opened_at,
+        listed_at: opened_at,
         severity: Severity::Critical,
         findings: vec![
             Finding::new(

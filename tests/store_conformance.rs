@@ -24,7 +24,7 @@ use reckon::notify::{Notifier, Target};
 use reckon::store::clickhouse::{migrate_to, schema, ErrorClass, RetryPolicy};
 use reckon::store::{
     AnyStore, Appended, ClickHouseConfig, ClickHouseStore, Derived, EscalationFilter, OutboxItem,
-    OutboxPage, OutboxState, RecordKey, Report, Route, SqliteStore, Store, StoreError, Swap,
+    OutboxPage, OutboxState, Page, RecordKey, Report, Route, SqliteStore, Store, StoreError, Swap,
     Unsettled, VerdictFilter,
 };
 
@@ -382,6 +382,13 @@ macro_rules! conformance {
                 run(|h| async move { super::person_actions_override_a_holder(&*h).await }).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn listing_places_hold_through_late_evidence_and_restarts() {
+                run(|h| async move {
+                    super::listing_places_hold_through_late_evidence_and_restarts(&*h).await
+                })
+                .await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn engine_announces_every_escalation_change() {
                 run(|h| async move { super::engine_announces_every_escalation_change(&*h).await })
                     .await
@@ -555,8 +562,8 @@ async fn every_page<S: Store>(store: &S, mut filter: VerdictFilter) -> Vec<Verdi
 /// What the store must show for the engine's state.
 async fn assert_matches_engine<S: Store>(store: &S, core: &EngineCore) {
     let mut expected: Vec<Verdict> = core.verdicts().collect();
-    // Listed by intent id.
-    expected.sort_by(|a, b| a.intent_id.cmp(&b.intent_id));
+    // Listed newest first by place, then intent id.
+    expected.sort_by(|a, b| (b.listed_at, &b.intent_id).cmp(&(a.listed_at, &a.intent_id)));
     // Verdicts are written when something material changed: a later re-audit that changed
     // nothing leaves the stored row with the instant it was last computed for.
     let when_aside = |mut d: VerdictDoc| {
@@ -737,9 +744,9 @@ async fn verdict_upsert_filters_and_pages<H: Harness>(h: &H) {
         all.push(v);
     }
     store.put_verdicts(all.clone()).await.unwrap();
-    // Listed by intent id, the one attribute that never changes.
+    // Listed newest first by place, then intent id: neither ever changes.
     let mut want = all.clone();
-    want.sort_by(|a, b| a.intent_id.cmp(&b.intent_id));
+    want.sort_by(|a, b| (b.listed_at, &b.intent_id).cmp(&(a.listed_at, &a.intent_id)));
     let ids = |v: &[VerdictDoc]| v.iter().map(|d| d.intent_id.clone()).collect::<Vec<_>>();
     let want_ids = |f: &dyn Fn(&Verdict) -> bool| {
         want.iter()
@@ -2157,6 +2164,92 @@ async fn clickhouse_upgrades_to_span_owners() {
     ch.finish().await;
 }
 
+/// v11 lists what a v10 reckon stored: verdicts at their first_seen (two versions of one, so
+/// the current version's counts), escalations at their opened time, and writes after the
+/// upgrade keep those places.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clickhouse_upgrades_to_listings() {
+    let Some(ch) = ClickHouse::new().await else {
+        return;
+    };
+    migrate_to(&ch.config, 10).await.expect("v10 schema");
+    let client = ch.client();
+    for (id, first_seen, version) in [("a", 30, 1), ("b", 20, 2), ("a", 10, 3)] {
+        let mut v = verdict(id, Some("issue_refund"), IntentState::Unknown, at(40));
+        v.first_seen = at(first_seen);
+        client
+            .query(
+                "INSERT INTO reckon_verdicts (intent_id, tool, state, decision, first_seen, first_seen_ns,
+                     last_event_ns, doc, deleted, version)
+                 VALUES (?, 'issue_refund', 'unknown', 'none', toDateTime(?), ?, ?, ?, 0, ?)",
+            )
+            .bind(id)
+            .bind(v.first_seen.0 / 1_000_000_000)
+            .bind(v.first_seen.0 as u64)
+            .bind(v.last_event.0 as u64)
+            .bind(serde_json::to_string(&VerdictDoc::from_verdict(&v)).unwrap())
+            .bind(version)
+            .execute()
+            .await
+            .expect("a verdict a v10 reckon wrote");
+    }
+    let e = escalation("e-1", EscalationStatus::Open, at(7), 1);
+    client
+        .query(
+            "INSERT INTO reckon_escalations (id, intent_id, status, severity, opened_at, opened_ns, version)
+             VALUES ('e-1', ?, 'open', 'critical', toDateTime(?), ?, 1)",
+        )
+        .bind(e.intent_id.as_str())
+        .bind(e.opened_at.0 / 1_000_000_000)
+        .bind(e.opened_at.0 as u64)
+        .execute()
+        .await
+        .expect("an escalation a v10 reckon wrote");
+    let store = ch.open().await;
+    let ids = |p: Page<VerdictDoc>| p.items.into_iter().map(|d| d.intent_id).collect::<Vec<_>>();
+    let page = store
+        .list_verdicts(&VerdictFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(page.total, 2);
+    assert_eq!(
+        ids(page),
+        ["b", "a"],
+        "b at 20, a at 10 (its current version)"
+    );
+    let listed: std::collections::BTreeMap<String, Timestamp> = store
+        .listed_of(vec!["a".into(), "b".into()])
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert_eq!(
+        listed,
+        [("a".to_string(), at(10)), ("b".to_string(), at(20))].into()
+    );
+    let escalations = store
+        .page_escalations(&EscalationFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(escalations.total, 1);
+    assert_eq!(escalations.items[0].listed_at, at(7));
+    // Written after the upgrade, at the place the engine keeps: still one row per intent.
+    let mut a = verdict("a", Some("issue_refund"), IntentState::Completed, at(50));
+    a.first_seen = at(5);
+    a.listed_at = at(10);
+    store.put_verdicts(vec![a]).await.unwrap();
+    let page = store
+        .list_verdicts(&VerdictFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        (page.total, ids(page)),
+        (2, vec!["b".to_string(), "a".to_string()])
+    );
+    drop(store);
+    ch.finish().await;
+}
+
 /// v5 adds each verdict's contract version: a verdict a v4 reckon wrote reads with an empty
 /// version, a verdict written after the upgrade has it in the document, the column and the
 /// recreated `reckon_current_verdicts` view.
@@ -2772,10 +2865,12 @@ async fn startup_reads_what_is_open<H: Harness>(h: &H) {
             Unsettled {
                 intent_id: "escalated".into(),
                 fingerprint: fingerprints[0],
+                listed_at: at(1),
             },
             Unsettled {
                 intent_id: "open".into(),
                 fingerprint: fingerprints[1],
+                listed_at: at(1),
             },
         ],
         "each with what its stored verdict said"
@@ -3971,6 +4066,10 @@ async fn intents_are_found_by_target_object_and_key<H: Harness>(h: &H) {
         x.idempotency_key = Some("kc".into());
     }
     let mut orphan = verdict("orphan:re_z", None, IntentState::Completed, at(13));
+    // Listed in this order, newest first.
+    for (v, t) in [(&mut a, 4), (&mut b, 3), (&mut c, 2), (&mut orphan, 1)] {
+        v.listed_at = at(t);
+    }
     orphan.attempts.clear();
     orphan.idempotency_keys.clear();
     orphan.objects[0].object_id = "re_z".into();
@@ -4125,7 +4224,7 @@ async fn escalations_page_with_totals<H: Harness>(h: &H) {
             .filter(|(i, e)| pred(*i, e))
             .map(|(_, e)| e)
             .collect();
-        v.sort_by(|a, b| (b.opened_at, &a.id).cmp(&(a.opened_at, &b.id)));
+        v.sort_by(|a, b| (b.listed_at, &b.id).cmp(&(a.listed_at, &a.id)));
         v.into_iter().map(|e| e.id.clone()).collect::<Vec<_>>()
     };
     let got = walk(EscalationFilter {
@@ -4331,6 +4430,10 @@ async fn clickhouse_lookups_read_an_index_not_the_table() {
         "INSERT INTO reckon_verdicts (intent_id, state, decision, doc, deleted, version)
          SELECT concat('bulk-', toString(number)), 'completed', 'none', '{}', 0, 1
          FROM system.numbers LIMIT 200000",
+        "INSERT INTO reckon_intent_list (listed_at, listed_ns, intent_id, state, doc, deleted, version)
+         SELECT toDateTime(number), number * 1000000000, concat('bulk-', toString(number)),
+             'completed', '{}', 0, 1
+         FROM system.numbers LIMIT 200000",
         "INSERT INTO reckon_intent_lookup (kind, value, intent_id, verdict_version)
          SELECT 'key', concat('k-', toString(number)), concat('bulk-', toString(number)), 1
          FROM system.numbers LIMIT 200000",
@@ -4371,4 +4474,89 @@ async fn clickhouse_lookups_read_an_index_not_the_table() {
     );
     drop(store);
     ch.finish().await;
+}
+
+/// DESIGN.md "HTTP API": pages follow a stable order, so an intent that exists for the whole walk
+/// appears exactly once however much changes meanwhile. An intent is listed where its first
+/// verdict's first event put it: an earlier attempt arriving late moves its first_seen, not
+/// its place, in the engine, in the store, after a restart and after more evidence.
+async fn listing_places_hold_through_late_evidence_and_restarts<H: Harness>(h: &H) {
+    let (engine, tasks, _) = engine_on(h.open_any().await).await;
+    ingest(&engine, vec![ev(refund(1, "late", 100).timeout())]).await;
+    ingest(&engine, vec![ev(refund(2, "middle", 75).timeout())]).await;
+    ingest(&engine, vec![ev(refund(3, "late", 50).timeout())]).await;
+    let v = engine.verdict("late").await.expect("late");
+    assert_eq!((v.first_seen, v.listed_at), (at(50), at(100)));
+    stop(engine, tasks).await;
+
+    let walk = |store: AnyStore| async move {
+        let mut order = Vec::new();
+        let mut filter = VerdictFilter {
+            limit: 1,
+            ..Default::default()
+        };
+        loop {
+            let page = store.list_verdicts(&filter).await.expect("a page");
+            order.extend(page.items.into_iter().map(|d| d.intent_id));
+            match page.next_cursor {
+                Some(c) => filter.cursor = Some(c),
+                None => return order,
+            }
+        }
+    };
+    assert_eq!(walk(h.open_any().await).await, ["late", "middle"]);
+    let store = h.open_any().await;
+    let listed: std::collections::BTreeMap<String, Timestamp> = store
+        .listed_of(vec!["late".into(), "middle".into(), "nobody".into()])
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("late".to_string(), at(100)),
+            ("middle".to_string(), at(75))
+        ]
+        .into()
+    );
+
+    // A restart recomputes first_seen from the events; the place comes from the store.
+    let (engine, tasks, _) = engine_on(h.open_any().await).await;
+    audited_again(&engine).await;
+    let v = engine
+        .verdict("late")
+        .await
+        .expect("late after the restart");
+    assert_eq!((v.first_seen, v.listed_at), (at(50), at(100)));
+    // A walk that began before more evidence and a new intent arrived meets each intent once.
+    let store = h.open_any().await;
+    let first = store
+        .list_verdicts(&VerdictFilter {
+            limit: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(first.items[0].intent_id, "late");
+    ingest(
+        &engine,
+        vec![
+            ev(refund(4, "late", 10).timeout()),
+            ev(refund(5, "newer", 200).timeout()),
+        ],
+    )
+    .await;
+    stop(engine, tasks).await;
+    let rest = store
+        .list_verdicts(&VerdictFilter {
+            limit: 10,
+            cursor: first.next_cursor,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let rest: Vec<String> = rest.items.into_iter().map(|d| d.intent_id).collect();
+    assert_eq!(rest, ["middle"], "late stays where the walk met it");
+    assert_eq!(walk(h.open_any().await).await, ["newer", "late", "middle"]);
 }

@@ -314,6 +314,7 @@ fn audit_at(history: &History, contract: Option<&Contract>, now: Timestamp) -> V
         next_change,
         audited_at: now,
         first_seen: first_seen.unwrap_or(now),
+        listed_at: first_seen.unwrap_or(now),
         last_event: last_event.unwrap_or(now),
     }
 }

@@ -79,7 +79,7 @@ pub struct EngineCore {
     /// their stored verdicts' fingerprints: each comes back as a restore would have loaded it
     /// (due now, its first findings not new), by [`EngineCore::rehydrate`], when an event
     /// reaches it or its page is read ([`EngineCore::pending_page`]).
-    pending: HashMap<String, u64>,
+    pending: StoredMap,
     /// The last step number handed out, and the last the store has made durable.
     seq: u64,
     durable: u64,
@@ -93,11 +93,20 @@ pub struct EngineCore {
 pub struct Restore {
     pub events: Vec<Event>,
     pub escalations: Vec<Escalation>,
-    pub stored: FingerprintMap,
+    pub stored: StoredMap,
 }
 
-/// Stored verdicts' fingerprints by intent id.
-pub type FingerprintMap = HashMap<String, u64>;
+/// What the engine needs of a stored verdict it does not hold: whether a recomputation says
+/// something new (`fingerprint`), and where the intent is listed (`listed_at`, which a
+/// recomputation cannot know: [`Verdict::listed_at`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stored {
+    pub fingerprint: u64,
+    pub listed_at: Timestamp,
+}
+
+/// Stored verdicts by intent id.
+pub type StoredMap = HashMap<String, Stored>;
 
 /// The audit of one intent, as a page of due intents hands it to whoever runs the page.
 pub type AuditOne<'a> = &'a (dyn Fn(&str) -> Option<Verdict> + Sync);
@@ -138,6 +147,9 @@ struct Remembered {
     /// The re-audit booked for it in the schedule, if any. Here rather than in a map of its
     /// own: one copy of the intent id fewer per open intent.
     booked: Option<Timestamp>,
+    /// [`Verdict::listed_at`] of every verdict it gets; `None` for an intent never written
+    /// (its first verdict's `first_seen` becomes it).
+    listed_at: Option<Timestamp>,
 }
 
 /// Where what is remembered of an intent comes from.
@@ -162,6 +174,16 @@ fn finding_identity(f: &Finding) -> (FindingKind, u64) {
     )
 }
 
+impl Stored {
+    /// What a store holds of `v`.
+    pub fn of(v: &Verdict) -> Stored {
+        Stored {
+            fingerprint: v.fingerprint(),
+            listed_at: v.listed_at,
+        }
+    }
+}
+
 impl Remembered {
     fn of(v: &Verdict) -> Self {
         Remembered {
@@ -179,14 +201,16 @@ impl Remembered {
                 .collect(),
             booked: None,
             rest_seq: 0,
+            listed_at: Some(v.listed_at),
         }
     }
 
     /// An intent loaded at a restore, before its first audit: `stored`, the fingerprint of
     /// the verdict the store holds, if any; as audited at `now` until it is.
-    fn restored(stored: Option<u64>, now: Timestamp) -> Self {
+    fn restored(stored: Option<Stored>, now: Timestamp) -> Self {
         Remembered {
-            fingerprint: stored.unwrap_or_default(),
+            fingerprint: stored.map(|s| s.fingerprint).unwrap_or_default(),
+            listed_at: stored.map(|s| s.listed_at),
             audited_at: now,
             at_rest: false,
             since: match stored {
@@ -202,6 +226,13 @@ impl Remembered {
     /// The fingerprint of the verdict last handed out or stored, if there is one.
     fn written(&self) -> Option<u64> {
         (self.since != Since::RestoreUnwritten).then_some(self.fingerprint)
+    }
+
+    /// Give a fresh audit of the intent the place it is listed at.
+    fn list(&self, v: &mut Verdict) {
+        if let Some(at) = self.listed_at {
+            v.listed_at = at;
+        }
     }
 }
 
@@ -415,12 +446,14 @@ impl EngineCore {
     ///
     /// `pending` are the events about to be ingested: the store already holds them (durable
     /// first), but they must arrive through [`EngineCore::ingest`], which judges what they
-    /// change, not slip in here unjudged.
+    /// change, not slip in here unjudged. `listed` are the stored verdicts' places in the
+    /// listings ([`Verdict::listed_at`]), which a recomputation cannot know.
     pub fn rehydrate(
         &mut self,
         ids: &[String],
         events: Vec<Event>,
         escalations: Vec<Escalation>,
+        listed: &HashMap<String, Timestamp>,
         pending: &[Event],
         now: Timestamp,
     ) {
@@ -456,6 +489,9 @@ impl EngineCore {
             self.evicted_count = self.evicted_count.saturating_sub(1);
             let contract = Ledger::contract_for(&history, &self.contracts);
             let mut v = audit::audit(&history, contract, now);
+            if let Some(at) = listed.get(id) {
+                v.listed_at = *at;
+            }
             self.book.apply(&mut v);
             if self.evict_after.is_some() && v.rest().may_leave_memory() {
                 // Its routes are in the store already (it left memory at rest).
@@ -553,7 +589,7 @@ impl EngineCore {
 
     /// An intent loaded by a restore, not audited yet: remembered with its stored verdict's
     /// fingerprint, if any, and due at `now`.
-    fn remember_restored(&mut self, id: String, stored: Option<u64>, now: Timestamp) {
+    fn remember_restored(&mut self, id: String, stored: Option<Stored>, now: Timestamp) {
         let mut remembered = Remembered::restored(stored, now);
         remembered.booked = Some(now);
         let id: Arc<str> = Arc::from(id);
@@ -785,6 +821,7 @@ impl EngineCore {
     pub fn verdict(&self, intent_id: &str) -> Option<Verdict> {
         let remembered = self.verdicts.get(intent_id)?;
         let mut v = self.audit_one(intent_id, remembered.audited_at)?;
+        remembered.list(&mut v);
         self.book.apply(&mut v);
         Some(v)
     }
@@ -859,6 +896,9 @@ impl EngineCore {
             self.forget(id);
             return;
         };
+        if let Some(old) = self.verdicts.get(id) {
+            old.list(&mut v);
+        }
         if let Some(e) = self.book.observe(&v) {
             out.escalations.push(e);
         }
@@ -1280,7 +1320,7 @@ mod tests {
             all.new_findings.is_empty(),
             "findings rebuilt from history are not new"
         );
-        let stored: HashMap<String, u64> = all
+        let stored: StoredMap = all
             .verdicts
             .iter()
             .filter(|v| v.intent_id != "i3")
@@ -1290,7 +1330,14 @@ mod tests {
                 } else {
                     v.fingerprint()
                 };
-                (v.intent_id.clone(), fingerprint)
+                let listed_at = v.listed_at;
+                (
+                    v.intent_id.clone(),
+                    Stored {
+                        fingerprint,
+                        listed_at,
+                    },
+                )
             })
             .collect();
         let restore = Restore {
@@ -1353,7 +1400,7 @@ mod tests {
         let restore = Restore {
             events,
             escalations,
-            stored: [("i1".to_string(), v.fingerprint())].into_iter().collect(),
+            stored: [("i1".to_string(), Stored::of(&v))].into_iter().collect(),
         };
         let mut told = EngineCore::restore_from(contracts(), restore, t(90_000));
         let out = told.tick(t(90_000));
@@ -1387,10 +1434,10 @@ mod tests {
         let (before, written) =
             EngineCore::restore(contracts(), history.clone(), Vec::new(), t(60));
         assert!(before.verdict("i1").is_some_and(|v| !v.findings.is_empty()));
-        let stored: HashMap<String, u64> = written
+        let stored: StoredMap = written
             .verdicts
             .iter()
-            .map(|v| (v.intent_id.clone(), v.fingerprint()))
+            .map(|v| (v.intent_id.clone(), Stored::of(v)))
             .collect();
         let late = record("re_1", Some("k1"), "succeeded", 70);
         let now = t(4000);
@@ -1425,6 +1472,7 @@ mod tests {
             &["i1".into()],
             i1,
             Vec::new(),
+            &HashMap::default(),
             std::slice::from_ref(&late),
             now,
         );
@@ -1555,6 +1603,7 @@ mod tests {
             &["orphan:re_9".to_string()],
             vec![orphan],
             Vec::new(),
+            &HashMap::default(),
             std::slice::from_ref(&claim),
             t(9_000),
         );
@@ -1575,6 +1624,7 @@ mod tests {
             &["orphan:re_9".to_string()],
             Vec::new(),
             Vec::new(),
+            &HashMap::default(),
             &[],
             t(9_001),
         );
@@ -1634,6 +1684,7 @@ mod tests {
             &["a".to_string(), "orphan:re_old".to_string()],
             events,
             Vec::new(),
+            &HashMap::default(),
             std::slice::from_ref(&late),
             t(7_310),
         );
@@ -1881,6 +1932,7 @@ mod tests {
             &hits,
             stored,
             Vec::new(),
+            &HashMap::default(),
             std::slice::from_ref(&late),
             t(230),
         );
@@ -1967,6 +2019,7 @@ mod tests {
             &["a".to_string()],
             stored,
             escalations,
+            &HashMap::default(),
             std::slice::from_ref(&late),
             t(300_010),
         );
@@ -2031,6 +2084,7 @@ mod tests {
             &hits,
             stored,
             Vec::new(),
+            &HashMap::default(),
             std::slice::from_ref(&late),
             t(310),
         );
@@ -2132,6 +2186,7 @@ mod tests {
             &["a".to_string()],
             stored,
             vec![resolved.clone()],
+            &HashMap::default(),
             std::slice::from_ref(&again),
             t(310),
         );

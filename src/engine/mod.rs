@@ -1283,11 +1283,15 @@ impl Engine {
                 self.lock().holds(id)
             })
             .await?;
-        let escalations = self.store.escalations_of(ids.clone()).await?;
         ids.extend(intents);
+        let (escalations, listed) = tokio::join!(
+            self.store.escalations_of(ids.clone()),
+            self.store.listed_of(ids.clone()),
+        );
+        let (escalations, listed) = (escalations?, listed?.into_iter().collect());
         if !ids.is_empty() {
             self.lock()
-                .rehydrate(&ids, loaded, escalations, pending, wall_now());
+                .rehydrate(&ids, loaded, escalations, &listed, pending, wall_now());
         }
         Ok(())
     }

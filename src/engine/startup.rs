@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use super::core::EngineCore;
+use super::core::{EngineCore, Stored};
 use super::{back_off, Engine};
 use crate::audit;
 use crate::model::*;
@@ -56,7 +56,13 @@ pub(super) async fn load_unsettled(store: &AnyStore) -> Result<Loaded, StoreErro
         if !open_routes || u.intent_id.starts_with(audit::ORPHAN_PREFIX) {
             intents.insert(u.intent_id.clone());
         }
-        stored.insert(u.intent_id, u.fingerprint);
+        stored.insert(
+            u.intent_id,
+            Stored {
+                fingerprint: u.fingerprint,
+                listed_at: u.listed_at,
+            },
+        );
     }
     let mut objects: BTreeSet<String> = intents
         .iter()
@@ -120,8 +126,8 @@ pub(super) struct Loaded {
     /// Every open intent's routes are in the store ([`Store::routes_of_open_intents`]): those
     /// not named since the checkpoint were left there, to be read back behind serving.
     pub(super) open_routes: bool,
-    /// The stored verdicts' fingerprints of the unsettled intents (loaded, or left pending).
-    pub(super) stored: foldhash::HashMap<String, u64>,
+    /// The stored verdicts of the unsettled intents (loaded, or left pending).
+    pub(super) stored: foldhash::HashMap<String, Stored>,
 }
 
 /// Open intents read back per page behind the serving engine.

@@ -305,6 +305,7 @@ impl EscalationBook {
                     intent_id: intent_id.to_string(),
                     status: EscalationStatus::Open,
                     opened_at,
+                    listed_at: opened_at,
                     severity: max_severity(&held),
                     findings: held.iter().map(|f| (*f).clone()).collect(),
                     covered: Vec::new(),

@@ -187,6 +187,7 @@ mod tests {
             intent_id: "int-1".into(),
             status: EscalationStatus::Open,
             opened_at: Timestamp(1_000 * S),
+            listed_at: Timestamp(1_000 * S),
             severity: Severity::Critical,
             findings: vec![
                 Finding::new(

@@ -87,6 +87,7 @@ mod tests {
             intent_id: "int-1".into(),
             status,
             opened_at: Timestamp(1),
+            listed_at: Timestamp(1),
             severity: Severity::Critical,
             findings: vec![Finding::new(
                 FindingKind::DuplicateEffect,

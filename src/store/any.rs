@@ -108,6 +108,12 @@ impl Store for AnyStore {
     async fn escalations_of(&self, intent_ids: Vec<String>) -> Result<Vec<Escalation>, StoreError> {
         dispatch!(self, s => s.escalations_of(intent_ids))
     }
+    async fn listed_of(
+        &self,
+        intent_ids: Vec<String>,
+    ) -> Result<Vec<(String, crate::model::Timestamp)>, StoreError> {
+        dispatch!(self, s => s.listed_of(intent_ids))
+    }
     async fn escalation_counts(&self) -> Result<Vec<(EscalationStatus, u64)>, StoreError> {
         dispatch!(self, s => s.escalation_counts())
     }

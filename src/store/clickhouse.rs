@@ -25,6 +25,7 @@
 //! - there are no multi-table snapshots: a report's counts come from separate queries.
 
 pub mod error;
+mod listing;
 mod rows;
 pub mod schema;
 mod writer;
@@ -211,6 +212,7 @@ impl std::fmt::Debug for ClickHouseStore {
 #[derive(Row, Deserialize)]
 struct DocRow {
     doc: String,
+    listed_ns: u64,
 }
 
 /// A value bound to a `?` of a query built from parts.
@@ -255,6 +257,11 @@ const FINDING_COUNTS: &str = "SELECT tool, kind, severity, count(), uniqExact(in
 
 const ESCALATION_COUNTS: &str =
     "SELECT status, count() FROM reckon_escalations FINAL WHERE opened_ns >= ? GROUP BY status";
+
+/// Now in unix nanoseconds: where a first page's first slab reaches back from.
+fn wall_ns() -> u64 {
+    crate::clock::wall_now().0.max(0) as u64
+}
 
 /// Create the database if missing and bring its schema up to `target` (normally
 /// [`schema::latest`]). Exposed for tests that need an older schema.
@@ -391,6 +398,21 @@ impl ClickHouseStore {
         })
     }
 
+    /// Where each of `ids` is listed, as a lookup for tombstones: an id with no stored verdict
+    /// gets 0 (its tombstone hides nothing in the listing, where it has no row).
+    async fn listed_ns_of(&self, ids: &[String]) -> Result<impl Fn(&str) -> u64, StoreError> {
+        let listed: HashMap<String, u64> = if ids.is_empty() {
+            HashMap::new()
+        } else {
+            self.listed_of(ids.to_vec())
+                .await?
+                .into_iter()
+                .map(|(id, t)| (id, t.0.max(0) as u64))
+                .collect()
+        };
+        Ok(move |id: &str| listed.get(id).copied().unwrap_or(0))
+    }
+
     pub fn database(&self) -> &str {
         &self.database
     }
@@ -514,18 +536,20 @@ impl Store for ClickHouseStore {
     async fn unsettled_intents(&self) -> Result<Vec<Unsettled>, StoreError> {
         // The filter sits outside the FINAL subquery (see reckon_current_verdicts).
         let q = self.client.query(
-            "SELECT intent_id, fingerprint
-             FROM (SELECT intent_id, fingerprint, settled, deleted FROM reckon_verdicts FINAL)
+            "SELECT intent_id, fingerprint, listed_ns
+             FROM (SELECT intent_id, fingerprint, listed_ns, settled, deleted FROM reckon_verdicts FINAL)
              WHERE settled = 0 AND deleted = 0",
         );
-        let rows: Vec<(String, u64)> = self.fetch("unsettled intents", q).await?;
-        Ok(rows
-            .into_iter()
-            .map(|(intent_id, fingerprint)| Unsettled {
-                intent_id,
-                fingerprint,
+        let rows: Vec<(String, u64, u64)> = self.fetch("unsettled intents", q).await?;
+        rows.into_iter()
+            .map(|(intent_id, fingerprint, listed_ns)| {
+                Ok(Unsettled {
+                    intent_id,
+                    fingerprint,
+                    listed_at: ts(listed_ns, VERDICTS, "listed_ns")?,
+                })
             })
-            .collect())
+            .collect()
     }
 
     async fn events_received_since(&self, since: Timestamp) -> Result<Vec<Event>, StoreError> {
@@ -672,12 +696,13 @@ impl Store for ClickHouseStore {
         if intent_ids.is_empty() {
             return Ok(());
         }
+        let listed = self.listed_ns_of(&intent_ids).await?;
         let first = self.clock.take(intent_ids.len() as u64);
         let rows = Rows {
             verdicts: intent_ids
                 .iter()
                 .enumerate()
-                .map(|(i, id)| verdict_tombstone(id, first + i as u64))
+                .map(|(i, id)| verdict_tombstone(id, listed(id), first + i as u64))
                 .collect(),
             ..Rows::default()
         };
@@ -688,6 +713,7 @@ impl Store for ClickHouseStore {
         if d.is_empty() {
             return Ok(());
         }
+        let listed = self.listed_ns_of(&d.removed).await?;
         let n = d.removed.len() + d.verdicts.len();
         let first = self.clock.take(n as u64);
         let mut rows = Rows {
@@ -721,7 +747,8 @@ impl Store for ClickHouseStore {
         };
         // One INSERT into reckon_verdicts holds the tombstones and the verdicts beside them.
         for (i, id) in d.removed.iter().enumerate() {
-            rows.verdicts.push(verdict_tombstone(id, first + i as u64));
+            rows.verdicts
+                .push(verdict_tombstone(id, listed(id), first + i as u64));
         }
         let first = first + d.removed.len() as u64;
         for (i, v) in d.verdicts.iter().enumerate() {
@@ -734,6 +761,29 @@ impl Store for ClickHouseStore {
             rows.findings.extend(findings);
         }
         self.write(rows).await
+    }
+
+    async fn listed_of(
+        &self,
+        intent_ids: Vec<String>,
+    ) -> Result<Vec<(String, Timestamp)>, StoreError> {
+        const CHUNK: usize = 1000;
+        let mut out = Vec::new();
+        for chunk in intent_ids.chunks(CHUNK) {
+            // Any version will do: the place never changes (rows from before v11 take it from
+            // their own first_seen_ns, so the current version's is the one listed).
+            let q = self
+                .client
+                .query(
+                    "SELECT intent_id, argMax(listed_ns, version) FROM reckon_verdicts
+                     WHERE intent_id IN ? GROUP BY intent_id HAVING argMax(deleted, version) = 0",
+                )
+                .bind(writer::SqlTuple(chunk));
+            for (id, ns) in self.fetch::<(String, u64)>("listed verdicts", q).await? {
+                out.push((id, ts(ns, VERDICTS, "listed_ns")?));
+            }
+        }
+        Ok(out)
     }
 
     async fn stored_verdicts(&self, intent_ids: Vec<String>) -> Result<Vec<String>, StoreError> {
@@ -757,23 +807,21 @@ impl Store for ClickHouseStore {
     async fn get_verdict(&self, intent_id: &str) -> Result<Option<VerdictDoc>, StoreError> {
         let q = self
             .client
-            .query("SELECT doc FROM reckon_verdicts FINAL WHERE intent_id = ? AND deleted = 0")
+            .query("SELECT doc, listed_ns FROM reckon_verdicts FINAL WHERE intent_id = ? AND deleted = 0")
             .bind(intent_id);
         match self.fetch::<DocRow>("get verdict", q).await?.pop() {
-            Some(r) => serde_json::from_str(&r.doc)
-                .map(Some)
-                .map_err(|e| StoreError::corrupt(VERDICTS, "doc", e.to_string())),
+            Some(r) => serde_json::from_str::<VerdictDoc>(&r.doc)
+                .map_err(|e| StoreError::corrupt(VERDICTS, "doc", e.to_string()))
+                .and_then(|d| Ok(Some(d.listed(ts(r.listed_ns, VERDICTS, "listed_ns")?)))),
             None => Ok(None),
         }
     }
 
-    /// In three reads shaped for 18.16, which cannot stop a `FINAL` read at `LIMIT` (no
-    /// read-in-order): the page's ids and current versions from the narrow columns only
-    /// (`FINAL` over what the cursor leaves, the cursor and any lookup inside it so the primary
-    /// index skips the rest; the other conditions outside it, on the current version), the
-    /// total beside it (concurrently, narrow columns too), and then the documents of exactly
-    /// those versions, a range of the primary index with no `FINAL`. Reading `doc` under `FINAL`
-    /// read every document of the table for each page (BENCHMARKS.md, "Listings").
+    /// From `reckon_intent_list`, in two reads shaped for 18.16 ([`listing`]): the page's keys
+    /// from the narrow columns of the slabs it reaches (the total beside it, concurrently),
+    /// then the documents of exactly those versions, a range of the primary index with no
+    /// `FINAL`. A lookup names the intents' keys (`reckon_intent_lookup` by its primary index,
+    /// their places from `reckon_verdicts` by theirs), so it is one read of those keys.
     async fn list_verdicts(&self, filter: &VerdictFilter) -> Result<Page<VerdictDoc>, StoreError> {
         let limit = filter.effective_limit();
         let after = filter
@@ -781,105 +829,94 @@ impl Store for ClickHouseStore {
             .as_deref()
             .map(IntentCursor::decode)
             .transpose()?;
-        // Columns the outer conditions read, selected by the inner FINAL read.
-        let mut cols = String::from("intent_id, version, deleted");
-        let mut outer = String::from(" WHERE deleted = 0");
-        let mut outer_args: Vec<Arg> = Vec::new();
+        let mut l = listing::Listing {
+            table: INTENT_LIST,
+            id: "intent_id",
+            cols: vec!["deleted"],
+            outer: String::from(" AND deleted = 0"),
+            outer_args: Vec::new(),
+            inner: String::new(),
+            inner_args: Vec::new(),
+            keyed: false,
+        };
         if let Some(s) = filter.state {
-            cols.push_str(", state");
-            outer.push_str(" AND state = ?");
-            outer_args.push(Arg::S(s.as_str().into()));
+            l.cols.push("state");
+            l.outer.push_str(" AND state = ?");
+            l.outer_args.push(Arg::S(s.as_str().into()));
         }
         if let Some(t) = &filter.tool {
-            cols.push_str(", tool");
-            outer.push_str(" AND tool = ?");
-            outer_args.push(Arg::S(t.clone()));
+            l.cols.push("tool");
+            l.outer.push_str(" AND tool = ?");
+            l.outer_args.push(Arg::S(t.clone()));
         }
         if let Some(s) = filter.since {
-            cols.push_str(", last_event_ns");
-            outer.push_str(" AND last_event_ns >= ?");
-            outer_args.push(Arg::U(s.0.max(0) as u64));
+            l.cols.push("last_event_ns");
+            l.outer.push_str(" AND last_event_ns >= ?");
+            l.outer_args.push(Arg::U(s.0.max(0) as u64));
         }
         if let Some(k) = filter.finding {
-            cols.push_str(", finding_kinds");
-            outer.push_str(" AND has(CAST(finding_kinds AS Array(String)), ?)");
-            outer_args.push(Arg::S(k.as_str().into()));
+            l.cols.push("finding_kinds");
+            l.outer
+                .push_str(" AND has(CAST(finding_kinds AS Array(String)), ?)");
+            l.outer_args.push(Arg::S(k.as_str().into()));
         }
-        // A lookup reads a range of `reckon_intent_lookup`'s primary index (kind, value), and the
-        // verdicts it names by theirs (`intent_id`, inside FINAL: every version of an intent
-        // shares it); the second condition keeps the rows the intent's current verdict wrote
-        // (as `reckon_current_findings` does for findings).
-        let mut inner = String::from(" WHERE 1 = 1");
-        let mut inner_args: Vec<Arg> = Vec::new();
+        // The first condition names the keys (the index skips the rest); the second keeps the
+        // intents whose current verdict wrote the lookup row (as `reckon_current_findings`
+        // does for findings).
         for (kind, value) in filter.lookups() {
-            inner.push_str(
-                " AND intent_id IN (SELECT intent_id FROM reckon_intent_lookup WHERE kind = ? AND value = ?)",
+            l.keyed = true;
+            l.inner.push_str(
+                " AND (listed_ns, intent_id) IN
+                    (SELECT listed_ns, intent_id FROM reckon_verdicts WHERE intent_id IN
+                        (SELECT intent_id FROM reckon_intent_lookup WHERE kind = ? AND value = ?))",
             );
-            inner_args.push(Arg::S(kind.as_str().into()));
-            inner_args.push(Arg::S(value.into()));
-            outer.push_str(
+            l.inner_args.push(Arg::S(kind.as_str().into()));
+            l.inner_args.push(Arg::S(value.into()));
+            l.outer.push_str(
                 " AND (intent_id, version) IN
                       (SELECT intent_id, verdict_version FROM reckon_intent_lookup WHERE kind = ? AND value = ?)",
             );
-            outer_args.push(Arg::S(kind.as_str().into()));
-            outer_args.push(Arg::S(value.into()));
+            l.outer_args.push(Arg::S(kind.as_str().into()));
+            l.outer_args.push(Arg::S(value.into()));
         }
-        let count_sql =
-            format!("SELECT count() FROM (SELECT {cols} FROM reckon_verdicts FINAL{inner}){outer}");
-        let count_args: Vec<Arg> = inner_args.iter().chain(&outer_args).cloned().collect();
-        let mut page_inner = inner.clone();
-        let mut page_args = inner_args;
-        if let Some(after) = after {
-            page_inner.push_str(" AND intent_id > ?");
-            page_args.push(Arg::S(after.intent_id));
-        }
-        page_args.extend(outer_args);
+        let after = after.map(|c| (c.listed_at.0.max(0) as u64, c.intent_id));
+        let (total, keys) = tokio::join!(
+            l.count(self, "count verdicts"),
+            l.walk(self, "list verdicts", after, wall_ns(), limit + 1),
+        );
+        let (total, mut keys) = (total?, keys?);
         // One extra row tells whether there is a next page.
-        page_args.push(Arg::U(limit as u64 + 1));
-        let page_sql = format!(
-            "SELECT intent_id, version FROM (SELECT {cols} FROM reckon_verdicts FINAL{page_inner}){outer}
-             ORDER BY intent_id LIMIT ?"
-        );
-        let (total, ids) = tokio::join!(
-            self.fetch::<u64>(
-                "count verdicts",
-                bind_all(self.client.query(&count_sql), &count_args),
-            ),
-            self.fetch::<(String, u64)>(
-                "list verdicts",
-                bind_all(self.client.query(&page_sql), &page_args),
-            ),
-        );
-        let total = total?.pop().unwrap_or(0);
-        let mut ids = ids?;
-        let more = ids.len() > limit;
-        ids.truncate(limit);
-        let next_cursor = match (more, ids.last()) {
-            (true, Some((last, _))) => Some(
+        let more = keys.len() > limit;
+        keys.truncate(limit);
+        let next_cursor = match (more, keys.last()) {
+            (true, Some(last)) => Some(
                 IntentCursor {
-                    intent_id: last.clone(),
+                    listed_at: Timestamp(last.listed_ns as i64),
+                    intent_id: last.id.clone(),
                 }
                 .encode(),
             ),
             _ => None,
         };
-        let (Some((first, _)), Some((last, _))) = (ids.first(), ids.last()) else {
+        if keys.is_empty() {
             return Ok(Page {
                 items: Vec::new(),
                 next_cursor,
                 total,
             });
-        };
-        // The page is a range of the primary index; of each intent the version FINAL chose.
-        let versions: Vec<u64> = ids.iter().map(|(_, v)| *v).collect();
+        }
+        let (lo, hi) = listing::span(&keys);
+        let ids: Vec<&str> = keys.iter().map(|k| k.id.as_str()).collect();
+        let versions: Vec<u64> = keys.iter().map(|k| k.version).collect();
         let q = self
             .client
             .query(
-                "SELECT intent_id, version, doc FROM reckon_verdicts
-                 WHERE intent_id >= ? AND intent_id <= ? AND version IN ?",
+                "SELECT intent_id, version, doc FROM reckon_intent_list
+                 WHERE listed_ns >= ? AND listed_ns <= ? AND intent_id IN ? AND version IN ?",
             )
-            .bind(first.as_str())
-            .bind(last.as_str())
+            .bind(lo)
+            .bind(hi)
+            .bind(writer::SqlTuple(&ids))
             .bind(writer::SqlTuple(&versions));
         let mut docs: HashMap<(String, u64), String> = self
             .fetch::<(String, u64, String)>("list verdicts: documents", q)
@@ -888,34 +925,42 @@ impl Store for ClickHouseStore {
             .map(|(id, v, doc)| ((id, v), doc))
             .collect();
         // A verdict rewritten and merged between the two reads has lost the version the first
-        // chose: its current one is read instead (it keeps its place: the order is by id).
-        let lost: Vec<&str> = ids
+        // chose: its current one is read instead (it keeps its place, which never changes).
+        let lost: Vec<&str> = keys
             .iter()
-            .filter(|k| !docs.contains_key(*k))
-            .map(|(id, _)| id.as_str())
+            .filter(|k| !docs.contains_key(&(k.id.clone(), k.version)))
+            .map(|k| k.id.as_str())
             .collect();
         let mut current: HashMap<String, String> = HashMap::new();
         if !lost.is_empty() {
             let q = self
                 .client
                 .query(
-                    "SELECT intent_id, doc FROM (SELECT intent_id, doc, deleted FROM reckon_verdicts FINAL
-                     WHERE intent_id IN ?) WHERE deleted = 0",
+                    "SELECT intent_id, doc FROM (SELECT intent_id, doc, deleted FROM reckon_intent_list FINAL
+                     WHERE listed_ns >= ? AND listed_ns <= ? AND intent_id IN ?) WHERE deleted = 0",
                 )
+                .bind(lo)
+                .bind(hi)
                 .bind(writer::SqlTuple(&lost));
             current.extend(
                 self.fetch::<(String, String)>("list verdicts: rewritten", q)
                     .await?,
             );
         }
-        let items = ids
+        let items = keys
             .into_iter()
-            .filter_map(|k| docs.remove(&k).or_else(|| current.remove(&k.0)))
-            .map(|doc| {
-                serde_json::from_str(&doc)
-                    .map_err(|e| StoreError::corrupt(VERDICTS, "doc", e.to_string()))
+            .filter_map(|k| {
+                let doc = docs
+                    .remove(&(k.id.clone(), k.version))
+                    .or_else(|| current.remove(&k.id))?;
+                Some((doc, k.listed_ns))
             })
-            .collect::<Result<Vec<VerdictDoc>, _>>()?;
+            .map(|(doc, listed_ns)| {
+                let doc = serde_json::from_str::<VerdictDoc>(&doc)
+                    .map_err(|e| StoreError::corrupt(INTENT_LIST, "doc", e.to_string()))?;
+                Ok(doc.listed(ts(listed_ns, INTENT_LIST, "listed_ns")?))
+            })
+            .collect::<Result<Vec<VerdictDoc>, StoreError>>()?;
         Ok(Page {
             items,
             next_cursor,
@@ -1126,17 +1171,18 @@ impl Store for ClickHouseStore {
         let q = match status {
             Some(s) => self
                 .client
-                .query("SELECT ?fields FROM reckon_escalations FINAL WHERE status = ? ORDER BY opened_ns DESC, id LIMIT ?")
+                .query("SELECT ?fields FROM reckon_escalations FINAL WHERE status = ? ORDER BY listed_ns DESC, id DESC LIMIT ?")
                 .bind(s.as_str())
                 .bind(limit),
             None => self
                 .client
-                .query("SELECT ?fields FROM reckon_escalations FINAL ORDER BY opened_ns DESC, id LIMIT ?")
+                .query("SELECT ?fields FROM reckon_escalations FINAL ORDER BY listed_ns DESC, id DESC LIMIT ?")
                 .bind(limit),
         };
         self.escalations("list escalations", q).await
     }
 
+    /// From `reckon_escalation_list` as the intents are listed ([`Store::list_verdicts`]).
     async fn page_escalations(
         &self,
         filter: &super::EscalationFilter,
@@ -1147,78 +1193,62 @@ impl Store for ClickHouseStore {
             .as_deref()
             .map(super::EscalationCursor::decode)
             .transpose()?;
-        let mut cond = String::from(" WHERE 1 = 1");
-        let mut args: Vec<Arg> = Vec::new();
+        let mut l = listing::Listing {
+            table: ESCALATION_LIST,
+            id: "id",
+            cols: Vec::new(),
+            outer: String::new(),
+            outer_args: Vec::new(),
+            inner: String::new(),
+            inner_args: Vec::new(),
+            keyed: false,
+        };
         if let Some(s) = filter.status {
-            cond.push_str(" AND status = ?");
-            args.push(Arg::S(s.as_str().into()));
+            l.cols.push("status");
+            l.outer.push_str(" AND status = ?");
+            l.outer_args.push(Arg::S(s.as_str().into()));
         }
         if let Some(s) = filter.severity {
-            cond.push_str(" AND severity = ?");
-            args.push(Arg::S(s.as_str().into()));
+            l.cols.push("severity");
+            l.outer.push_str(" AND severity = ?");
+            l.outer_args.push(Arg::S(s.as_str().into()));
         }
         if let Some(t) = &filter.tool {
             // The filters sit outside the FINAL subquery (see reckon_current_verdicts).
-            cond.push_str(
+            l.cols.push("intent_id");
+            l.outer.push_str(
                 " AND intent_id IN (SELECT intent_id FROM
                     (SELECT intent_id, tool, deleted FROM reckon_verdicts FINAL)
                     WHERE deleted = 0 AND tool = ?)",
             );
-            args.push(Arg::S(t.clone()));
+            l.outer_args.push(Arg::S(t.clone()));
         }
-        let count_sql = format!(
-            "SELECT count() FROM (SELECT id, status, severity, intent_id FROM reckon_escalations FINAL){cond}"
+        let after = match after {
+            // Nothing stored is older than 1970: the page after such a place is empty.
+            Some(c) if c.listed_at.0 < 0 => Some((0, String::new())),
+            Some(c) => Some((c.listed_at.0 as u64, c.id)),
+            None => None,
+        };
+        let (total, keys) = tokio::join!(
+            l.count(self, "count escalations"),
+            l.walk(self, "page escalations", after, wall_ns(), limit + 1),
         );
-        let count_args = args.clone();
-        if let Some(after) = &after {
-            if after.opened_at.0 < 0 {
-                // Nothing stored is older than 1970: the page after such a key is empty.
-                let total = self
-                    .fetch::<u64>(
-                        "count escalations",
-                        bind_all(self.client.query(&count_sql), &count_args),
-                    )
-                    .await?
-                    .pop()
-                    .unwrap_or(0);
-                return Ok(Page {
-                    items: Vec::new(),
-                    next_cursor: None,
-                    total,
-                });
-            }
-            cond.push_str(" AND (opened_ns < ? OR (opened_ns = ? AND id > ?))");
-            let t = after.opened_at.0 as u64;
-            args.extend([Arg::U(t), Arg::U(t), Arg::S(after.id.clone())]);
-        }
-        args.push(Arg::U(limit as u64 + 1));
-        // The page's ids and current versions from the narrow columns (FINAL cannot stop at
-        // LIMIT on 18.16), the total beside it, then the whole rows of exactly those versions
-        // with no FINAL (see `list_verdicts`).
-        let page_sql = format!(
-            "SELECT id, version FROM
-               (SELECT id, version, opened_ns, status, severity, intent_id FROM reckon_escalations FINAL){cond}
-             ORDER BY opened_ns DESC, id ASC LIMIT ?"
-        );
-        let (total, ids) = tokio::join!(
-            self.fetch::<u64>(
-                "count escalations",
-                bind_all(self.client.query(&count_sql), &count_args),
-            ),
-            self.fetch::<(String, u64)>(
-                "page escalations",
-                bind_all(self.client.query(&page_sql), &args),
-            ),
-        );
-        let total = total?.pop().unwrap_or(0);
-        let ids = ids?;
-        let mut items = Vec::with_capacity(ids.len());
-        if !ids.is_empty() {
-            let names: Vec<&str> = ids.iter().map(|(id, _)| id.as_str()).collect();
-            let versions: Vec<u64> = ids.iter().map(|(_, v)| *v).collect();
+        let (total, mut keys) = (total?, keys?);
+        let more = keys.len() > limit;
+        keys.truncate(limit);
+        let mut items = Vec::with_capacity(keys.len());
+        if !keys.is_empty() {
+            let (lo, hi) = listing::span(&keys);
+            let names: Vec<&str> = keys.iter().map(|k| k.id.as_str()).collect();
+            let versions: Vec<u64> = keys.iter().map(|k| k.version).collect();
             let q = self
                 .client
-                .query("SELECT ?fields FROM reckon_escalations WHERE id IN ? AND version IN ?")
+                .query(
+                    "SELECT ?fields FROM reckon_escalation_list
+                     WHERE listed_ns >= ? AND listed_ns <= ? AND id IN ? AND version IN ?",
+                )
+                .bind(lo)
+                .bind(hi)
                 .bind(writer::SqlTuple(&names))
                 .bind(writer::SqlTuple(&versions));
             let mut rows: HashMap<(String, u64), Escalation> = self
@@ -1228,16 +1258,21 @@ impl Store for ClickHouseStore {
                 .map(|e| ((e.id.clone(), e.version), e))
                 .collect();
             // One rewritten and merged between the two reads: its current row instead.
-            let lost: Vec<&str> = ids
+            let lost: Vec<&str> = keys
                 .iter()
-                .filter(|k| !rows.contains_key(*k))
-                .map(|(id, _)| id.as_str())
+                .filter(|k| !rows.contains_key(&(k.id.clone(), k.version)))
+                .map(|k| k.id.as_str())
                 .collect();
             let mut current: HashMap<String, Escalation> = HashMap::new();
             if !lost.is_empty() {
                 let q = self
                     .client
-                    .query("SELECT ?fields FROM reckon_escalations FINAL WHERE id IN ?")
+                    .query(
+                        "SELECT ?fields FROM reckon_escalation_list FINAL
+                         WHERE listed_ns >= ? AND listed_ns <= ? AND id IN ?",
+                    )
+                    .bind(lo)
+                    .bind(hi)
                     .bind(writer::SqlTuple(&lost));
                 current.extend(
                     self.escalations("page escalations: rewritten", q)
@@ -1246,17 +1281,15 @@ impl Store for ClickHouseStore {
                         .map(|e| (e.id.clone(), e)),
                 );
             }
-            items.extend(
-                ids.into_iter()
-                    .filter_map(|k| rows.remove(&k).or_else(|| current.remove(&k.0))),
-            );
+            items.extend(keys.iter().filter_map(|k| {
+                rows.remove(&(k.id.clone(), k.version))
+                    .or_else(|| current.remove(&k.id))
+            }));
         }
-        let more = items.len() > limit;
-        items.truncate(limit);
         let next_cursor = match (more, items.last()) {
             (true, Some(last)) => Some(
                 super::EscalationCursor {
-                    opened_at: last.opened_at,
+                    listed_at: last.listed_at,
                     id: last.id.clone(),
                 }
                 .encode(),

@@ -330,14 +330,15 @@ pub struct Page<T> {
 /// latest activity, even the first event's time, move when late evidence arrives).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IntentCursor {
+    pub listed_at: Timestamp,
     pub intent_id: String,
 }
 
 /// Where a page of escalations ends. Escalations are listed newest first by
-/// `(opened_at desc, id)`: both are fixed when the escalation is opened.
+/// `(listed_at, id)`: both are fixed when the escalation is opened ([`Escalation::listed_at`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EscalationCursor {
-    pub opened_at: Timestamp,
+    pub listed_at: Timestamp,
     pub id: String,
 }
 
@@ -362,35 +363,41 @@ fn decode_cursor(cursor: &str, tag: &str) -> Result<String, StoreError> {
     }
 }
 
+/// `{nanos}:{id}`, the body of both listings' cursors.
+fn split_listed(rest: &str) -> Result<(Timestamp, String), StoreError> {
+    let (nanos, id) = rest
+        .split_once(':')
+        .ok_or_else(|| StoreError::BadCursor("missing separator".into()))?;
+    let nanos = nanos
+        .parse::<i64>()
+        .map_err(|_| StoreError::BadCursor("bad timestamp".into()))?;
+    Ok((Timestamp(nanos), id.to_string()))
+}
+
+// The tags name the order too: a cursor from before the listings were ordered by `listed_at`
+// ("i", "e") is refused rather than read in the wrong order.
 impl IntentCursor {
     pub fn encode(&self) -> String {
-        encode_cursor(format!("i:{}", self.intent_id))
+        encode_cursor(format!("il:{}:{}", self.listed_at.0, self.intent_id))
     }
 
     pub fn decode(cursor: &str) -> Result<IntentCursor, StoreError> {
+        let (listed_at, intent_id) = split_listed(&decode_cursor(cursor, "il")?)?;
         Ok(IntentCursor {
-            intent_id: decode_cursor(cursor, "i")?,
+            listed_at,
+            intent_id,
         })
     }
 }
 
 impl EscalationCursor {
     pub fn encode(&self) -> String {
-        encode_cursor(format!("e:{}:{}", self.opened_at.0, self.id))
+        encode_cursor(format!("el:{}:{}", self.listed_at.0, self.id))
     }
 
     pub fn decode(cursor: &str) -> Result<EscalationCursor, StoreError> {
-        let rest = decode_cursor(cursor, "e")?;
-        let (nanos, id) = rest
-            .split_once(':')
-            .ok_or_else(|| StoreError::BadCursor("missing separator".into()))?;
-        let nanos = nanos
-            .parse::<i64>()
-            .map_err(|_| StoreError::BadCursor("bad timestamp".into()))?;
-        Ok(EscalationCursor {
-            opened_at: Timestamp(nanos),
-            id: id.to_string(),
-        })
+        let (listed_at, id) = split_listed(&decode_cursor(cursor, "el")?)?;
+        Ok(EscalationCursor { listed_at, id })
     }
 }
 
@@ -523,6 +530,8 @@ impl Appended {
 pub struct Unsettled {
     pub intent_id: String,
     pub fingerprint: u64,
+    /// [`Verdict::listed_at`] of the stored verdict.
+    pub listed_at: Timestamp,
 }
 
 /// What the engine derived from events since its last write: escalations opened or changed,
@@ -716,7 +725,7 @@ pub trait Store: Send + Sync {
         intent_id: &str,
     ) -> impl Future<Output = Result<Option<VerdictDoc>, StoreError>> + Send;
 
-    /// By `intent_id` ascending ([`IntentCursor`]), with the total that matched. The lookups
+    /// Newest first by `(listed_at, intent_id)` ([`IntentCursor`], [`Verdict::listed_at`]), with the total that matched. The lookups
     /// (`target`, `object_id`, `key`) read an index of what each verdict is found by
     /// ([`lookups_of`]), never a scan. A malformed cursor is [`StoreError::BadCursor`].
     fn list_verdicts(
@@ -785,6 +794,13 @@ pub trait Store: Send + Sync {
         intent_ids: Vec<String>,
     ) -> impl Future<Output = Result<Vec<Escalation>, StoreError>> + Send;
 
+    /// Where the stored verdicts of these intents are listed ([`Verdict::listed_at`], which a
+    /// recomputation cannot know); an intent with no stored verdict is left out.
+    fn listed_of(
+        &self,
+        intent_ids: Vec<String>,
+    ) -> impl Future<Output = Result<Vec<(String, Timestamp)>, StoreError>> + Send;
+
     /// How many escalations the store holds in each status, whatever their intents: the
     /// gauges count those out of memory too.
     fn escalation_counts(
@@ -796,7 +812,7 @@ pub trait Store: Send + Sync {
         id: &str,
     ) -> impl Future<Output = Result<Option<Escalation>, StoreError>> + Send;
 
-    /// A page of escalations, newest first by `(opened_at desc, id)` ([`EscalationCursor`]),
+    /// A page of escalations, newest first by `(listed_at, id)` ([`EscalationCursor`]),
     /// with the total that matched. A malformed cursor is [`StoreError::BadCursor`].
     fn page_escalations(
         &self,

@@ -291,6 +291,17 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn listed_of(
+        &self,
+        intent_ids: Vec<String>,
+    ) -> Result<Vec<(String, Timestamp)>, StoreError> {
+        if intent_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.read(move |conn| verdicts::listed_of(conn, &intent_ids))
+            .await
+    }
+
     async fn delete_verdicts(&self, intent_ids: Vec<String>) -> Result<(), StoreError> {
         if intent_ids.is_empty() {
             return Ok(());

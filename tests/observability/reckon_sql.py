@@ -27,7 +27,8 @@ DATASOURCE_TYPE = "grafana-clickhouse-datasource"
 
 # The tables DESIGN.md names (prefix reckon_) plus the migrations bookkeeping table, the
 # notification outbox, the routes to intents out of memory, the API's lookups by target,
-# object and key, and the owners of stored spans (the writer's look-up by span identity).
+# object and key, the owners of stored spans (the writer's look-up by span identity), and the
+# listings of intents and escalations sorted by their fixed places.
 EXPECTED_TABLES = {
     "reckon_schema_migrations",
     "reckon_attempts",
@@ -41,6 +42,8 @@ EXPECTED_TABLES = {
     "reckon_meta",
     "reckon_intent_lookup",
     "reckon_span_owners",
+    "reckon_intent_list",
+    "reckon_escalation_list",
 }
 EXPECTED_VIEWS = {"reckon_current_verdicts", "reckon_current_findings"}
 

@@ -200,9 +200,20 @@ async fn list_intents_with_filters_and_cursor_pages() {
     assert_eq!(got.len(), total);
     assert_eq!(set(&got).len(), total, "no intent on two pages");
     assert_eq!(set(&got), set(&ids(&everything)));
-    let mut sorted = got.clone();
-    sorted.sort();
-    assert_eq!(got, sorted, "by intent id: an order that never changes");
+    // Newest first by where each was first listed, then by id: neither ever changes.
+    let mut sorted: Vec<(String, String)> = items
+        .iter()
+        .map(|v| {
+            let listed = v["listed_at"].as_str().expect("listed_at").to_string();
+            (listed, v["intent_id"].as_str().unwrap().to_string())
+        })
+        .collect();
+    sorted.sort_by(|a, b| b.cmp(a));
+    let sorted: Vec<String> = sorted.into_iter().map(|(_, id)| id).collect();
+    assert_eq!(
+        got, sorted,
+        "newest first by listed_at, then id: an order that never changes"
+    );
     assert_eq!(everything["total"], total, "the total beside the page");
     // Pages of a filtered listing.
     let items = all_pages(&s, "/api/v1/intents?state=completed&limit=5", 5).await;
@@ -627,7 +638,17 @@ async fn intents_by_order_object_and_key() {
     assert_eq!(rest["next_cursor"], Value::Null);
     let mut walked = ids(&page);
     walked.extend(ids(&rest));
-    assert_eq!(walked, both);
+    let mut newest_first = Vec::new();
+    for id in &both {
+        let listed = s.verdict(id).await["listed_at"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        newest_first.push((listed, id.clone()));
+    }
+    newest_first.sort_by(|a, b| b.cmp(a));
+    let newest_first: Vec<String> = newest_first.into_iter().map(|(_, id)| id).collect();
+    assert_eq!(walked, newest_first);
     // The verdict names its order.
     assert_eq!(s.verdict(&first).await["target"], "1042");
     assert_eq!(s.verdict(&second).await["target"], Value::Null);
@@ -795,6 +816,7 @@ async fn a_withdrawn_escalation_is_out_of_the_queue() {
             intent_id: "intent-w".into(),
             status: reckon::model::EscalationStatus::Withdrawn,
             opened_at: now,
+            listed_at: now,
             severity: reckon::model::Severity::High,
             findings: vec![reckon::model::Finding::new(
                 reckon::model::FindingKind::NoIdempotencyContract,

@@ -23,6 +23,8 @@ pub const ROUTES: &str = "reckon_routes";
 pub const META: &str = "reckon_meta";
 pub const LOOKUPS: &str = "reckon_intent_lookup";
 pub const SPAN_OWNERS: &str = "reckon_span_owners";
+pub const INTENT_LIST: &str = "reckon_intent_list";
+pub const ESCALATION_LIST: &str = "reckon_escalation_list";
 
 #[derive(Clone, Debug, Row, Serialize, Deserialize)]
 pub struct AttemptRow {
@@ -110,6 +112,41 @@ pub struct VerdictRow {
     pub contract_version: String,
     pub settled: u8,
     pub fingerprint: u64,
+    pub listed_ns: u64,
+}
+
+/// An intent's row in the listing (`reckon_intent_list`), written with each of its verdict
+/// rows at the same version.
+#[derive(Clone, Debug, Row, Serialize, Deserialize)]
+pub struct IntentListRow {
+    pub listed_at: u32,
+    pub listed_ns: u64,
+    pub intent_id: String,
+    pub tool: Option<String>,
+    pub state: i8,
+    pub last_event_ns: u64,
+    pub finding_kinds: Vec<i8>,
+    pub doc: String,
+    pub deleted: u8,
+    pub version: u64,
+}
+
+impl IntentListRow {
+    /// The listing row of a verdict row.
+    pub fn of(v: &VerdictRow) -> IntentListRow {
+        IntentListRow {
+            listed_at: secs(v.listed_ns),
+            listed_ns: v.listed_ns,
+            intent_id: v.intent_id.clone(),
+            tool: v.tool.clone(),
+            state: v.state,
+            last_event_ns: v.last_event_ns,
+            finding_kinds: v.finding_kinds.clone(),
+            doc: v.doc.clone(),
+            deleted: v.deleted,
+            version: v.version,
+        }
+    }
 }
 
 /// Which intent a stored span names: its row in `reckon_attempts` (`readback` 0) or
@@ -180,6 +217,9 @@ pub struct EscalationRow {
     pub override_action: Vec<i8>,
     /// From whom, parallel to `override_by`.
     pub override_held_by: Vec<String>,
+    /// Where it is listed (v11): `Escalation::listed_at`.
+    pub listed_at: u32,
+    pub listed_ns: u64,
 }
 
 /// What an intent is looked up by: one of `crate::store::lookups_of`, stamped with the
@@ -590,6 +630,7 @@ pub fn verdict_rows(
         settled: v.rest() as u8,
         contract_version: v.contract_version.clone(),
         fingerprint: v.fingerprint(),
+        listed_ns: ns(v.listed_at, T, "listed_ns")?,
     };
     let findings = v
         .findings
@@ -612,8 +653,9 @@ pub fn verdict_rows(
     Ok((row, findings))
 }
 
-/// A tombstone: hides the intent's verdict (and so its findings) from every read.
-pub fn verdict_tombstone(intent_id: &str, version: u64) -> VerdictRow {
+/// A tombstone: hides the intent's verdict (and so its findings) from every read; at its
+/// place in the listing, `listed_ns`.
+pub fn verdict_tombstone(intent_id: &str, listed_ns: u64, version: u64) -> VerdictRow {
     VerdictRow {
         intent_id: intent_id.to_string(),
         tool: None,
@@ -646,6 +688,7 @@ pub fn verdict_tombstone(intent_id: &str, version: u64) -> VerdictRow {
         settled: 0,
         contract_version: String::new(),
         fingerprint: 0,
+        listed_ns,
     }
 }
 
@@ -657,7 +700,10 @@ pub fn escalation_row(e: &Escalation) -> Result<EscalationRow, StoreError> {
     let opened_ns = ns(e.opened_at, T, "opened_ns")?;
     let claimed_ns = e.claimed_at.map(|t| ns(t, T, "claimed_ns")).transpose()?;
     let resolved_ns = e.resolved_at.map(|t| ns(t, T, "resolved_ns")).transpose()?;
+    let listed_ns = ns(e.listed_at, T, "listed_ns")?;
     Ok(EscalationRow {
+        listed_at: secs(listed_ns),
+        listed_ns,
         id: e.id.clone(),
         intent_id: e.intent_id.clone(),
         status: code(&EscalationStatus::ALL, e.status),
@@ -762,6 +808,7 @@ pub fn escalation(r: EscalationRow) -> Result<Escalation, StoreError> {
         intent_id: r.intent_id,
         status: from_code(&EscalationStatus::ALL, r.status, T, "status")?,
         opened_at,
+        listed_at: ts(r.listed_ns, T, "listed_ns")?,
         severity: from_code(&Severity::ALL, r.severity, T, "severity")?,
         findings,
         covered: r.covered,

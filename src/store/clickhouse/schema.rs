@@ -351,6 +351,52 @@ pub const V10_SPAN_OWNERS_READBACKS: &str = "
 INSERT INTO reckon_span_owners (trace_id, span_id, readback, intent_id)
 SELECT trace_id, span_id, 1, intent_id FROM reckon_readbacks";
 
+/// v11: the listings' fixed places (`Verdict::listed_at`, `Escalation::listed_at`: pages go
+/// newest first by `(listed, id)`), and a table per listing sorted by it, partitioned by month
+/// of it, so a page is a range of the primary index of the months it covers instead of a
+/// `FINAL` over the whole table. Rows from before take their place from the time they hold
+/// (a column `DEFAULT`, so nothing is rewritten); the listing tables are filled from the
+/// current version of each row. The intents listing keeps the page's columns, the filters'
+/// and the verdict document, in small granules: a page reads the documents of its own range.
+/// The escalations listing is a copy of `reckon_escalations` (the same rows, written beside).
+/// 18.16 drops the comment of an `ADD COLUMN`; current servers keep it.
+pub const V11_VERDICT_LISTED: &str = "
+ALTER TABLE reckon_verdicts
+    ADD COLUMN listed_ns UInt64 DEFAULT first_seen_ns COMMENT 'where the intent is listed (unix ns): first_seen as its first verdict had it, never changed'";
+pub const V11_ESCALATION_LISTED: &str = "
+ALTER TABLE reckon_escalations
+    ADD COLUMN listed_at DateTime DEFAULT opened_at COMMENT 'where the escalation is listed (UTC seconds): partitioning',
+    ADD COLUMN listed_ns UInt64 DEFAULT opened_ns COMMENT 'where the escalation is listed (unix ns): opened_ns when it was created, never changed'";
+pub const V11_INTENT_LIST: &str = "
+CREATE TABLE IF NOT EXISTS reckon_intent_list (
+    listed_at DateTime COMMENT 'where the intent is listed (UTC seconds): partitioning',
+    listed_ns UInt64 COMMENT 'where the intent is listed, unix nanoseconds: reckon_verdicts.listed_ns',
+    intent_id String COMMENT 'the logical action',
+    tool Nullable(String) COMMENT 'tool of the intent; NULL for an orphan record',
+    state Enum8('completed' = 1, 'failed_after_execution' = 2, 'pending' = 3, 'failed_before_execution' = 4, 'unknown' = 5) COMMENT 'intent state',
+    last_event_ns UInt64 COMMENT 'latest event of the intent, unix nanoseconds',
+    finding_kinds Array(Enum8('duplicate_effect' = 1, 'effect_mismatch' = 2, 'key_reuse_mismatch' = 3, 'new_key_retry' = 4, 'expired_key_retry' = 5, 'no_idempotency_contract' = 6, 'unresolved_unknown' = 7, 'replayed_server_error' = 8, 'misreported_outcome' = 9, 'resend_while_pending' = 10, 'resend_after_terminal' = 11, 'inconclusive_readback_acted_on' = 12, 'stuck_pending' = 13, 'retry_budget_exceeded' = 14, 'orphan_record' = 15, 'key_shared_across_intents' = 16)) COMMENT 'distinct finding kinds, sorted',
+    doc String COMMENT 'the verdict document, as reckon_verdicts.doc',
+    deleted UInt8 COMMENT '1: tombstone',
+    version UInt64 COMMENT 'reckon_verdicts.version of the same write: the highest is current'
+) ENGINE = ReplacingMergeTree(version)
+PARTITION BY toYYYYMM(listed_at)
+ORDER BY (listed_ns, intent_id)
+SETTINGS index_granularity = 1024";
+pub const V11_INTENT_LIST_FILL: &str = "
+INSERT INTO reckon_intent_list
+    (listed_at, listed_ns, intent_id, tool, state, last_event_ns, finding_kinds, doc, deleted, version)
+SELECT first_seen, first_seen_ns, intent_id, tool, state, last_event_ns, finding_kinds, doc, deleted, version
+FROM reckon_verdicts FINAL";
+pub const V11_ESCALATION_LIST: &str = "
+CREATE TABLE IF NOT EXISTS reckon_escalation_list AS reckon_escalations
+ENGINE = ReplacingMergeTree(version)
+PARTITION BY toYYYYMM(listed_at)
+ORDER BY (listed_ns, id)
+SETTINGS index_granularity = 1024";
+pub const V11_ESCALATION_LIST_FILL: &str = "
+INSERT INTO reckon_escalation_list SELECT * FROM reckon_escalations FINAL";
+
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
@@ -451,6 +497,18 @@ pub const MIGRATIONS: &[Migration] = &[
             V10_SPAN_OWNERS,
             V10_SPAN_OWNERS_ATTEMPTS,
             V10_SPAN_OWNERS_READBACKS,
+        ],
+    },
+    Migration {
+        version: 11,
+        name: "listing places; intents and escalations listings sorted by them",
+        statements: &[
+            V11_VERDICT_LISTED,
+            V11_ESCALATION_LISTED,
+            V11_INTENT_LIST,
+            V11_INTENT_LIST_FILL,
+            V11_ESCALATION_LIST,
+            V11_ESCALATION_LIST_FILL,
         ],
     },
 ];

@@ -602,12 +602,43 @@ async fn insert_all(
     insert(client, retry, RECORDS, parts, |r| &r.records).await?;
     insert(client, retry, OUTBOX, parts, |r| &r.outbox).await?;
     insert(client, retry, ESCALATIONS, parts, |r| &r.escalations).await?;
+    insert(client, retry, ESCALATION_LIST, parts, |r| &r.escalations).await?;
     insert(client, retry, FINDINGS, parts, |r| &r.findings).await?;
     insert(client, retry, LOOKUPS, parts, |r| &r.lookups).await?;
     insert(client, retry, ROUTES, parts, |r| &r.routes).await?;
+    insert_intent_list(client, retry, parts).await?;
     insert(client, retry, VERDICTS, parts, |r| &r.verdicts).await?;
     insert(client, retry, META, parts, |r| &r.meta).await?;
     Ok(())
+}
+
+/// The listing rows of the verdict rows (`IntentListRow::of`), made one at a time as they are
+/// sent rather than kept beside them: each holds a copy of the document.
+async fn insert_intent_list(
+    client: &::clickhouse::Client,
+    retry: &RetryPolicy,
+    parts: &[&Rows],
+) -> Result<(), ClickHouseError> {
+    if parts.iter().all(|p| p.verdicts.is_empty()) {
+        return Ok(());
+    }
+    retry
+        .run(
+            || format!("INSERT INTO {INTENT_LIST}"),
+            || async {
+                let mut ins = client
+                    .insert::<IntentListRow>(INTENT_LIST)
+                    .await?
+                    .with_timeouts(Some(super::SEND_TIMEOUT), Some(super::END_TIMEOUT));
+                for p in parts {
+                    for row in &p.verdicts {
+                        ins.write(&IntentListRow::of(row)).await?;
+                    }
+                }
+                ins.end().await
+            },
+        )
+        .await
 }
 
 async fn insert<T>(

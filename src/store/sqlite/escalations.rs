@@ -100,20 +100,20 @@ pub(super) fn list_escalations(
             conn,
             &format!(
                 "SELECT {ESCALATION_COLS} FROM reckon_escalations WHERE status = ?1
-                 ORDER BY opened_at DESC, id LIMIT ?2"
+                 ORDER BY listed_at DESC, id DESC LIMIT ?2"
             ),
             rusqlite::params![s.as_str(), limit],
         ),
         None => query_escalations(
             conn,
-            &format!("SELECT {ESCALATION_COLS} FROM reckon_escalations ORDER BY opened_at DESC, id LIMIT ?1"),
+            &format!("SELECT {ESCALATION_COLS} FROM reckon_escalations ORDER BY listed_at DESC, id DESC LIMIT ?1"),
             [limit],
         ),
     }
 }
 
-/// A page of escalations, newest first by `(opened_at desc, id)` after the cursor's, and how
-/// many match in all, from one snapshot.
+/// A page of escalations, newest first by `(listed_at, id)` after the cursor's, and how many
+/// match in all, from one snapshot.
 pub(super) fn page_escalations(
     conn: &Connection,
     filter: &EscalationFilter,
@@ -149,18 +149,17 @@ pub(super) fn page_escalations(
     )?;
     let mut sql = format!("SELECT {ESCALATION_COLS} FROM reckon_escalations e{conditions}");
     if let Some(after) = after {
-        args.push(Value::Integer(after.opened_at.0));
-        let t = args.len();
+        args.push(Value::Integer(after.listed_at.0));
         args.push(Value::Text(after.id));
-        // Mixed sort directions rule out a row-value comparison; this form still uses the index.
         sql.push_str(&format!(
-            " AND (e.opened_at < ?{t} OR (e.opened_at = ?{t} AND e.id > ?{}))",
+            " AND (e.listed_at, e.id) < (?{}, ?{})",
+            args.len() - 1,
             args.len()
         ));
     }
     args.push(Value::Integer(limit as i64 + 1));
     sql.push_str(&format!(
-        " ORDER BY e.opened_at DESC, e.id ASC LIMIT ?{}",
+        " ORDER BY e.listed_at DESC, e.id DESC LIMIT ?{}",
         args.len()
     ));
     let mut items = query_escalations(conn, &sql, rusqlite::params_from_iter(args))?;
@@ -170,7 +169,7 @@ pub(super) fn page_escalations(
     let next_cursor = match (more, items.last()) {
         (true, Some(last)) => Some(
             EscalationCursor {
-                opened_at: last.opened_at,
+                listed_at: last.listed_at,
                 id: last.id.clone(),
             }
             .encode(),

@@ -260,6 +260,30 @@ INSERT OR IGNORE INTO reckon_intent_lookup (kind, value, intent_id)
 ALTER TABLE reckon_escalations ADD COLUMN overrides TEXT;
 ";
 
+/// v11: where each intent and escalation is listed (`Verdict::listed_at`,
+/// `Escalation::listed_at`): pages go newest first by `(listed_at, id)`, a place fixed when the
+/// row is first written (the upserts never change it), so a walk meets every row once. Filled
+/// from the first-seen and opened-at times the rows hold. The listing indexes replace those by
+/// last event and opened-at time that the pages used; the unsettled index covers the listing
+/// time too, which start-up reads beside the fingerprint.
+pub const V11_SQL: &str = "
+ALTER TABLE reckon_verdicts ADD COLUMN listed_at INTEGER NOT NULL DEFAULT 0;
+UPDATE reckon_verdicts SET listed_at = first_seen;
+DROP INDEX reckon_verdicts_state;
+DROP INDEX reckon_verdicts_tool;
+CREATE INDEX reckon_verdicts_listed ON reckon_verdicts (listed_at DESC, intent_id DESC);
+CREATE INDEX reckon_verdicts_state ON reckon_verdicts (state, listed_at DESC, intent_id DESC);
+CREATE INDEX reckon_verdicts_tool ON reckon_verdicts (tool, listed_at DESC, intent_id DESC);
+DROP INDEX reckon_verdicts_unsettled;
+CREATE INDEX reckon_verdicts_unsettled ON reckon_verdicts (intent_id, fingerprint, listed_at) WHERE settled = 0;
+ALTER TABLE reckon_escalations ADD COLUMN listed_at INTEGER NOT NULL DEFAULT 0;
+UPDATE reckon_escalations SET listed_at = opened_at;
+DROP INDEX reckon_escalations_status;
+DROP INDEX reckon_escalations_recent;
+CREATE INDEX reckon_escalations_status ON reckon_escalations (status, listed_at DESC, id DESC);
+CREATE INDEX reckon_escalations_recent ON reckon_escalations (listed_at DESC, id DESC);
+";
+
 /// The attempt-class count columns of `reckon_verdicts`, in [`AttemptClass::ALL`] order.
 pub const CLASS_COLUMNS: [&str; 6] = [
     "attempts_rejected",
@@ -329,6 +353,12 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 10,
         name: "intent lookups by target, object and key; escalation overrides",
         sql: V10_SQL,
+        backfill: None,
+    },
+    Migration {
+        version: 11,
+        name: "listing times of intents and escalations",
+        sql: V11_SQL,
         backfill: None,
     },
 ];

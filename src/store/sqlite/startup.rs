@@ -34,13 +34,15 @@ pub(super) fn routes_of_open_intents(conn: &Connection) -> Result<bool, StoreErr
 /// Each unsettled intent with its stored verdict's fingerprint (stored as its bits: SQLite
 /// integers are signed). Read from the partial index alone.
 pub(super) fn unsettled_intents(conn: &Connection) -> Result<Vec<Unsettled>, StoreError> {
-    let mut stmt =
-        conn.prepare("SELECT intent_id, fingerprint FROM reckon_verdicts WHERE settled = 0")?;
+    let mut stmt = conn.prepare(
+        "SELECT intent_id, fingerprint, listed_at FROM reckon_verdicts WHERE settled = 0",
+    )?;
     let ids = stmt
         .query_map([], |r| {
             Ok(Unsettled {
                 intent_id: r.get(0)?,
                 fingerprint: r.get::<_, i64>(1)? as u64,
+                listed_at: Timestamp(r.get(2)?),
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;

@@ -8,7 +8,7 @@ use tempfile::TempDir;
 use super::{schema, SqliteStore, FILE_NAME};
 use crate::codec::VerdictDoc;
 use crate::model::*;
-use crate::store::{Appended, Store, StoreError, VerdictFilter};
+use crate::store::{Appended, Page, Store, StoreError, VerdictFilter};
 use crate::test_builders::{
     attempt_at, escalation, readback_at, record_at, span, verdict, with_findings, AttemptExt,
 };
@@ -201,15 +201,14 @@ async fn verdict_filters_and_cursor_pagination() {
     }
     store.put_verdicts(all.clone()).await.unwrap();
 
-    // By intent id: the one attribute that never changes.
+    // Newest first by listing place, then intent id: neither ever changes.
     let expect = |pred: &dyn Fn(&Verdict) -> bool| {
-        let mut ids: Vec<String> = all
-            .iter()
-            .filter(|v| pred(v))
+        let mut listed: Vec<&Verdict> = all.iter().filter(|v| pred(v)).collect();
+        listed.sort_by(|a, b| (b.listed_at, &b.intent_id).cmp(&(a.listed_at, &a.intent_id)));
+        listed
+            .into_iter()
             .map(|v| v.intent_id.clone())
-            .collect();
-        ids.sort();
-        ids
+            .collect::<Vec<_>>()
     };
     let walk = |mut filter: VerdictFilter| {
         let store = &store;
@@ -249,7 +248,7 @@ async fn verdict_filters_and_cursor_pagination() {
     assert_eq!(
         everything,
         expect(&|_| true),
-        "all pages, no duplicates or gaps, by intent id"
+        "all pages, no duplicates or gaps, newest first"
     );
     assert_eq!(
         walk(VerdictFilter {
@@ -625,7 +624,8 @@ async fn migrates_a_v1_file_keeping_data() {
     );
     assert_eq!(
         store.get_verdict("legacy").await.unwrap(),
-        Some(VerdictDoc::from_verdict(&v))
+        // Listed where its first_seen column put it (v11).
+        Some(VerdictDoc::from_verdict(&v).listed(Timestamp(1)))
     );
     // Backfilled from the v1 documents: findings table and attempt-class counts.
     let f = VerdictFilter {
@@ -652,7 +652,7 @@ async fn migrates_a_v1_file_keeping_data() {
             .collect::<Result<_, _>>()
             .unwrap()
     };
-    assert_eq!(versions, (1..=10).collect::<Vec<i64>>());
+    assert_eq!(versions, (1..=11).collect::<Vec<i64>>());
     // Opening again is a no-op.
     drop(store);
     SqliteStore::open(dir.path()).unwrap();
@@ -703,7 +703,7 @@ async fn migrates_a_v5_file_to_contract_versions() {
     let store = SqliteStore::open(dir.path()).unwrap();
     assert_eq!(
         store.get_verdict("before").await.unwrap(),
-        Some(VerdictDoc::from_verdict(&old)),
+        Some(VerdictDoc::from_verdict(&old).listed(Timestamp(1))),
         "an old document reads with an empty version"
     );
     let new = verdict(
@@ -1037,6 +1037,108 @@ async fn lookup_is_a_search() {
     }
 }
 
+/// Take a file back to v10, as a build from before v11 left it.
+fn undo_v11(conn: &Connection) {
+    conn.execute_batch(
+        "DROP INDEX reckon_verdicts_listed;
+         DROP INDEX reckon_verdicts_state;
+         CREATE INDEX reckon_verdicts_state ON reckon_verdicts (state, last_event DESC, intent_id);
+         DROP INDEX reckon_verdicts_tool;
+         CREATE INDEX reckon_verdicts_tool ON reckon_verdicts (tool, last_event DESC, intent_id);
+         DROP INDEX reckon_verdicts_unsettled;
+         CREATE INDEX reckon_verdicts_unsettled ON reckon_verdicts (intent_id, fingerprint) WHERE settled = 0;
+         ALTER TABLE reckon_verdicts DROP COLUMN listed_at;
+         DROP INDEX reckon_escalations_status;
+         DROP INDEX reckon_escalations_recent;
+         CREATE INDEX reckon_escalations_status ON reckon_escalations (status, opened_at DESC, id);
+         CREATE INDEX reckon_escalations_recent ON reckon_escalations (opened_at DESC, id);
+         ALTER TABLE reckon_escalations DROP COLUMN listed_at;
+         DELETE FROM reckon_schema_migrations WHERE version = 11;",
+    )
+    .unwrap();
+}
+
+/// v11 gives the verdicts and escalations of a v10 file their listing places from the times
+/// they hold, and the listings page by them; a later write keeps the place.
+#[tokio::test]
+async fn v11_lists_what_a_v10_file_held() {
+    let dir = TempDir::new().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let mut verdicts = Vec::new();
+    for i in 0..5 {
+        let mut v = verdict(
+            &format!("i-{i}"),
+            Some("issue_refund"),
+            IntentState::Completed,
+            Timestamp(100),
+        );
+        v.first_seen = Timestamp(10 + i);
+        v.listed_at = Timestamp(999);
+        verdicts.push(v);
+    }
+    store.put_verdicts(verdicts.clone()).await.unwrap();
+    let mut e = escalation("e-1", EscalationStatus::Open, Timestamp(50), 1);
+    e.listed_at = Timestamp(999);
+    store.put_escalations(vec![e.clone()]).await.unwrap();
+    drop(store);
+    undo_v11(&raw(&dir));
+
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let page = store
+        .list_verdicts(&VerdictFilter {
+            limit: 2,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(page.total, 5);
+    let ids = |p: &Page<crate::codec::VerdictDoc>| {
+        p.items
+            .iter()
+            .map(|d| d.intent_id.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ids(&page), ["i-4", "i-3"], "newest first_seen first");
+    let listed = store
+        .listed_of(vec!["i-0".into(), "i-4".into(), "none".into()])
+        .await
+        .unwrap();
+    assert_eq!(
+        listed
+            .into_iter()
+            .collect::<std::collections::BTreeMap<_, _>>(),
+        [
+            ("i-0".to_string(), Timestamp(10)),
+            ("i-4".to_string(), Timestamp(14))
+        ]
+        .into()
+    );
+    // A rewrite with an earlier first_seen (and whatever place it says) keeps the place.
+    let mut moved = verdicts[4].clone();
+    moved.first_seen = Timestamp(1);
+    moved.listed_at = Timestamp(1);
+    store.put_verdicts(vec![moved]).await.unwrap();
+    let page = store
+        .list_verdicts(&VerdictFilter {
+            limit: 2,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(ids(&page), ["i-4", "i-3"]);
+    let next = store
+        .list_verdicts(&VerdictFilter {
+            limit: 2,
+            cursor: page.next_cursor.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(ids(&next), ["i-2", "i-1"]);
+    let stored = store.load_escalations().await.unwrap();
+    assert_eq!(stored[0].listed_at, e.opened_at, "from its opened_at");
+}
+
 /// The migration fills the lookup table from the verdicts a store held before it.
 #[tokio::test]
 async fn v10_backfills_lookups_from_stored_verdicts() {
@@ -1074,6 +1176,7 @@ async fn v10_backfills_lookups_from_stored_verdicts() {
         .map(|(k, v)| (k.to_string(), v.to_string()))
     );
     // As a store from before v10 would hold it: no lookups, no overrides; then the migration.
+    undo_v11(&conn);
     conn.execute_batch(
         "DROP TABLE reckon_intent_lookup;
          ALTER TABLE reckon_escalations DROP COLUMN overrides;
@@ -1157,7 +1260,7 @@ async fn escalation_pages() {
             .filter(|(i, e)| pred(*i, e))
             .map(|(_, e)| e)
             .collect();
-        v.sort_by(|a, b| (b.opened_at, &a.id).cmp(&(a.opened_at, &b.id)));
+        v.sort_by(|a, b| (b.listed_at, &b.id).cmp(&(a.listed_at, &a.id)));
         let ids: Vec<String> = v.iter().map(|e| e.id.clone()).collect();
         let n = ids.len() as u64;
         (ids, n)
@@ -1209,6 +1312,7 @@ async fn escalation_pages() {
     ));
     // A cursor of the intents' listing is not one of this listing.
     let intents = crate::store::IntentCursor {
+        listed_at: Timestamp(1),
         intent_id: "x".into(),
     }
     .encode();

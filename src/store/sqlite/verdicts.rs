@@ -10,7 +10,7 @@ use super::super::{IntentCursor, Page, StoreError, VerdictFilter};
 use super::rows::{count, decode_doc, Dec};
 use super::writer::EncodedVerdict;
 use crate::codec::VerdictDoc;
-use crate::model::Verdict;
+use crate::model::{Timestamp, Verdict};
 
 /// Serialization is the costly part of a verdict write: done by the caller, not the writer thread.
 pub(super) fn encode_verdicts(
@@ -34,12 +34,44 @@ pub(super) fn encode_verdicts(
 
 /// The stored document of `intent_id`'s verdict.
 pub(super) fn get_verdict(conn: &Connection, id: &str) -> Result<Option<VerdictDoc>, StoreError> {
-    let mut stmt = conn.prepare_cached("SELECT doc FROM reckon_verdicts WHERE intent_id = ?1")?;
+    let mut stmt =
+        conn.prepare_cached("SELECT doc, listed_at FROM reckon_verdicts WHERE intent_id = ?1")?;
     let mut rows = stmt.query([id])?;
     match rows.next()? {
-        Some(row) => decode_doc(row, 0).map(Some),
+        Some(row) => {
+            let d = Dec {
+                row,
+                table: "reckon_verdicts",
+            };
+            Ok(Some(decode_doc(row, 0)?.listed(d.ts(1, "listed_at")?)))
+        }
         None => Ok(None),
     }
+}
+
+/// Where the stored verdicts of `intent_ids` are listed, a statement per chunk of ids.
+pub(super) fn listed_of(
+    conn: &Connection,
+    intent_ids: &[String],
+) -> Result<Vec<(String, Timestamp)>, StoreError> {
+    const CHUNK: usize = 500;
+    let mut out = Vec::new();
+    for chunk in intent_ids.chunks(CHUNK) {
+        let marks = vec!["?"; chunk.len()].join(", ");
+        let sql = format!(
+            "SELECT intent_id, listed_at FROM reckon_verdicts WHERE intent_id IN ({marks})"
+        );
+        let mut stmt = conn.prepare_cached(&sql)?;
+        let mut rows = stmt.query(rusqlite::params_from_iter(chunk.iter()))?;
+        while let Some(row) = rows.next()? {
+            let d = Dec {
+                row,
+                table: "reckon_verdicts",
+            };
+            out.push((d.string(0, "intent_id")?, d.ts(1, "listed_at")?));
+        }
+    }
+    Ok(out)
 }
 
 /// Those of `intent_ids` with a stored verdict (the primary key), a statement per chunk of ids.
@@ -101,8 +133,8 @@ pub(super) fn verdict_conditions(filter: &VerdictFilter) -> (String, Vec<Value>)
     (sql, args)
 }
 
-/// The intents that match, by `intent_id`, after the cursor's; and how many match in all, from
-/// the same snapshot.
+/// The intents that match, newest first by `(listed_at, intent_id)`, after the cursor's; and
+/// how many match in all, from the same snapshot.
 pub(super) fn list_verdicts(
     conn: &Connection,
     filter: &VerdictFilter,
@@ -121,19 +153,27 @@ pub(super) fn list_verdicts(
         rusqlite::params_from_iter(args.iter()),
         |r| r.get(0),
     )?;
-    let mut sql = format!("SELECT intent_id, doc FROM reckon_verdicts v{conditions}");
+    let mut sql = format!("SELECT intent_id, doc, listed_at FROM reckon_verdicts v{conditions}");
     if let Some(after) = after {
+        args.push(Value::Integer(after.listed_at.0));
         args.push(Value::Text(after.intent_id));
-        sql.push_str(&format!(" AND v.intent_id > ?{}", args.len()));
+        sql.push_str(&format!(
+            " AND (v.listed_at, v.intent_id) < (?{}, ?{})",
+            args.len() - 1,
+            args.len()
+        ));
     }
     // One extra row tells whether there is a next page.
     args.push(Value::Integer(limit as i64 + 1));
-    sql.push_str(&format!(" ORDER BY v.intent_id LIMIT ?{}", args.len()));
+    sql.push_str(&format!(
+        " ORDER BY v.listed_at DESC, v.intent_id DESC LIMIT ?{}",
+        args.len()
+    ));
 
     let mut stmt = conn.prepare_cached(&sql)?;
     let mut rows = stmt.query(rusqlite::params_from_iter(args))?;
     let mut items = Vec::with_capacity(limit.min(128));
-    let mut last: Option<String> = None;
+    let mut last: Option<IntentCursor> = None;
     let mut more = false;
     while let Some(row) = rows.next()? {
         if items.len() == limit {
@@ -144,14 +184,18 @@ pub(super) fn list_verdicts(
             row,
             table: "reckon_verdicts",
         };
-        last = Some(d.string(0, "intent_id")?);
-        items.push(decode_doc(row, 1)?);
+        let listed_at = d.ts(2, "listed_at")?;
+        last = Some(IntentCursor {
+            listed_at,
+            intent_id: d.string(0, "intent_id")?,
+        });
+        items.push(decode_doc(row, 1)?.listed(listed_at));
     }
     drop(rows);
     drop(stmt);
     tx.finish()?;
     let next_cursor = match (more, last) {
-        (true, Some(intent_id)) => Some(IntentCursor { intent_id }.encode()),
+        (true, Some(last)) => Some(last.encode()),
         _ => None,
     };
     Ok(Page {

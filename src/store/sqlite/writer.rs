@@ -408,13 +408,16 @@ fn upsert_verdict_sql() -> String {
         .map(|c| format!("{c} = excluded.{c}"))
         .collect::<Vec<_>>()
         .join(", ");
-    // The contract version (v6) and the fingerprint (v8) come last, after the class counts.
+    // The contract version (v6), the fingerprint (v8) and the listing time (v11) come last,
+    // after the class counts. The listing time is never updated: the first write's stays
+    // (`Verdict::listed_at`).
     let version = 14 + CLASS_COLUMNS.len();
     let fingerprint = version + 1;
+    let listed_at = version + 2;
     format!(
         "INSERT INTO reckon_verdicts (intent_id, tool, contract, state, decision, first_seen, last_event, audited_at,
-            escalation_id, finding_kinds, doc, attempts, settled, {classes}, contract_version, fingerprint)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, {placeholders}, ?{version}, ?{fingerprint})
+            escalation_id, finding_kinds, doc, attempts, settled, {classes}, contract_version, fingerprint, listed_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, {placeholders}, ?{version}, ?{fingerprint}, ?{listed_at})
          ON CONFLICT (intent_id) DO UPDATE SET tool = excluded.tool, contract = excluded.contract,
             contract_version = excluded.contract_version, state = excluded.state, decision = excluded.decision, first_seen = excluded.first_seen,
             last_event = excluded.last_event, audited_at = excluded.audited_at,
@@ -479,6 +482,7 @@ fn put_verdicts(conn: &Connection, verdicts: &[EncodedVerdict]) -> Result<(), St
             v.contract_version,
             // Stored as its bits: SQLite integers are signed.
             v.fingerprint() as i64,
+            v.listed_at.0,
         ])?;
         delete.execute([&v.intent_id])?;
         for f in &v.findings {
@@ -551,8 +555,8 @@ fn delete_verdicts(conn: &Connection, ids: &[String]) -> Result<(), StoreError> 
 /// by the later write while an older one never overwrites a newer one.
 const UPSERT_ESCALATION: &str = "INSERT INTO reckon_escalations (id, intent_id, status, severity, opened_at,
     findings, claimed_by, claimed_at, resolved_by, resolved_at, resolution, note, version, covered,
-    overrides)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+    overrides, listed_at)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
     ON CONFLICT (id) DO UPDATE SET intent_id = excluded.intent_id, status = excluded.status,
         severity = excluded.severity, opened_at = excluded.opened_at, findings = excluded.findings,
         claimed_by = excluded.claimed_by, claimed_at = excluded.claimed_at, resolved_by = excluded.resolved_by,
@@ -614,6 +618,7 @@ fn put_escalations(conn: &Connection, escalations: &[Escalation]) -> Result<(), 
             version(e.version),
             covered_json(e)?,
             overrides_json(e)?,
+            e.listed_at.0,
         ])?;
     }
     Ok(())

@@ -1,0 +1,164 @@
+//! Pages of the listings (`reckon_intent_list`, `reckon_escalation_list`): newest first by
+//! `(listed_ns, id)`, the tables' sorting key, so a page is a range of the primary index.
+//!
+//! 18.16 cannot stop a `FINAL` read at `LIMIT` (no read-in-order), so a page is not "the first
+//! rows after the cursor" but a walk back from it in slabs of `listed_ns`: the last hour before
+//! the cursor, then the seven before that, and so on, each a `FINAL` read of the narrow columns
+//! of that range only, until the page is full or everything older has been read. A page of the
+//! newest rows reads the last hour; a filter that matches one row in a thousand reads further,
+//! a slab at a time. The key conditions sit inside `FINAL` (every version of a row shares its
+//! key, so they may filter before versions collapse); the filters on what a row says sit
+//! outside, on its current version.
+
+use super::{bind_all, Arg, ClickHouseStore, StoreError};
+
+const HOUR_NS: u64 = 3_600 * 1_000_000_000;
+
+/// How far back from the page's start each successive slab reaches; past the last, the rest.
+const REACH_NS: [u64; 5] = [
+    HOUR_NS,
+    8 * HOUR_NS,
+    64 * HOUR_NS,
+    512 * HOUR_NS,
+    4_096 * HOUR_NS,
+];
+
+/// One listing query: the table, its id column, and the conditions of a filter.
+pub(super) struct Listing {
+    pub table: &'static str,
+    /// `intent_id` or `id`: the second column of the sorting key.
+    pub id: &'static str,
+    /// Columns the conditions outside `FINAL` read (besides the key and `version`).
+    pub cols: Vec<&'static str>,
+    /// Conditions on the current version, each `AND ...`.
+    pub outer: String,
+    pub outer_args: Vec<Arg>,
+    /// Conditions on the key, inside `FINAL`, each `AND ...`: a set of exact keys (a lookup)
+    /// makes the walk one read.
+    pub inner: String,
+    pub inner_args: Vec<Arg>,
+    /// Whether `inner` names the exact keys, so there is nothing to gain from slabs.
+    pub keyed: bool,
+}
+
+/// A row of a page: its place, id and the version `FINAL` chose.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Key {
+    pub listed_ns: u64,
+    pub id: String,
+    pub version: u64,
+}
+
+/// The upper end of a slab.
+#[derive(Clone)]
+enum Upper {
+    /// Everything after the lower end (the first slab of a first page).
+    Open,
+    /// Before a cursor: `(listed_ns, id) < (ns, id)`.
+    Cursor(u64, String),
+    /// Below where the previous slab began.
+    Below(u64),
+}
+
+impl Listing {
+    fn select(&self, what: &str) -> String {
+        let mut cols = format!("{}, listed_ns, version", self.id);
+        for c in &self.cols {
+            cols.push_str(", ");
+            cols.push_str(c);
+        }
+        format!(
+            "SELECT {what} FROM (SELECT {cols} FROM {} FINAL WHERE 1 = 1{{inner}}) WHERE 1 = 1{}",
+            self.table, self.outer
+        )
+    }
+
+    /// How many rows match, in all.
+    pub async fn count(&self, store: &ClickHouseStore, op: &str) -> Result<u64, StoreError> {
+        let sql = self.select("count()").replace("{inner}", &self.inner);
+        let args: Vec<Arg> = self
+            .inner_args
+            .iter()
+            .chain(&self.outer_args)
+            .cloned()
+            .collect();
+        Ok(store
+            .fetch::<u64>(op, bind_all(store.client.query(&sql), &args))
+            .await?
+            .pop()
+            .unwrap_or(0))
+    }
+
+    /// The keys of up to `want` rows after `after` (`(listed_ns, id)`; `None`: from the newest),
+    /// newest first; `now` anchors the first page's first slab.
+    pub async fn walk(
+        &self,
+        store: &ClickHouseStore,
+        op: &str,
+        after: Option<(u64, String)>,
+        now: u64,
+        want: usize,
+    ) -> Result<Vec<Key>, StoreError> {
+        let anchor = after.as_ref().map_or(now, |(ns, _)| *ns);
+        let mut upper = match after {
+            Some((ns, id)) => Upper::Cursor(ns, id),
+            None => Upper::Open,
+        };
+        let mut keys: Vec<Key> = Vec::new();
+        for reach in REACH_NS.iter().map(Some).chain([None]) {
+            let lower = match reach {
+                Some(r) if !self.keyed => anchor.saturating_sub(*r),
+                _ => 0,
+            };
+            let mut inner = self.inner.clone();
+            let mut args = self.inner_args.clone();
+            if lower > 0 {
+                inner.push_str(" AND listed_ns >= ?");
+                args.push(Arg::U(lower));
+            }
+            match &upper {
+                Upper::Open => {}
+                Upper::Cursor(ns, id) => {
+                    // The plain bound lets the index skip what is after the cursor.
+                    inner.push_str(&format!(
+                        " AND listed_ns <= ? AND (listed_ns < ? OR {} < ?)",
+                        self.id
+                    ));
+                    args.extend([Arg::U(*ns), Arg::U(*ns), Arg::S(id.clone())]);
+                }
+                Upper::Below(ns) => {
+                    inner.push_str(" AND listed_ns < ?");
+                    args.push(Arg::U(*ns));
+                }
+            }
+            args.extend(self.outer_args.iter().cloned());
+            args.push(Arg::U((want - keys.len()) as u64));
+            let sql = format!(
+                "{} ORDER BY listed_ns DESC, {} DESC LIMIT ?",
+                self.select(&format!("{}, listed_ns, version", self.id))
+                    .replace("{inner}", &inner),
+                self.id
+            );
+            let rows: Vec<(String, u64, u64)> = store
+                .fetch(op, bind_all(store.client.query(&sql), &args))
+                .await?;
+            keys.extend(rows.into_iter().map(|(id, listed_ns, version)| Key {
+                listed_ns,
+                id,
+                version,
+            }));
+            if keys.len() >= want || lower == 0 {
+                break;
+            }
+            upper = Upper::Below(lower);
+        }
+        Ok(keys)
+    }
+}
+
+/// The `listed_ns` range a page's keys span, for reading their rows as a range of the index.
+pub(super) fn span(keys: &[Key]) -> (u64, u64) {
+    let lo = keys.iter().map(|k| k.listed_ns).min().unwrap_or(0);
+    let hi = keys.iter().map(|k| k.listed_ns).max().unwrap_or(0);
+    (lo, hi)
+}
