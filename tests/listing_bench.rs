@@ -49,13 +49,18 @@ async fn fill<S: Store>(store: &S, n: usize) {
         IntentState::Unknown,
         IntentState::Pending,
     ];
+    // Listed over the last 30 days, as a month of history is: a page of 1,000 spans ~7 hours.
+    let now = reckon::clock::wall_now();
+    let listed = |i: usize, spacing: i64| Timestamp(now.0 - (i as i64 * spacing) * 1_000_000_000);
     let v = |i: usize, round: i64| {
-        Arc::new(verdict(
+        let mut v = verdict(
             &id(i),
             Some("issue_refund"),
             states[i % states.len()],
             at(100 + round + (i % 5000) as i64),
-        ))
+        );
+        v.listed_at = listed(i, 26);
+        Arc::new(v)
     };
     for chunk in (0..n).collect::<Vec<_>>().chunks(8192) {
         store
@@ -87,12 +92,14 @@ async fn fill<S: Store>(store: &S, n: usize) {
                 chunk
                     .iter()
                     .map(|&i| {
-                        escalation(
+                        let mut e = escalation(
                             &format!("esc_{}", id(i)),
                             statuses[i % statuses.len()],
                             at(1_000 + (i % 20_000) as i64),
                             1,
-                        )
+                        );
+                        e.listed_at = listed(i, 52);
+                        e
                     })
                     .collect(),
             )

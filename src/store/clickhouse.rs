@@ -24,6 +24,7 @@
 //!   carry the version of the verdict write they belong to (see `schema.rs`).
 //! - there are no multi-table snapshots: a report's counts come from separate queries.
 
+mod counts;
 pub mod error;
 mod listing;
 mod rows;
@@ -199,6 +200,8 @@ pub struct ClickHouseStore {
     clock: Arc<Clock>,
     writer: mpsc::Sender<Request>,
     swap_settle: Duration,
+    /// The background tasks that read the store stop once this is dropped.
+    _alive: Arc<()>,
 }
 
 impl std::fmt::Debug for ClickHouseStore {
@@ -381,6 +384,14 @@ impl ClickHouseStore {
         let (tx, rx) = mpsc::channel(writer::QUEUE_DEPTH);
         let stored = writer::StoredFilter::cold();
         tokio::spawn(writer::fill(client.clone(), stored.clone()));
+        let alive = Arc::new(());
+        tokio::spawn(counts::run(
+            counts::Conn {
+                client: client.clone(),
+                retry,
+            },
+            Arc::downgrade(&alive),
+        ));
         tokio::spawn(writer::run(
             client.clone(),
             retry,
@@ -395,7 +406,21 @@ impl ClickHouseStore {
             clock,
             writer: tx,
             swap_settle: config.swap_settle,
+            _alive: alive,
         })
+    }
+
+    /// Recount the hours of the intents listing written since they were counted (the
+    /// background task does every few seconds; for tests and tools). Returns how many.
+    pub async fn recount(&self) -> Result<usize, StoreError> {
+        counts::recount(&self.conn()).await
+    }
+
+    fn conn(&self) -> counts::Conn {
+        counts::Conn {
+            client: (*self.client).clone(),
+            retry: self.retry,
+        }
     }
 
     /// Where each of `ids` is listed, as a lookup for tombstones: an id with no stored verdict
@@ -880,8 +905,25 @@ impl Store for ClickHouseStore {
             l.outer_args.push(Arg::S(value.into()));
         }
         let after = after.map(|c| (c.listed_at.0.max(0) as u64, c.intent_id));
+        // The counts answer the filters they have dimensions for (see `counts.rs`).
+        let counted = filter.since.is_none() && !l.keyed;
+        let dims = counts::Dims {
+            state: filter.state.map(|s| s.as_str()),
+            tool: filter.tool.as_deref(),
+            finding: filter.finding.map(|k| code(&FindingKind::ALL, k) as u8),
+        };
+        let total = async {
+            if counted {
+                counts::intents_total(&self.conn(), &dims, async |within| {
+                    l.count(self, "count verdicts", within).await
+                })
+                .await
+            } else {
+                l.count(self, "count verdicts", None).await
+            }
+        };
         let (total, keys) = tokio::join!(
-            l.count(self, "count verdicts"),
+            total,
             l.walk(self, "list verdicts", after, wall_ns(), limit + 1),
         );
         let (total, mut keys) = (total?, keys?);
@@ -1230,7 +1272,7 @@ impl Store for ClickHouseStore {
             None => None,
         };
         let (total, keys) = tokio::join!(
-            l.count(self, "count escalations"),
+            l.count(self, "count escalations", None),
             l.walk(self, "page escalations", after, wall_ns(), limit + 1),
         );
         let (total, mut keys) = (total?, keys?);

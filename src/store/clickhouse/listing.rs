@@ -73,15 +73,23 @@ impl Listing {
         )
     }
 
-    /// How many rows match, in all.
-    pub async fn count(&self, store: &ClickHouseStore, op: &str) -> Result<u64, StoreError> {
-        let sql = self.select("count()").replace("{inner}", &self.inner);
-        let args: Vec<Arg> = self
-            .inner_args
-            .iter()
-            .chain(&self.outer_args)
-            .cloned()
-            .collect();
+    /// How many rows match, in all, or within `within` (a condition on the key and its
+    /// arguments).
+    pub async fn count(
+        &self,
+        store: &ClickHouseStore,
+        op: &str,
+        within: Option<(String, Vec<Arg>)>,
+    ) -> Result<u64, StoreError> {
+        let mut inner = self.inner.clone();
+        let mut args = self.inner_args.clone();
+        if let Some((cond, cond_args)) = within {
+            inner.push_str(" AND ");
+            inner.push_str(&cond);
+            args.extend(cond_args);
+        }
+        let sql = self.select("count()").replace("{inner}", &inner);
+        args.extend(self.outer_args.iter().cloned());
         Ok(store
             .fetch::<u64>(op, bind_all(store.client.query(&sql), &args))
             .await?

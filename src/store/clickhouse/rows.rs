@@ -25,6 +25,18 @@ pub const LOOKUPS: &str = "reckon_intent_lookup";
 pub const SPAN_OWNERS: &str = "reckon_span_owners";
 pub const INTENT_LIST: &str = "reckon_intent_list";
 pub const ESCALATION_LIST: &str = "reckon_escalation_list";
+pub const INTENT_COUNTS: &str = "reckon_intent_counts";
+
+/// One hour's count of intents of a state, tool and finding kind (`counts.rs`).
+#[derive(Clone, Debug, Row, Serialize, Deserialize)]
+pub struct IntentCountRow {
+    pub hour: u32,
+    pub state: i8,
+    pub tool: String,
+    pub finding: u8,
+    pub intents: u64,
+    pub version: u64,
+}
 
 #[derive(Clone, Debug, Row, Serialize, Deserialize)]
 pub struct AttemptRow {

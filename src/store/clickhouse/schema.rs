@@ -397,6 +397,40 @@ SETTINGS index_granularity = 1024";
 pub const V11_ESCALATION_LIST_FILL: &str = "
 INSERT INTO reckon_escalation_list SELECT * FROM reckon_escalations FINAL";
 
+/// v12: the intents listing's totals without reading the listing. `reckon_intent_counts` holds,
+/// per hour of listing places, how many intents of each state and tool there are, in all
+/// (`finding` 0) and with a finding of each kind (its code), as of a version: recounted from
+/// the hour's rows (a range of the listing's primary index) by a background task whenever
+/// `reckon_intent_list_hours` says the hour was written since. That table is filled by a
+/// materialized view on every INSERT into the listing (the highest version per hour: a retried
+/// INSERT changes nothing). A total is then the counts of the hours counted since their last
+/// write plus a count of the listing's rows in the others (`counts.rs`); exact either way.
+/// Hours are UTC hours whatever the server's time zone.
+pub const V12_LIST_HOURS: &str = "
+CREATE TABLE IF NOT EXISTS reckon_intent_list_hours (
+    hour DateTime COMMENT 'an hour of listing places (UTC): listed_at rounded down',
+    version UInt64 COMMENT 'the highest reckon_intent_list.version written in that hour'
+) ENGINE = ReplacingMergeTree(version)
+ORDER BY hour";
+pub const V12_LIST_HOURS_VIEW: &str = "
+CREATE MATERIALIZED VIEW IF NOT EXISTS reckon_intent_list_hours_mv TO reckon_intent_list_hours AS
+SELECT toDateTime(intDiv(toUInt32(listed_at), 3600) * 3600) AS hour, max(version) AS version
+FROM reckon_intent_list GROUP BY hour";
+pub const V12_LIST_HOURS_FILL: &str = "
+INSERT INTO reckon_intent_list_hours (hour, version)
+SELECT toDateTime(intDiv(toUInt32(listed_at), 3600) * 3600) AS hour, max(version)
+FROM reckon_intent_list GROUP BY hour";
+pub const V12_INTENT_COUNTS: &str = "
+CREATE TABLE IF NOT EXISTS reckon_intent_counts (
+    hour DateTime COMMENT 'an hour of listing places (UTC), as in reckon_intent_list_hours',
+    state Enum8('completed' = 1, 'failed_after_execution' = 2, 'pending' = 3, 'failed_before_execution' = 4, 'unknown' = 5) COMMENT 'intent state',
+    tool String COMMENT 'tool of the intents; empty for orphan records',
+    finding UInt8 COMMENT '0: every intent; n: those with a finding of the kind whose finding_kinds code is n',
+    intents UInt64 COMMENT 'how many',
+    version UInt64 COMMENT 'the reckon_intent_list_hours.version the hour was counted at: the highest is current'
+) ENGINE = ReplacingMergeTree(version)
+ORDER BY (hour, state, tool, finding)";
+
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
@@ -509,6 +543,16 @@ pub const MIGRATIONS: &[Migration] = &[
             V11_INTENT_LIST_FILL,
             V11_ESCALATION_LIST,
             V11_ESCALATION_LIST_FILL,
+        ],
+    },
+    Migration {
+        version: 12,
+        name: "intents listing totals by hour",
+        statements: &[
+            V12_LIST_HOURS,
+            V12_LIST_HOURS_VIEW,
+            V12_LIST_HOURS_FILL,
+            V12_INTENT_COUNTS,
         ],
     },
 ];

@@ -1,0 +1,283 @@
+//! The intents listing's totals (`GET /api/v1/intents`' `total`) without reading the listing.
+//!
+//! A total under `FINAL` reads every row of `reckon_intent_list` (tens of millions over a year),
+//! and 18.16 has no way to keep exact counts of a `ReplacingMergeTree` as rows are rewritten
+//! (no deduplication of a retried INSERT outside replicated tables, so +1/-1 deltas would drift).
+//! So the counts are recounted, not maintained: per hour of listing places, from that hour's rows
+//! alone (a range of the primary index), whenever the hour was written since it was last counted
+//! ([`recount`], a background task). A total adds the counts of the hours counted since their
+//! last write to a count of the listing's own rows in the hours that are not (the current hour,
+//! and the few that late evidence touched since the last pass): exact either way, and cheap as
+//! long as the task keeps up. Which hours were written comes from the data
+//! (`reckon_intent_list_hours`, a materialized view of every INSERT), so any instance may count
+//! and any may read.
+//!
+//! Only the filters the counts have dimensions for are answered this way: state, tool and one
+//! finding kind. `since` (a time of last activity, not of listing) and the lookups (a few
+//! exact keys) are counted from the listing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use super::rows::{IntentCountRow, INTENT_COUNTS};
+use super::{bind_all, Arg, RetryPolicy, StoreError};
+
+/// What counting needs of the store: its client and retry policy (the background task holds
+/// its own, not the store).
+#[derive(Clone)]
+pub(super) struct Conn {
+    pub client: ::clickhouse::Client,
+    pub retry: RetryPolicy,
+}
+
+impl Conn {
+    async fn fetch<T>(&self, op: &str, q: ::clickhouse::query::Query) -> Result<Vec<T>, StoreError>
+    where
+        T: ::clickhouse::RowOwned + ::clickhouse::RowRead,
+    {
+        Ok(self
+            .retry
+            .run(|| op.to_string(), || q.clone().fetch_all::<T>())
+            .await?)
+    }
+
+    /// Counts rows are idempotent (the same hour at the same version), so a retry is safe.
+    async fn insert(&self, rows: &[IntentCountRow]) -> Result<(), StoreError> {
+        Ok(self
+            .retry
+            .run(
+                || format!("INSERT INTO {INTENT_COUNTS}"),
+                || async {
+                    let mut ins = self.client.insert::<IntentCountRow>(INTENT_COUNTS).await?;
+                    for r in rows {
+                        ins.write(r).await?;
+                    }
+                    ins.end().await
+                },
+            )
+            .await?)
+    }
+}
+
+/// How often the background task looks for hours to recount.
+pub(super) const RECOUNT_EVERY: Duration = Duration::from_secs(2);
+
+/// Hours recounted per pass at most: a store upgraded with a year of history (8,760 hours)
+/// is counted over the first minutes, and totals read the listing until then.
+const HOURS_PER_PASS: usize = 256;
+
+/// Past this many hours not counted since their last write, a total reads the whole listing
+/// rather than naming each hour (a store whose counts are still being made).
+const MAX_LIVE_HOURS: usize = 512;
+
+const HOUR_NS: u64 = 3_600_000_000_000;
+
+/// A filter the counts can answer: each `None` is "any".
+pub(super) struct Dims<'a> {
+    pub state: Option<&'a str>,
+    pub tool: Option<&'a str>,
+    /// The finding kind's code in `finding_kinds` (its `Enum8` value).
+    pub finding: Option<u8>,
+}
+
+/// Each hour's highest version in the listing, and the version its counts were made at.
+async fn hours(store: &Conn) -> Result<(BTreeMap<u32, u64>, BTreeMap<u32, u64>), StoreError> {
+    let written = store
+        .client
+        .query("SELECT toUInt32(hour), max(version) FROM reckon_intent_list_hours GROUP BY hour");
+    let counted = store
+        .client
+        .query("SELECT toUInt32(hour), max(version) FROM reckon_intent_counts GROUP BY hour");
+    let (written, counted) = tokio::join!(
+        store.fetch::<(u32, u64)>("listing hours", written),
+        store.fetch::<(u32, u64)>("counted hours", counted),
+    );
+    Ok((
+        written?.into_iter().collect(),
+        counted?.into_iter().collect(),
+    ))
+}
+
+/// The hours written since they were counted (or never counted), oldest first, each with the
+/// version it was last written at.
+fn stale(written: &BTreeMap<u32, u64>, counted: &BTreeMap<u32, u64>) -> Vec<(u32, u64)> {
+    written
+        .iter()
+        .filter(|(hour, v)| counted.get(hour).is_none_or(|c| c < v))
+        .map(|(h, v)| (*h, *v))
+        .collect()
+}
+
+/// The `listed_ns` condition of a set of hours, adjacent hours joined into one range.
+fn ranges(hours: &[u32]) -> (String, Vec<Arg>) {
+    let mut spans: Vec<(u64, u64)> = Vec::new();
+    for &h in hours {
+        let lo = u64::from(h) * 1_000_000_000;
+        match spans.last_mut() {
+            Some((_, hi)) if *hi == lo => *hi = lo + HOUR_NS,
+            _ => spans.push((lo, lo + HOUR_NS)),
+        }
+    }
+    let mut sql = Vec::new();
+    let mut args = Vec::new();
+    for (lo, hi) in spans {
+        sql.push("(listed_ns >= ? AND listed_ns < ?)");
+        args.extend([Arg::U(lo), Arg::U(hi)]);
+    }
+    (format!("({})", sql.join(" OR ")), args)
+}
+
+/// How many intents the filter matches: the counts of the hours counted since their last write,
+/// the listing's rows for the rest. `live` counts the listing's rows of a set of hours (`None`:
+/// all of them) under the same filter.
+pub(super) async fn intents_total(
+    store: &Conn,
+    dims: &Dims<'_>,
+    live: impl AsyncFnOnce(Option<(String, Vec<Arg>)>) -> Result<u64, StoreError>,
+) -> Result<u64, StoreError> {
+    let (written, counted) = hours(store).await?;
+    let stale: Vec<u32> = stale(&written, &counted)
+        .into_iter()
+        .map(|(h, _)| h)
+        .collect();
+    if stale.len() > MAX_LIVE_HOURS || counted.is_empty() {
+        return live(None).await;
+    }
+    let mut cond = String::from(" AND finding = ?");
+    let mut args = vec![Arg::U(u64::from(dims.finding.unwrap_or(0)))];
+    if let Some(s) = dims.state {
+        cond.push_str(" AND state = ?");
+        args.push(Arg::S(s.into()));
+    }
+    if let Some(t) = dims.tool {
+        cond.push_str(" AND tool = ?");
+        args.push(Arg::S(t.into()));
+    }
+    // The hours counted at an older version than written are read live instead; an hour whose
+    // listing rows are gone (none written) has no counts to add either way.
+    let counted_sql = format!(
+        "SELECT sum(intents) FROM (SELECT hour, state, tool, finding, intents FROM reckon_intent_counts FINAL)
+         WHERE toUInt32(hour) NOT IN ?{cond}"
+    );
+    let mut counted_args = vec![];
+    let excluded: Vec<u64> = stale.iter().map(|h| u64::from(*h)).collect();
+    let q = store
+        .client
+        .query(&counted_sql)
+        .bind(super::writer::SqlTuple(if excluded.is_empty() {
+            &[u64::MAX][..]
+        } else {
+            &excluded[..]
+        }));
+    counted_args.extend(args);
+    let counted_total = store.fetch::<u64>("counted intents", bind_all(q, &counted_args));
+    let live_total = async {
+        if stale.is_empty() {
+            Ok(0)
+        } else {
+            live(Some(ranges(&stale))).await
+        }
+    };
+    let (c, l) = tokio::join!(counted_total, live_total);
+    Ok(c?.pop().unwrap_or(0) + l?)
+}
+
+/// One pass: recount the hours written since they were counted, up to [`HOURS_PER_PASS`],
+/// oldest first. Returns how many it recounted.
+pub async fn recount(store: &Conn) -> Result<usize, StoreError> {
+    let (written, counted) = hours(store).await?;
+    let stale = stale(&written, &counted);
+    for &(hour, version) in stale.iter().take(HOURS_PER_PASS) {
+        recount_hour(store, hour, version).await?;
+    }
+    Ok(stale.len().min(HOURS_PER_PASS))
+}
+
+/// Count one hour's intents at `version` (read before counting: a row written while counting
+/// leaves the hour stale, counted again next pass), and zero the dimensions it had and has no
+/// more.
+async fn recount_hour(store: &Conn, hour: u32, version: u64) -> Result<(), StoreError> {
+    let lo = u64::from(hour) * 1_000_000_000;
+    let q = store
+        .client
+        .query(
+            "SELECT state, ifNull(tool, '') AS tool, finding, count()
+             FROM (SELECT intent_id, state, tool, finding_kinds, deleted FROM reckon_intent_list FINAL
+                   WHERE listed_ns >= ? AND listed_ns < ?)
+             ARRAY JOIN arrayPushFront(arrayMap(k -> toUInt8(CAST(k AS Int8)), finding_kinds), toUInt8(0)) AS finding
+             WHERE deleted = 0
+             GROUP BY state, tool, finding",
+        )
+        .bind(lo)
+        .bind(lo + HOUR_NS);
+    let now: Vec<(i8, String, u8, u64)> = store.fetch("recount an hour", q).await?;
+    let q = store
+        .client
+        .query(
+            "SELECT state, tool, finding FROM
+                (SELECT hour, state, tool, finding, intents FROM reckon_intent_counts FINAL WHERE hour = toDateTime(?))
+             WHERE intents > 0",
+        )
+        .bind(hour);
+    let before: Vec<(i8, String, u8)> = store.fetch("counts of an hour", q).await?;
+    let present: BTreeSet<(i8, &str, u8)> = now
+        .iter()
+        .map(|(s, t, f, _)| (*s, t.as_str(), *f))
+        .collect();
+    let mut rows: Vec<IntentCountRow> = now
+        .iter()
+        .map(|(state, tool, finding, n)| IntentCountRow {
+            hour,
+            state: *state,
+            tool: tool.clone(),
+            finding: *finding,
+            intents: *n,
+            version,
+        })
+        .collect();
+    rows.extend(
+        before
+            .iter()
+            .filter(|(s, t, f)| !present.contains(&(*s, t.as_str(), *f)))
+            .map(|(state, tool, finding)| IntentCountRow {
+                hour,
+                state: *state,
+                tool: tool.clone(),
+                finding: *finding,
+                intents: 0,
+                version,
+            }),
+    );
+    if rows.is_empty() {
+        // Nothing listed in the hour (every row a tombstone): one zero row marks it counted.
+        rows.push(IntentCountRow {
+            hour,
+            state: 1,
+            tool: String::new(),
+            finding: 0,
+            intents: 0,
+            version,
+        });
+    }
+    store.insert(&rows).await
+}
+
+/// Recount every few seconds for as long as the store is open (`alive`).
+pub(super) async fn run(store: Conn, alive: std::sync::Weak<()>) {
+    let mut failing = false;
+    loop {
+        tokio::time::sleep(RECOUNT_EVERY).await;
+        if alive.upgrade().is_none() {
+            return;
+        }
+        match recount(&store).await {
+            Ok(_) => failing = false,
+            Err(e) => {
+                if !failing {
+                    tracing::warn!(error = %e, "could not recount the intents listing's totals; totals read the listing until it can");
+                }
+                failing = true;
+            }
+        }
+    }
+}
