@@ -26,6 +26,10 @@ ANY LEFT JOIN
     SELECT intent_id, toUInt8(1) AS unresolved
     FROM reckon_escalations FINAL
     WHERE status != 'resolved'
+      -- The window's intents only: the join side is built from them, not from the whole queue.
+      AND intent_id IN
+          (SELECT intent_id FROM reckon_findings
+           WHERE kind = 'duplicate_effect' AND at >= {since:DateTime} AND at < {until:DateTime})
 ) AS e USING (intent_id)
 WHERE f.kind = 'duplicate_effect'
   AND f.at >= {since:DateTime} AND f.at < {until:DateTime}

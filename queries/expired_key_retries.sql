@@ -33,6 +33,10 @@ FROM
     (
         SELECT span_id AS attempt_span_id, idempotency_key, http_status, error_type
         FROM reckon_attempts FINAL
+        -- The window's intents only (the sort key's first column), not the whole table.
+        WHERE intent_id IN
+            (SELECT intent_id FROM reckon_findings
+             WHERE kind = 'expired_key_retry' AND at >= {since:DateTime} AND at < {until:DateTime})
     ) AS a ON f.subject = a.attempt_span_id
     WHERE f.kind = 'expired_key_retry'
       AND f.at >= {since:DateTime} AND f.at < {until:DateTime}
@@ -40,6 +44,14 @@ FROM
 ANY LEFT JOIN
 (
     SELECT intent_id, state, finding_kinds, escalation_id
-    FROM reckon_current_verdicts
+    FROM
+    (
+        SELECT intent_id, state, finding_kinds, escalation_id, deleted
+        FROM reckon_verdicts FINAL
+        WHERE intent_id IN
+            (SELECT intent_id FROM reckon_findings
+             WHERE kind = 'expired_key_retry' AND at >= {since:DateTime} AND at < {until:DateTime})
+    )
+    WHERE deleted = 0
 ) AS v USING (intent_id)
 ORDER BY at, intent_id

@@ -36,7 +36,10 @@ FROM
             -- 0 stands for "no response" (a timeout): an Array cannot hold NULL on 18.16.
             groupUniqArray(ifNull(http_status, 0)) AS http_statuses
         FROM reckon_attempts FINAL
-        WHERE isNotNull(idempotency_key)
+        -- Only the window's keys are grouped (every attempt that sent one, whatever its intent).
+        WHERE idempotency_key IN
+            (SELECT subject FROM reckon_findings
+             WHERE kind = 'key_reuse_mismatch' AND at >= {since:DateTime} AND at < {until:DateTime})
         GROUP BY key
     ) AS a ON f.subject = a.key
     WHERE f.kind = 'key_reuse_mismatch'
@@ -45,6 +48,14 @@ FROM
 ANY LEFT JOIN
 (
     SELECT intent_id, state, escalation_id
-    FROM reckon_current_verdicts
+    FROM
+    (
+        SELECT intent_id, state, escalation_id, deleted
+        FROM reckon_verdicts FINAL
+        WHERE intent_id IN
+            (SELECT intent_id FROM reckon_findings
+             WHERE kind = 'key_reuse_mismatch' AND at >= {since:DateTime} AND at < {until:DateTime})
+    )
+    WHERE deleted = 0
 ) AS v USING (intent_id)
 ORDER BY at, intent_id

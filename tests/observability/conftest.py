@@ -3,8 +3,10 @@
 
 The fixture is made once per session by make_fixture.py (a real `reckon serve` on ClickHouse
 18.16 filled by `reckon demo`, ~10 s), unless RECKON_SQL_FIXTURE names a directory an earlier
-run produced. The 18.16 server is $RECKON_TEST_CLICKHOUSE (.ci/run starts it); without it,
-make_fixture.py starts a throwaway one and the 18.16 checks of queries/ are skipped.
+run produced. The 18.16 server is $RECKON_TEST_CLICKHOUSE (.ci/run starts it); every panel,
+variable, alert query and queries/ file runs there and on chDB, in a database of the session's
+own that is dropped after. Without it the tests that need it fail (RECKON_SKIP_CLICKHOUSE=1
+skips them instead, and make_fixture.py starts a throwaway server for the fixture).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Shared helpers for the observability tests: reckon's ClickHouse DDL, the Grafana ClickHouse
-plugin's macro expansion, the `queries/` file headers, and small clients for chDB and the 18.16
-server.
+plugin's macro expansion, the `queries/` file headers, small clients for chDB and the 18.16
+server, and the comparison of one query's rows from both.
 
 Nothing here imports chDB at module load, so the static checks run without it.
 """
@@ -215,7 +215,12 @@ def _date(s: int) -> str:
 
 
 def backend_macros(sql: str, ctx: GrafanaContext) -> str:
-    """The plugin backend's macros (pkg/macros/macros.go), run by sqlds after the frontend."""
+    """The plugin backend's macros (pkg/macros/macros.go of grafana/clickhouse-datasource
+    v4.20.0, `ClickHouseMacros`), run after the frontend: each name, the text it becomes.
+    The SDK defaults the plugin keeps as they are ($__interval, $__interval_ms, $__table,
+    $__column) and the statement macros ($__columns, $__lttb, ...) are not modelled: expand()
+    fails on a query that uses them. (The plugin also skips macros inside SQL comments; the
+    dashboards put none there, and a test holds them to that.)"""
     f, t = ctx.from_s, ctx.to_s
     secs = max(int(ctx.interval_s), 1)
     ms = max(int(ctx.interval_s * 1000), 1)
@@ -233,13 +238,16 @@ def backend_macros(sql: str, ctx: GrafanaContext) -> str:
         "dateFilter": lambda a: f"{one(a)} >= {_date(f)} AND {one(a)} <= {_date(t)}",
         "dateTimeFilter": lambda a: f"({a[0]} >= {_date(f)} AND {a[0]} <= {_date(t)}) AND "
         f"({a[1]} >= {_dt(f)} AND {a[1]} <= {_dt(t)})",
+        "timeFrom": lambda a: f"{one(a)} >= {_dt(f)}",
+        "timeTo": lambda a: f"{one(a)} <= {_dt(t)}",
+        "timeGroup": lambda a: f"toStartOfInterval(toDateTime({a[0]}), INTERVAL {_go_duration_s(a[1])} second)",
         "timeInterval": lambda a: f"toStartOfInterval(toDateTime({one(a)}), INTERVAL {secs} second)",
         "timeInterval_ms": lambda a: f"toStartOfInterval(toDateTime64({one(a)}, 3), INTERVAL {ms} millisecond)",
         "interval_s": lambda a: str(secs),
     }
     table["dt"] = table["dateTimeFilter"]
     arg_counts = {"timeFilter": 1, "timeFilter_ms": 1, "dateFilter": 1, "dateTimeFilter": 2, "dt": 2,
-                  "timeInterval": 1, "timeInterval_ms": 1}
+                  "timeInterval": 1, "timeInterval_ms": 1, "timeFrom": 1, "timeTo": 1, "timeGroup": 2}
     # Longest names first, and a word boundary after the name, as sqlds matches them.
     for name in sorted(table, key=len, reverse=True):
         pat = re.compile(r"\$__" + re.escape(name) + r"\b")
@@ -260,6 +268,19 @@ def backend_macros(sql: str, ctx: GrafanaContext) -> str:
                 raise AssertionError(f"$__{name} expects {want} argument(s), got {args}")
             sql = sql[: m.start()] + table[name](args) + sql[end:]
     return sql
+
+
+def _go_duration_s(arg: str) -> int:
+    """$__timeGroup's period (Go's time.ParseDuration, quotes stripped) in whole seconds."""
+    text = arg.strip().strip("'\"")
+    units = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise AssertionError(f"$__timeGroup: invalid interval {arg!r}")
+    secs = round(sum(float(n) * units[u] for n, u in parts))
+    if secs <= 0:
+        raise AssertionError(f"$__timeGroup: interval must be positive, got {arg!r}")
+    return secs
 
 
 def expand(sql: str, ctx: GrafanaContext) -> str:
@@ -435,3 +456,51 @@ class HttpEngine:
         db, self.database = self.database, None
         self.run(f"DROP DATABASE IF EXISTS {db}")
         self.database = db
+
+
+# --------------------------------------------------------------------------------------------
+# Comparing one query's rows from the two engines
+# --------------------------------------------------------------------------------------------
+
+# Columns computed from `now()`: the engines are asked one after the other, so across a
+# second's boundary they differ by one (seen in CI).
+NOW_DERIVED = {"age_s"}
+
+
+def _cell(v) -> str:
+    """A value as comparable text: the engines type equal results differently (18.16 quotes
+    64-bit integers in JSON, chDB does not; Float64 beside UInt64), but must not disagree."""
+    if isinstance(v, bool):
+        v = int(v)
+    if isinstance(v, (int, float)):
+        return f"{float(v):.6g}"
+    if isinstance(v, str):
+        try:
+            return f"{float(v):.6g}"
+        except ValueError:
+            return v
+    if isinstance(v, list):
+        return "[" + ",".join(_cell(x) for x in v) + "]"
+    return str(v)
+
+
+def disagreement(a: Result, b: Result, now_derived=NOW_DERIVED) -> str | None:
+    """None when the two results hold the same columns and rows (rows in any order; columns
+    computed from `now()` within a second of each other), else what differs."""
+    if a.names != b.names:
+        return f"columns differ: {a.names} != {b.names}"
+    ages = [i for i, n in enumerate(a.names) if n in now_derived]
+
+    def keyed(rows):
+        return sorted(([_cell(v) for i, v in enumerate(r) if i not in ages], [int(r[i]) for i in ages])
+                      for r in rows)
+
+    ka, kb = keyed(a.rows), keyed(b.rows)
+    ra, rb = [r for r, _ in ka], [r for r, _ in kb]
+    if ra != rb:
+        return (f"rows differ ({len(ra)} and {len(rb)}): only in the first {[r for r in ra if r not in rb][:5]}, "
+                f"only in the second {[r for r in rb if r not in ra][:5]}")
+    for (_, ta), (_, tb) in zip(ka, kb):
+        if any(abs(x - y) > 1 for x, y in zip(ta, tb)):
+            return f"columns computed from now() differ by more than a second: {ta} and {tb}"
+    return None
