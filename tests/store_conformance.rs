@@ -2204,6 +2204,30 @@ async fn check_totals(store: &ClickHouseStore, all: &[Verdict], when: &str) {
             .count() as u64;
         let page = store.list_verdicts(&f).await.unwrap();
         assert_eq!(page.total, want, "{when}: {f:?}");
+        // And the pages, walked 7 at a time, are the matching intents newest first.
+        let mut expect: Vec<&Verdict> = all
+            .iter()
+            .filter(|v| f.state.is_none_or(|s| v.state == s))
+            .filter(|v| f.tool.is_none() || v.tool == f.tool)
+            .filter(|v| {
+                f.finding
+                    .is_none_or(|k| v.findings.iter().any(|x| x.kind == k))
+            })
+            .collect();
+        expect.sort_by(|a, b| (b.listed_at, &b.intent_id).cmp(&(a.listed_at, &a.intent_id)));
+        let expect: Vec<VerdictDoc> = expect
+            .into_iter()
+            .map(|v| VerdictDoc::from_verdict(v))
+            .collect();
+        let walked = every_page(
+            store,
+            VerdictFilter {
+                limit: 7,
+                ..f.clone()
+            },
+        )
+        .await;
+        assert_eq!(walked, expect, "{when}: {f:?}");
     }
 }
 

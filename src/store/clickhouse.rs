@@ -711,7 +711,7 @@ impl Store for ClickHouseStore {
             })?;
             let (row, findings) = verdict_rows(v, doc, first + i as u64)?;
             rows.lookups.extend(lookup_rows(v, first + i as u64));
-            rows.verdicts.push(row);
+            rows.push_verdict(row);
             rows.findings.extend(findings);
         }
         self.write(rows).await
@@ -723,14 +723,10 @@ impl Store for ClickHouseStore {
         }
         let listed = self.listed_ns_of(&intent_ids).await?;
         let first = self.clock.take(intent_ids.len() as u64);
-        let rows = Rows {
-            verdicts: intent_ids
-                .iter()
-                .enumerate()
-                .map(|(i, id)| verdict_tombstone(id, listed(id), first + i as u64))
-                .collect(),
-            ..Rows::default()
-        };
+        let mut rows = Rows::default();
+        for (i, id) in intent_ids.iter().enumerate() {
+            rows.push_verdict(verdict_tombstone(id, listed(id), first + i as u64));
+        }
         self.write(rows).await
     }
 
@@ -772,8 +768,7 @@ impl Store for ClickHouseStore {
         };
         // One INSERT into reckon_verdicts holds the tombstones and the verdicts beside them.
         for (i, id) in d.removed.iter().enumerate() {
-            rows.verdicts
-                .push(verdict_tombstone(id, listed(id), first + i as u64));
+            rows.push_verdict(verdict_tombstone(id, listed(id), first + i as u64));
         }
         let first = first + d.removed.len() as u64;
         for (i, v) in d.verdicts.iter().enumerate() {
@@ -782,7 +777,7 @@ impl Store for ClickHouseStore {
             })?;
             let (row, findings) = verdict_rows(v, doc, first + i as u64)?;
             rows.lookups.extend(lookup_rows(v, first + i as u64));
-            rows.verdicts.push(row);
+            rows.push_verdict(row);
             rows.findings.extend(findings);
         }
         self.write(rows).await
@@ -832,7 +827,13 @@ impl Store for ClickHouseStore {
     async fn get_verdict(&self, intent_id: &str) -> Result<Option<VerdictDoc>, StoreError> {
         let q = self
             .client
-            .query("SELECT doc, listed_ns FROM reckon_verdicts FINAL WHERE intent_id = ? AND deleted = 0")
+            // The document is in the listing (v11), found by the place the verdict row names;
+            // under FINAL, the current version of that one key.
+            .query(
+                "SELECT doc, listed_ns FROM (SELECT doc, listed_ns, deleted FROM reckon_intent_list FINAL
+                     WHERE (listed_ns, intent_id) IN (SELECT listed_ns, intent_id FROM reckon_verdicts WHERE intent_id = ?))
+                 WHERE deleted = 0",
+            )
             .bind(intent_id);
         match self.fetch::<DocRow>("get verdict", q).await?.pop() {
             Some(r) => serde_json::from_str::<VerdictDoc>(&r.doc)
@@ -905,27 +906,39 @@ impl Store for ClickHouseStore {
             l.outer_args.push(Arg::S(value.into()));
         }
         let after = after.map(|c| (c.listed_at.0.max(0) as u64, c.intent_id));
-        // The counts answer the filters they have dimensions for (see `counts.rs`).
-        let counted = filter.since.is_none() && !l.keyed;
+        // The counts answer the filters they have dimensions for (see `counts.rs`): the total,
+        // and how far back the page's rows lie.
         let dims = counts::Dims {
             state: filter.state.map(|s| s.as_str()),
             tool: filter.tool.as_deref(),
             finding: filter.finding.map(|k| code(&FindingKind::ALL, k) as u8),
         };
+        let hours = if filter.since.is_none() && !l.keyed {
+            counts::hours_counted(&self.conn(), &dims).await?
+        } else {
+            None
+        };
         let total = async {
-            if counted {
-                counts::intents_total(&self.conn(), &dims, async |within| {
-                    l.count(self, "count verdicts", within).await
-                })
-                .await
-            } else {
-                l.count(self, "count verdicts", None).await
+            match &hours {
+                Some(hours) => {
+                    counts::intents_total(hours, async |within| {
+                        l.count(self, "count verdicts", within).await
+                    })
+                    .await
+                }
+                None => l.count(self, "count verdicts", None).await,
             }
         };
-        let (total, keys) = tokio::join!(
-            total,
-            l.walk(self, "list verdicts", after, wall_ns(), limit + 1),
+        let walk = l.walk(
+            self,
+            "list verdicts",
+            after,
+            wall_ns(),
+            limit + 1,
+            hours.as_deref(),
+            Some("doc"),
         );
+        let (total, keys) = tokio::join!(total, walk);
         let (total, mut keys) = (total?, keys?);
         // One extra row tells whether there is a next page.
         let more = keys.len() > limit;
@@ -948,24 +961,37 @@ impl Store for ClickHouseStore {
             });
         }
         let (lo, hi) = listing::span(&keys);
-        let ids: Vec<&str> = keys.iter().map(|k| k.id.as_str()).collect();
-        let versions: Vec<u64> = keys.iter().map(|k| k.version).collect();
-        let q = self
-            .client
-            .query(
-                "SELECT intent_id, version, doc FROM reckon_intent_list
-                 WHERE listed_ns >= ? AND listed_ns <= ? AND intent_id IN ? AND version IN ?",
-            )
-            .bind(lo)
-            .bind(hi)
-            .bind(writer::SqlTuple(&ids))
-            .bind(writer::SqlTuple(&versions));
-        let mut docs: HashMap<(String, u64), String> = self
-            .fetch::<(String, u64, String)>("list verdicts: documents", q)
-            .await?
-            .into_iter()
-            .map(|(id, v, doc)| ((id, v), doc))
+        let mut docs: HashMap<(String, u64), String> = HashMap::new();
+        // Read with the keys when the page's range was small (see `Listing::walk`).
+        for k in &mut keys {
+            if let Some(doc) = k.inline.take() {
+                docs.insert((k.id.clone(), k.version), doc);
+            }
+        }
+        let missing: Vec<&listing::Key> = keys
+            .iter()
+            .filter(|k| !docs.contains_key(&(k.id.clone(), k.version)))
             .collect();
+        if !missing.is_empty() {
+            let ids: Vec<&str> = missing.iter().map(|k| k.id.as_str()).collect();
+            let versions: Vec<u64> = missing.iter().map(|k| k.version).collect();
+            let q = self
+                .client
+                .query(
+                    "SELECT intent_id, version, doc FROM reckon_intent_list
+                     WHERE listed_ns >= ? AND listed_ns <= ? AND intent_id IN ? AND version IN ?",
+                )
+                .bind(lo)
+                .bind(hi)
+                .bind(writer::SqlTuple(&ids))
+                .bind(writer::SqlTuple(&versions));
+            docs.extend(
+                self.fetch::<(String, u64, String)>("list verdicts: documents", q)
+                    .await?
+                    .into_iter()
+                    .map(|(id, v, doc)| ((id, v), doc)),
+            );
+        }
         // A verdict rewritten and merged between the two reads has lost the version the first
         // chose: its current one is read instead (it keeps its place, which never changes).
         let lost: Vec<&str> = keys
@@ -1273,7 +1299,15 @@ impl Store for ClickHouseStore {
         };
         let (total, keys) = tokio::join!(
             l.count(self, "count escalations", None),
-            l.walk(self, "page escalations", after, wall_ns(), limit + 1),
+            l.walk(
+                self,
+                "page escalations",
+                after,
+                wall_ns(),
+                limit + 1,
+                None,
+                None
+            ),
         );
         let (total, mut keys) = (total?, keys?);
         let more = keys.len() > limit;

@@ -127,23 +127,23 @@ fn ranges(hours: &[u32]) -> (String, Vec<Arg>) {
     (format!("({})", sql.join(" OR ")), args)
 }
 
-/// How many intents the filter matches: the counts of the hours counted since their last write,
-/// the listing's rows for the rest. `live` counts the listing's rows of a set of hours (`None`:
-/// all of them) under the same filter.
-pub(super) async fn intents_total(
+/// One hour of listing places under a filter: how many intents match and how many there are
+/// (as of its last count), and whether it was written since.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct HourCount {
+    pub hour: u32,
+    pub stale: bool,
+    pub matching: u64,
+    pub everyone: u64,
+}
+
+/// Every hour with its counts under `dims`, newest first, in one read; `None` when the counts
+/// cannot answer (never made, or too many hours written since: a store still being counted).
+pub(super) async fn hours_counted(
     store: &Conn,
     dims: &Dims<'_>,
-    live: impl AsyncFnOnce(Option<(String, Vec<Arg>)>) -> Result<u64, StoreError>,
-) -> Result<u64, StoreError> {
-    let (written, counted) = hours(store).await?;
-    let stale: Vec<u32> = stale(&written, &counted)
-        .into_iter()
-        .map(|(h, _)| h)
-        .collect();
-    if stale.len() > MAX_LIVE_HOURS || counted.is_empty() {
-        return live(None).await;
-    }
-    let mut cond = String::from(" AND finding = ?");
+) -> Result<Option<Vec<HourCount>>, StoreError> {
+    let mut cond = String::from("finding = ?");
     let mut args = vec![Arg::U(u64::from(dims.finding.unwrap_or(0)))];
     if let Some(s) = dims.state {
         cond.push_str(" AND state = ?");
@@ -153,33 +153,71 @@ pub(super) async fn intents_total(
         cond.push_str(" AND tool = ?");
         args.push(Arg::S(t.into()));
     }
-    // The hours counted at an older version than written are read live instead; an hour whose
-    // listing rows are gone (none written) has no counts to add either way.
-    let counted_sql = format!(
-        "SELECT sum(intents) FROM (SELECT hour, state, tool, finding, intents FROM reckon_intent_counts FINAL)
-         WHERE toUInt32(hour) NOT IN ?{cond}"
+    // An hour never counted has no row on the right: its counted version reads as 0.
+    let sql = format!(
+        "SELECT toUInt32(hour), written, counted, matching, everyone FROM
+            (SELECT hour, max(version) AS written FROM reckon_intent_list_hours GROUP BY hour)
+         ANY LEFT JOIN
+            (SELECT hour, max(version) AS counted, sumIf(intents, {cond}) AS matching,
+                 sumIf(intents, finding = 0) AS everyone
+             FROM (SELECT hour, state, tool, finding, intents, version FROM reckon_intent_counts FINAL)
+             GROUP BY hour)
+         USING hour
+         ORDER BY hour DESC"
     );
-    let mut counted_args = vec![];
-    let excluded: Vec<u64> = stale.iter().map(|h| u64::from(*h)).collect();
-    let q = store
-        .client
-        .query(&counted_sql)
-        .bind(super::writer::SqlTuple(if excluded.is_empty() {
-            &[u64::MAX][..]
-        } else {
-            &excluded[..]
-        }));
-    counted_args.extend(args);
-    let counted_total = store.fetch::<u64>("counted intents", bind_all(q, &counted_args));
-    let live_total = async {
-        if stale.is_empty() {
-            Ok(0)
-        } else {
-            live(Some(ranges(&stale))).await
+    let rows: Vec<(u32, u64, u64, u64, u64)> = store
+        .fetch("counted hours", bind_all(store.client.query(&sql), &args))
+        .await?;
+    let hours: Vec<HourCount> = rows
+        .into_iter()
+        .map(|(hour, written, counted, matching, everyone)| HourCount {
+            hour,
+            stale: counted < written,
+            matching,
+            everyone,
+        })
+        .collect();
+    let stale = hours.iter().filter(|h| h.stale).count();
+    if stale > MAX_LIVE_HOURS || hours.iter().all(|h| h.stale) {
+        return Ok(None);
+    }
+    Ok(Some(hours))
+}
+
+/// How many intents the filter matches: the counts of the hours counted since their last write
+/// (`hours`, from [`hours_counted`]), and `live`, a count of the listing's rows in the others.
+pub(super) async fn intents_total(
+    hours: &[HourCount],
+    live: impl AsyncFnOnce(Option<(String, Vec<Arg>)>) -> Result<u64, StoreError>,
+) -> Result<u64, StoreError> {
+    let counted: u64 = hours.iter().filter(|h| !h.stale).map(|h| h.matching).sum();
+    let mut stale: Vec<u32> = hours.iter().filter(|h| h.stale).map(|h| h.hour).collect();
+    if stale.is_empty() {
+        return Ok(counted);
+    }
+    stale.sort_unstable();
+    Ok(counted + live(Some(ranges(&stale))).await?)
+}
+
+/// Where a slab that ends before `below` (unix ns, exclusive) must begin to hold `still` more
+/// matching rows, by the counts (`hours` newest first; an hour written since it was counted
+/// is taken at its last count: the walk reads on if that fell short), and how many rows of
+/// any kind that range holds. 0: the rest of the listing.
+pub(super) fn reach(hours: &[HourCount], below: u64, still: usize) -> (u64, u64) {
+    let mut matching = 0u64;
+    let mut rows = 0u64;
+    for h in hours {
+        let start = u64::from(h.hour) * 1_000_000_000;
+        if start >= below {
+            continue;
         }
-    };
-    let (c, l) = tokio::join!(counted_total, live_total);
-    Ok(c?.pop().unwrap_or(0) + l?)
+        matching += h.matching;
+        rows += h.everyone;
+        if matching >= still as u64 {
+            return (start, rows);
+        }
+    }
+    (0, rows)
 }
 
 /// One pass: recount the hours written since they were counted, up to [`HOURS_PER_PASS`],

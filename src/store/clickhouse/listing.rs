@@ -10,7 +10,7 @@
 //! key, so they may filter before versions collapse); the filters on what a row says sit
 //! outside, on its current version.
 
-use super::{bind_all, Arg, ClickHouseStore, StoreError};
+use super::{bind_all, counts, Arg, ClickHouseStore, StoreError};
 
 const HOUR_NS: u64 = 3_600 * 1_000_000_000;
 
@@ -41,12 +41,14 @@ pub(super) struct Listing {
     pub keyed: bool,
 }
 
-/// A row of a page: its place, id and the version `FINAL` chose.
+/// A row of a page: its place, id and the version `FINAL` chose, and the inline column's
+/// value if it was read with it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Key {
     pub listed_ns: u64,
     pub id: String,
     pub version: u64,
+    pub inline: Option<String>,
 }
 
 /// The upper end of a slab.
@@ -61,9 +63,11 @@ enum Upper {
 }
 
 impl Listing {
-    fn select(&self, what: &str) -> String {
+    /// `SELECT what` over the current versions (`{inner}` marks where the key conditions go);
+    /// `extra`, a column the inner read selects besides those the conditions need.
+    fn select(&self, what: &str, extra: Option<&str>) -> String {
         let mut cols = format!("{}, listed_ns, version", self.id);
-        for c in &self.cols {
+        for c in self.cols.iter().copied().chain(extra) {
             cols.push_str(", ");
             cols.push_str(c);
         }
@@ -88,7 +92,7 @@ impl Listing {
             inner.push_str(&cond);
             args.extend(cond_args);
         }
-        let sql = self.select("count()").replace("{inner}", &inner);
+        let sql = self.select("count()", None).replace("{inner}", &inner);
         args.extend(self.outer_args.iter().cloned());
         Ok(store
             .fetch::<u64>(op, bind_all(store.client.query(&sql), &args))
@@ -98,7 +102,11 @@ impl Listing {
     }
 
     /// The keys of up to `want` rows after `after` (`(listed_ns, id)`; `None`: from the newest),
-    /// newest first; `now` anchors the first page's first slab.
+    /// newest first; `now` anchors the first page's first slab. With `counted` (the rows that
+    /// match per hour, newest first: [`counts::hours`]) each slab reaches exactly as far back as
+    /// the counts say the rows still wanted lie, so a page is one read; and when that range holds
+    /// few rows more than the page, `inline` (a column, the document) is read with the keys
+    /// rather than after them.
     pub async fn walk(
         &self,
         store: &ClickHouseStore,
@@ -106,6 +114,8 @@ impl Listing {
         after: Option<(u64, String)>,
         now: u64,
         want: usize,
+        counted: Option<&[counts::HourCount]>,
+        inline: Option<&'static str>,
     ) -> Result<Vec<Key>, StoreError> {
         let anchor = after.as_ref().map_or(now, |(ns, _)| *ns);
         let mut upper = match after {
@@ -113,11 +123,28 @@ impl Listing {
             None => Upper::Open,
         };
         let mut keys: Vec<Key> = Vec::new();
-        for reach in REACH_NS.iter().map(Some).chain([None]) {
-            let lower = match reach {
-                Some(r) if !self.keyed => anchor.saturating_sub(*r),
-                _ => 0,
+        let mut reaches = REACH_NS.iter();
+        loop {
+            let still = want - keys.len();
+            let below = match &upper {
+                Upper::Open => u64::MAX,
+                Upper::Cursor(ns, _) => ns.saturating_add(1),
+                Upper::Below(ns) => *ns,
             };
+            let (lower, rows) = if self.keyed {
+                (0, None)
+            } else if let Some(hours) = counted {
+                let (lower, rows) = counts::reach(hours, below, still);
+                (lower, Some(rows))
+            } else {
+                (
+                    reaches.next().map_or(0, |r| anchor.saturating_sub(*r)),
+                    None,
+                )
+            };
+            // Reading the documents of a few more rows than the page costs less than a second
+            // round trip for them.
+            let inline = inline.filter(|_| rows.is_some_and(|r| r <= 4 * still as u64 + 64));
             let mut inner = self.inner.clone();
             let mut args = self.inner_args.clone();
             if lower > 0 {
@@ -140,20 +167,26 @@ impl Listing {
                 }
             }
             args.extend(self.outer_args.iter().cloned());
-            args.push(Arg::U((want - keys.len()) as u64));
+            args.push(Arg::U(still as u64));
+            let what = format!(
+                "{}, listed_ns, version, {}",
+                self.id,
+                inline.unwrap_or("''")
+            );
+            let select = self.select(&what, inline);
             let sql = format!(
                 "{} ORDER BY listed_ns DESC, {} DESC LIMIT ?",
-                self.select(&format!("{}, listed_ns, version", self.id))
-                    .replace("{inner}", &inner),
+                select.replace("{inner}", &inner),
                 self.id
             );
-            let rows: Vec<(String, u64, u64)> = store
+            let rows: Vec<(String, u64, u64, String)> = store
                 .fetch(op, bind_all(store.client.query(&sql), &args))
                 .await?;
-            keys.extend(rows.into_iter().map(|(id, listed_ns, version)| Key {
+            keys.extend(rows.into_iter().map(|(id, listed_ns, version, value)| Key {
                 listed_ns,
                 id,
                 version,
+                inline: inline.map(|_| value),
             }));
             if keys.len() >= want || lower == 0 {
                 break;

@@ -144,8 +144,8 @@ pub struct IntentListRow {
 }
 
 impl IntentListRow {
-    /// The listing row of a verdict row.
-    pub fn of(v: &VerdictRow) -> IntentListRow {
+    /// The listing row of a verdict row, holding its document.
+    pub fn of(v: &VerdictRow, doc: String) -> IntentListRow {
         IntentListRow {
             listed_at: secs(v.listed_ns),
             listed_ns: v.listed_ns,
@@ -154,7 +154,7 @@ impl IntentListRow {
             state: v.state,
             last_event_ns: v.last_event_ns,
             finding_kinds: v.finding_kinds.clone(),
-            doc: v.doc.clone(),
+            doc,
             deleted: v.deleted,
             version: v.version,
         }

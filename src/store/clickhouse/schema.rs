@@ -357,7 +357,9 @@ SELECT trace_id, span_id, 1, intent_id FROM reckon_readbacks";
 /// `FINAL` over the whole table. Rows from before take their place from the time they hold
 /// (a column `DEFAULT`, so nothing is rewritten); the listing tables are filled from the
 /// current version of each row. The intents listing keeps the page's columns, the filters'
-/// and the verdict document, in small granules: a page reads the documents of its own range.
+/// and the verdict document, in small granules (256 rows): a page reads the documents of its own
+/// range.
+/// It is the only copy of the document from v11 on: `reckon_verdicts.doc` is written empty.
 /// The escalations listing is a copy of `reckon_escalations` (the same rows, written beside).
 /// 18.16 drops the comment of an `ADD COLUMN`; current servers keep it.
 pub const V11_VERDICT_LISTED: &str = "
@@ -382,7 +384,7 @@ CREATE TABLE IF NOT EXISTS reckon_intent_list (
 ) ENGINE = ReplacingMergeTree(version)
 PARTITION BY toYYYYMM(listed_at)
 ORDER BY (listed_ns, intent_id)
-SETTINGS index_granularity = 1024";
+SETTINGS index_granularity = 256";
 pub const V11_INTENT_LIST_FILL: &str = "
 INSERT INTO reckon_intent_list
     (listed_at, listed_ns, intent_id, tool, state, last_event_ns, finding_kinds, doc, deleted, version)
@@ -393,7 +395,7 @@ CREATE TABLE IF NOT EXISTS reckon_escalation_list AS reckon_escalations
 ENGINE = ReplacingMergeTree(version)
 PARTITION BY toYYYYMM(listed_at)
 ORDER BY (listed_ns, id)
-SETTINGS index_granularity = 1024";
+SETTINGS index_granularity = 256";
 pub const V11_ESCALATION_LIST_FILL: &str = "
 INSERT INTO reckon_escalation_list SELECT * FROM reckon_escalations FINAL";
 

@@ -56,9 +56,19 @@ pub struct Rows {
     pub meta: Vec<MetaRow>,
     pub lookups: Vec<LookupRow>,
     pub span_owners: Vec<SpanOwnerRow>,
+    /// The listing rows of `verdicts`, which hold their documents ([`Rows::push_verdict`]).
+    pub intent_list: Vec<IntentListRow>,
 }
 
 impl Rows {
+    /// A verdict row and its listing row. The document goes to the listing alone (v11):
+    /// `reckon_verdicts.doc` is written empty, so each document is stored once.
+    pub fn push_verdict(&mut self, mut row: VerdictRow) {
+        let doc = std::mem::take(&mut row.doc);
+        self.intent_list.push(IntentListRow::of(&row, doc));
+        self.verdicts.push(row);
+    }
+
     pub fn len(&self) -> usize {
         self.attempts.len()
             + self.readbacks.len()
@@ -71,6 +81,7 @@ impl Rows {
             + self.meta.len()
             + self.lookups.len()
             + self.span_owners.len()
+            + self.intent_list.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -606,39 +617,10 @@ async fn insert_all(
     insert(client, retry, FINDINGS, parts, |r| &r.findings).await?;
     insert(client, retry, LOOKUPS, parts, |r| &r.lookups).await?;
     insert(client, retry, ROUTES, parts, |r| &r.routes).await?;
-    insert_intent_list(client, retry, parts).await?;
+    insert(client, retry, INTENT_LIST, parts, |r| &r.intent_list).await?;
     insert(client, retry, VERDICTS, parts, |r| &r.verdicts).await?;
     insert(client, retry, META, parts, |r| &r.meta).await?;
     Ok(())
-}
-
-/// The listing rows of the verdict rows (`IntentListRow::of`), made one at a time as they are
-/// sent rather than kept beside them: each holds a copy of the document.
-async fn insert_intent_list(
-    client: &::clickhouse::Client,
-    retry: &RetryPolicy,
-    parts: &[&Rows],
-) -> Result<(), ClickHouseError> {
-    if parts.iter().all(|p| p.verdicts.is_empty()) {
-        return Ok(());
-    }
-    retry
-        .run(
-            || format!("INSERT INTO {INTENT_LIST}"),
-            || async {
-                let mut ins = client
-                    .insert::<IntentListRow>(INTENT_LIST)
-                    .await?
-                    .with_timeouts(Some(super::SEND_TIMEOUT), Some(super::END_TIMEOUT));
-                for p in parts {
-                    for row in &p.verdicts {
-                        ins.write(&IntentListRow::of(row)).await?;
-                    }
-                }
-                ins.end().await
-            },
-        )
-        .await
 }
 
 async fn insert<T>(
