@@ -2313,14 +2313,96 @@ async fn clickhouse_totals_come_from_recounted_hours() {
     // a total with `since`, which reads the listing.
     ch.client()
         .query(
-            "INSERT INTO reckon_intent_counts (hour, state, tool, finding, intents, version)
-             VALUES (toDateTime(97200), 'completed', '', 0, 7, 18446744073709551615)",
+            "INSERT INTO reckon_listing_counts (listing, hour, dim1, dim2, finding, n, version)
+             VALUES ('intents', toDateTime(97200), 'completed', '', 0, 7, 18446744073709551615)",
         )
         .execute()
         .await
         .unwrap();
     assert_eq!(total(&store, None).await, 200_000 + completed - 793);
     assert_eq!(total(&store, Some(at(0))).await, completed);
+    drop(store);
+    ch.finish().await;
+}
+
+/// Escalation totals and pages on ClickHouse come from the same hourly counts (status and
+/// severity): right before a recount, after it, and after changes the counts have not seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clickhouse_escalation_totals_come_from_recounted_hours() {
+    let Some(ch) = ClickHouse::new().await else {
+        return;
+    };
+    let store = ch.open().await;
+    let statuses = [
+        EscalationStatus::Open,
+        EscalationStatus::Claimed,
+        EscalationStatus::Resolved,
+    ];
+    let mut all: Vec<Escalation> = (0..30)
+        .map(|i| {
+            let mut e = escalation(&format!("e-{i:02}"), statuses[i % 3], at(i as i64 * 600), 1);
+            e.severity = if i % 4 == 0 {
+                Severity::High
+            } else {
+                Severity::Critical
+            };
+            e
+        })
+        .collect();
+    store.put_escalations(all.clone()).await.unwrap();
+    async fn check(store: &ClickHouseStore, all: &[Escalation], when: &str) {
+        let filters = [
+            EscalationFilter::default(),
+            EscalationFilter {
+                status: Some(EscalationStatus::Open),
+                ..Default::default()
+            },
+            EscalationFilter {
+                severity: Some(Severity::High),
+                status: Some(EscalationStatus::Resolved),
+                ..Default::default()
+            },
+        ];
+        for f in filters {
+            let mut want: Vec<&Escalation> = all
+                .iter()
+                .filter(|e| f.status.is_none_or(|s| e.status == s))
+                .filter(|e| f.severity.is_none_or(|s| e.severity == s))
+                .collect();
+            want.sort_by(|a, b| (b.listed_at, &b.id).cmp(&(a.listed_at, &a.id)));
+            let want: Vec<String> = want.iter().map(|e| e.id.clone()).collect();
+            let mut got = Vec::new();
+            let mut filter = EscalationFilter {
+                limit: 4,
+                ..f.clone()
+            };
+            loop {
+                let page = store.page_escalations(&filter).await.unwrap();
+                assert_eq!(page.total, want.len() as u64, "{when}: {f:?}");
+                got.extend(page.items.into_iter().map(|e| e.id));
+                match page.next_cursor {
+                    Some(c) => filter.cursor = Some(c),
+                    None => break,
+                }
+            }
+            assert_eq!(got, want, "{when}: {f:?}");
+        }
+    }
+    check(&store, &all, "before any recount").await;
+    while store.recount().await.unwrap() > 0 {}
+    check(&store, &all, "counted").await;
+    all[0].status = EscalationStatus::Claimed;
+    all[0].claimed_by = Some("ana".into());
+    all[0].version = 2;
+    all[7].status = EscalationStatus::Resolved;
+    all[7].version = 2;
+    store
+        .put_escalations(vec![all[0].clone(), all[7].clone()])
+        .await
+        .unwrap();
+    check(&store, &all, "changed, not recounted").await;
+    while store.recount().await.unwrap() > 0 {}
+    check(&store, &all, "recounted").await;
     drop(store);
     ch.finish().await;
 }

@@ -909,19 +909,19 @@ impl Store for ClickHouseStore {
         // The counts answer the filters they have dimensions for (see `counts.rs`): the total,
         // and how far back the page's rows lie.
         let dims = counts::Dims {
-            state: filter.state.map(|s| s.as_str()),
-            tool: filter.tool.as_deref(),
+            dim1: filter.state.map(|s| s.as_str()),
+            dim2: filter.tool.as_deref(),
             finding: filter.finding.map(|k| code(&FindingKind::ALL, k) as u8),
         };
         let hours = if filter.since.is_none() && !l.keyed {
-            counts::hours_counted(&self.conn(), &dims).await?
+            counts::hours_counted(&self.conn(), counts::Counted::Intents, &dims).await?
         } else {
             None
         };
         let total = async {
             match &hours {
                 Some(hours) => {
-                    counts::intents_total(hours, async |within| {
+                    counts::total(hours, async |within| {
                         l.count(self, "count verdicts", within).await
                     })
                     .await
@@ -1297,15 +1297,37 @@ impl Store for ClickHouseStore {
             Some(c) => Some((c.listed_at.0 as u64, c.id)),
             None => None,
         };
+        // The counts answer status and severity (an escalation's tool is its intent's).
+        let dims = counts::Dims {
+            dim1: filter.status.map(|s| s.as_str()),
+            dim2: filter.severity.map(|s| s.as_str()),
+            finding: None,
+        };
+        let hours = if filter.tool.is_none() {
+            counts::hours_counted(&self.conn(), counts::Counted::Escalations, &dims).await?
+        } else {
+            None
+        };
+        let total = async {
+            match &hours {
+                Some(hours) => {
+                    counts::total(hours, async |within| {
+                        l.count(self, "count escalations", within).await
+                    })
+                    .await
+                }
+                None => l.count(self, "count escalations", None).await,
+            }
+        };
         let (total, keys) = tokio::join!(
-            l.count(self, "count escalations", None),
+            total,
             l.walk(
                 self,
                 "page escalations",
                 after,
                 wall_ns(),
                 limit + 1,
-                None,
+                hours.as_deref(),
                 None
             ),
         );

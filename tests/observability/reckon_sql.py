@@ -44,8 +44,8 @@ EXPECTED_TABLES = {
     "reckon_span_owners",
     "reckon_intent_list",
     "reckon_escalation_list",
-    "reckon_intent_list_hours",
-    "reckon_intent_counts",
+    "reckon_listing_hours",
+    "reckon_listing_counts",
 }
 EXPECTED_VIEWS = {"reckon_current_verdicts", "reckon_current_findings"}
 

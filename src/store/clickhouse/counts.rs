@@ -1,6 +1,7 @@
-//! The intents listing's totals (`GET /api/v1/intents`' `total`) without reading the listing.
+//! The listings' totals (`GET /api/v1/intents` and `/escalations`' `total`) without reading
+//! the listings, and how far back a page's rows lie.
 //!
-//! A total under `FINAL` reads every row of `reckon_intent_list` (tens of millions over a year),
+//! A total under `FINAL` reads every row of a listing (tens of millions over a year),
 //! and 18.16 has no way to keep exact counts of a `ReplacingMergeTree` as rows are rewritten
 //! (no deduplication of a retried INSERT outside replicated tables, so +1/-1 deltas would drift).
 //! So the counts are recounted, not maintained: per hour of listing places, from that hour's rows
@@ -12,14 +13,15 @@
 //! (`reckon_intent_list_hours`, a materialized view of every INSERT), so any instance may count
 //! and any may read.
 //!
-//! Only the filters the counts have dimensions for are answered this way: state, tool and one
-//! finding kind. `since` (a time of last activity, not of listing) and the lookups (a few
-//! exact keys) are counted from the listing.
+//! Only the filters the counts have dimensions for are answered this way: for intents state,
+//! tool and one finding kind, for escalations status and severity. The intents' `since` (a time
+//! of last activity, not of listing), their lookups (a few exact keys) and the escalations'
+//! tool (their intent's) are counted from the listing.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use super::rows::{IntentCountRow, INTENT_COUNTS};
+use super::rows::{CountRow, COUNTS};
 use super::{bind_all, Arg, RetryPolicy, StoreError};
 
 /// What counting needs of the store: its client and retry policy (the background task holds
@@ -42,13 +44,13 @@ impl Conn {
     }
 
     /// Counts rows are idempotent (the same hour at the same version), so a retry is safe.
-    async fn insert(&self, rows: &[IntentCountRow]) -> Result<(), StoreError> {
+    async fn insert(&self, rows: &[CountRow]) -> Result<(), StoreError> {
         Ok(self
             .retry
             .run(
-                || format!("INSERT INTO {INTENT_COUNTS}"),
+                || format!("INSERT INTO {COUNTS}"),
                 || async {
-                    let mut ins = self.client.insert::<IntentCountRow>(INTENT_COUNTS).await?;
+                    let mut ins = self.client.insert::<CountRow>(COUNTS).await?;
                     for r in rows {
                         ins.write(r).await?;
                     }
@@ -72,22 +74,67 @@ const MAX_LIVE_HOURS: usize = 512;
 
 const HOUR_NS: u64 = 3_600_000_000_000;
 
-/// A filter the counts can answer: each `None` is "any".
+/// A listing with counts (`reckon_listing_counts.listing`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Counted {
+    Intents = 1,
+    Escalations = 2,
+}
+
+impl Counted {
+    const ALL: [Counted; 2] = [Counted::Intents, Counted::Escalations];
+
+    /// The `Enum8` name: 18.16 refuses to compare a key's enum with a number.
+    fn name(self) -> &'static str {
+        match self {
+            Counted::Intents => "intents",
+            Counted::Escalations => "escalations",
+        }
+    }
+
+    /// How one hour is counted, each row `(dim1, dim2, finding, count)`.
+    fn recount_sql(self) -> &'static str {
+        match self {
+            Counted::Intents => {
+                "SELECT toString(state), ifNull(tool, ''), finding, count()
+                 FROM (SELECT intent_id, state, tool, finding_kinds, deleted FROM reckon_intent_list FINAL
+                       WHERE listed_ns >= ? AND listed_ns < ?)
+                 ARRAY JOIN arrayPushFront(arrayMap(k -> toUInt8(CAST(k AS Int8)), finding_kinds), toUInt8(0)) AS finding
+                 WHERE deleted = 0
+                 GROUP BY state, tool, finding"
+            }
+            Counted::Escalations => {
+                "SELECT toString(status), toString(severity), toUInt8(0), count()
+                 FROM (SELECT id, status, severity FROM reckon_escalation_list FINAL
+                       WHERE listed_ns >= ? AND listed_ns < ?)
+                 GROUP BY status, severity"
+            }
+        }
+    }
+}
+
+/// A filter the counts can answer: each `None` is "any". For intents `dim1` is the state and
+/// `dim2` the tool (empty: none); for escalations the status and the severity.
 pub(super) struct Dims<'a> {
-    pub state: Option<&'a str>,
-    pub tool: Option<&'a str>,
-    /// The finding kind's code in `finding_kinds` (its `Enum8` value).
+    pub dim1: Option<&'a str>,
+    pub dim2: Option<&'a str>,
+    /// Intents: the finding kind's code in `finding_kinds` (its `Enum8` value).
     pub finding: Option<u8>,
 }
 
 /// Each hour's highest version in the listing, and the version its counts were made at.
-async fn hours(store: &Conn) -> Result<(BTreeMap<u32, u64>, BTreeMap<u32, u64>), StoreError> {
+async fn hours(
+    store: &Conn,
+    listing: Counted,
+) -> Result<(BTreeMap<u32, u64>, BTreeMap<u32, u64>), StoreError> {
     let written = store
         .client
-        .query("SELECT toUInt32(hour), max(version) FROM reckon_intent_list_hours GROUP BY hour");
+        .query("SELECT toUInt32(hour), max(version) FROM reckon_listing_hours WHERE listing = ? GROUP BY hour")
+        .bind(listing.name());
     let counted = store
         .client
-        .query("SELECT toUInt32(hour), max(version) FROM reckon_intent_counts GROUP BY hour");
+        .query("SELECT toUInt32(hour), max(version) FROM reckon_listing_counts WHERE listing = ? GROUP BY hour")
+        .bind(listing.name());
     let (written, counted) = tokio::join!(
         store.fetch::<(u32, u64)>("listing hours", written),
         store.fetch::<(u32, u64)>("counted hours", counted),
@@ -141,26 +188,32 @@ pub(super) struct HourCount {
 /// cannot answer (never made, or too many hours written since: a store still being counted).
 pub(super) async fn hours_counted(
     store: &Conn,
+    listing: Counted,
     dims: &Dims<'_>,
 ) -> Result<Option<Vec<HourCount>>, StoreError> {
     let mut cond = String::from("finding = ?");
-    let mut args = vec![Arg::U(u64::from(dims.finding.unwrap_or(0)))];
-    if let Some(s) = dims.state {
-        cond.push_str(" AND state = ?");
+    let mut args = vec![
+        Arg::S(listing.name().into()),
+        Arg::U(u64::from(dims.finding.unwrap_or(0))),
+    ];
+    if let Some(s) = dims.dim1 {
+        cond.push_str(" AND dim1 = ?");
         args.push(Arg::S(s.into()));
     }
-    if let Some(t) = dims.tool {
-        cond.push_str(" AND tool = ?");
+    if let Some(t) = dims.dim2 {
+        cond.push_str(" AND dim2 = ?");
         args.push(Arg::S(t.into()));
     }
+    args.push(Arg::S(listing.name().into()));
     // An hour never counted has no row on the right: its counted version reads as 0.
     let sql = format!(
         "SELECT toUInt32(hour), written, counted, matching, everyone FROM
-            (SELECT hour, max(version) AS written FROM reckon_intent_list_hours GROUP BY hour)
+            (SELECT hour, max(version) AS written FROM reckon_listing_hours WHERE listing = ? GROUP BY hour)
          ANY LEFT JOIN
-            (SELECT hour, max(version) AS counted, sumIf(intents, {cond}) AS matching,
-                 sumIf(intents, finding = 0) AS everyone
-             FROM (SELECT hour, state, tool, finding, intents, version FROM reckon_intent_counts FINAL)
+            (SELECT hour, max(version) AS counted, sumIf(n, {cond}) AS matching,
+                 sumIf(n, finding = 0) AS everyone
+             FROM (SELECT listing, hour, dim1, dim2, finding, n, version FROM reckon_listing_counts FINAL)
+             WHERE listing = ?
              GROUP BY hour)
          USING hour
          ORDER BY hour DESC"
@@ -184,9 +237,9 @@ pub(super) async fn hours_counted(
     Ok(Some(hours))
 }
 
-/// How many intents the filter matches: the counts of the hours counted since their last write
+/// How many rows the filter matches: the counts of the hours counted since their last write
 /// (`hours`, from [`hours_counted`]), and `live`, a count of the listing's rows in the others.
-pub(super) async fn intents_total(
+pub(super) async fn total(
     hours: &[HourCount],
     live: impl AsyncFnOnce(Option<(String, Vec<Arg>)>) -> Result<u64, StoreError>,
 ) -> Result<u64, StoreError> {
@@ -220,82 +273,71 @@ pub(super) fn reach(hours: &[HourCount], below: u64, still: usize) -> (u64, u64)
     (0, rows)
 }
 
-/// One pass: recount the hours written since they were counted, up to [`HOURS_PER_PASS`],
-/// oldest first. Returns how many it recounted.
+/// One pass: recount, in each listing, the hours written since they were counted, up to
+/// [`HOURS_PER_PASS`], oldest first. Returns how many it recounted.
 pub async fn recount(store: &Conn) -> Result<usize, StoreError> {
-    let (written, counted) = hours(store).await?;
-    let stale = stale(&written, &counted);
-    for &(hour, version) in stale.iter().take(HOURS_PER_PASS) {
-        recount_hour(store, hour, version).await?;
+    let mut n = 0;
+    for listing in Counted::ALL {
+        let (written, counted) = hours(store, listing).await?;
+        let stale = stale(&written, &counted);
+        for &(hour, version) in stale.iter().take(HOURS_PER_PASS) {
+            recount_hour(store, listing, hour, version).await?;
+        }
+        n += stale.len().min(HOURS_PER_PASS);
     }
-    Ok(stale.len().min(HOURS_PER_PASS))
+    Ok(n)
 }
 
-/// Count one hour's intents at `version` (read before counting: a row written while counting
+/// Count one hour of a listing at `version` (read before counting: a row written while counting
 /// leaves the hour stale, counted again next pass), and zero the dimensions it had and has no
 /// more.
-async fn recount_hour(store: &Conn, hour: u32, version: u64) -> Result<(), StoreError> {
+async fn recount_hour(
+    store: &Conn,
+    listing: Counted,
+    hour: u32,
+    version: u64,
+) -> Result<(), StoreError> {
     let lo = u64::from(hour) * 1_000_000_000;
     let q = store
         .client
-        .query(
-            "SELECT state, ifNull(tool, '') AS tool, finding, count()
-             FROM (SELECT intent_id, state, tool, finding_kinds, deleted FROM reckon_intent_list FINAL
-                   WHERE listed_ns >= ? AND listed_ns < ?)
-             ARRAY JOIN arrayPushFront(arrayMap(k -> toUInt8(CAST(k AS Int8)), finding_kinds), toUInt8(0)) AS finding
-             WHERE deleted = 0
-             GROUP BY state, tool, finding",
-        )
+        .query(listing.recount_sql())
         .bind(lo)
         .bind(lo + HOUR_NS);
-    let now: Vec<(i8, String, u8, u64)> = store.fetch("recount an hour", q).await?;
+    let now: Vec<(String, String, u8, u64)> = store.fetch("recount an hour", q).await?;
     let q = store
         .client
         .query(
-            "SELECT state, tool, finding FROM
-                (SELECT hour, state, tool, finding, intents FROM reckon_intent_counts FINAL WHERE hour = toDateTime(?))
-             WHERE intents > 0",
+            "SELECT dim1, dim2, finding FROM
+                (SELECT listing, hour, dim1, dim2, finding, n FROM reckon_listing_counts FINAL
+                 WHERE listing = ? AND hour = toDateTime(?))
+             WHERE n > 0",
         )
+        .bind(listing.name())
         .bind(hour);
-    let before: Vec<(i8, String, u8)> = store.fetch("counts of an hour", q).await?;
-    let present: BTreeSet<(i8, &str, u8)> = now
+    let before: Vec<(String, String, u8)> = store.fetch("counts of an hour", q).await?;
+    let present: BTreeSet<(&str, &str, u8)> = now
         .iter()
-        .map(|(s, t, f, _)| (*s, t.as_str(), *f))
+        .map(|(a, b, f, _)| (a.as_str(), b.as_str(), *f))
         .collect();
-    let mut rows: Vec<IntentCountRow> = now
-        .iter()
-        .map(|(state, tool, finding, n)| IntentCountRow {
-            hour,
-            state: *state,
-            tool: tool.clone(),
-            finding: *finding,
-            intents: *n,
-            version,
-        })
-        .collect();
+    let row = |dim1: &str, dim2: &str, finding: u8, n: u64| CountRow {
+        listing: listing as i8,
+        hour,
+        dim1: dim1.to_string(),
+        dim2: dim2.to_string(),
+        finding,
+        n,
+        version,
+    };
+    let mut rows: Vec<CountRow> = now.iter().map(|(a, b, f, n)| row(a, b, *f, *n)).collect();
     rows.extend(
         before
             .iter()
-            .filter(|(s, t, f)| !present.contains(&(*s, t.as_str(), *f)))
-            .map(|(state, tool, finding)| IntentCountRow {
-                hour,
-                state: *state,
-                tool: tool.clone(),
-                finding: *finding,
-                intents: 0,
-                version,
-            }),
+            .filter(|(a, b, f)| !present.contains(&(a.as_str(), b.as_str(), *f)))
+            .map(|(a, b, f)| row(a, b, *f, 0)),
     );
     if rows.is_empty() {
         // Nothing listed in the hour (every row a tombstone): one zero row marks it counted.
-        rows.push(IntentCountRow {
-            hour,
-            state: 1,
-            tool: String::new(),
-            finding: 0,
-            intents: 0,
-            version,
-        });
+        rows.push(row("", "", 0, 0));
     }
     store.insert(&rows).await
 }

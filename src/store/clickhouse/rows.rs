@@ -25,16 +25,17 @@ pub const LOOKUPS: &str = "reckon_intent_lookup";
 pub const SPAN_OWNERS: &str = "reckon_span_owners";
 pub const INTENT_LIST: &str = "reckon_intent_list";
 pub const ESCALATION_LIST: &str = "reckon_escalation_list";
-pub const INTENT_COUNTS: &str = "reckon_intent_counts";
+pub const COUNTS: &str = "reckon_listing_counts";
 
-/// One hour's count of intents of a state, tool and finding kind (`counts.rs`).
+/// One hour's count of a listing's rows with two dimensions and a finding kind (`counts.rs`).
 #[derive(Clone, Debug, Row, Serialize, Deserialize)]
-pub struct IntentCountRow {
+pub struct CountRow {
+    pub listing: i8,
     pub hour: u32,
-    pub state: i8,
-    pub tool: String,
+    pub dim1: String,
+    pub dim2: String,
     pub finding: u8,
-    pub intents: u64,
+    pub n: u64,
     pub version: u64,
 }
 

@@ -399,39 +399,53 @@ SETTINGS index_granularity = 256";
 pub const V11_ESCALATION_LIST_FILL: &str = "
 INSERT INTO reckon_escalation_list SELECT * FROM reckon_escalations FINAL";
 
-/// v12: the intents listing's totals without reading the listing. `reckon_intent_counts` holds,
-/// per hour of listing places, how many intents of each state and tool there are, in all
-/// (`finding` 0) and with a finding of each kind (its code), as of a version: recounted from
-/// the hour's rows (a range of the listing's primary index) by a background task whenever
-/// `reckon_intent_list_hours` says the hour was written since. That table is filled by a
-/// materialized view on every INSERT into the listing (the highest version per hour: a retried
-/// INSERT changes nothing). A total is then the counts of the hours counted since their last
-/// write plus a count of the listing's rows in the others (`counts.rs`); exact either way.
-/// Hours are UTC hours whatever the server's time zone.
-pub const V12_LIST_HOURS: &str = "
-CREATE TABLE IF NOT EXISTS reckon_intent_list_hours (
+/// v12: the listings' totals without reading the listings. `reckon_listing_counts` holds, per
+/// listing and hour of listing places, how many rows of each pair of dimensions there are (for
+/// intents state and tool, in all (`finding` 0) and with a finding of each kind (its code); for
+/// escalations status and severity), as of a version: recounted from the hour's rows (a range of
+/// the listing's primary index) by a background task whenever `reckon_listing_hours` says the
+/// hour was written since. That table is filled by a materialized view on every INSERT into each
+/// listing (the highest version per hour: a retried INSERT changes nothing). A total is then the
+/// counts of the hours counted since their last write plus a count of the listing's rows in the
+/// others (`counts.rs`); exact either way. Hours are UTC hours whatever the server's time zone.
+pub const V12_LISTING_HOURS: &str = "
+CREATE TABLE IF NOT EXISTS reckon_listing_hours (
+    listing Enum8('intents' = 1, 'escalations' = 2) COMMENT 'reckon_intent_list or reckon_escalation_list',
     hour DateTime COMMENT 'an hour of listing places (UTC): listed_at rounded down',
-    version UInt64 COMMENT 'the highest reckon_intent_list.version written in that hour'
+    version UInt64 COMMENT 'the highest version written to the listing in that hour'
 ) ENGINE = ReplacingMergeTree(version)
-ORDER BY hour";
-pub const V12_LIST_HOURS_VIEW: &str = "
-CREATE MATERIALIZED VIEW IF NOT EXISTS reckon_intent_list_hours_mv TO reckon_intent_list_hours AS
-SELECT toDateTime(intDiv(toUInt32(listed_at), 3600) * 3600) AS hour, max(version) AS version
+ORDER BY (listing, hour)";
+pub const V12_INTENT_HOURS_VIEW: &str = "
+CREATE MATERIALIZED VIEW IF NOT EXISTS reckon_intent_list_hours_mv TO reckon_listing_hours AS
+SELECT CAST('intents' AS Enum8('intents' = 1, 'escalations' = 2)) AS listing,
+    toDateTime(intDiv(toUInt32(listed_at), 3600) * 3600) AS hour, max(version) AS version
 FROM reckon_intent_list GROUP BY hour";
-pub const V12_LIST_HOURS_FILL: &str = "
-INSERT INTO reckon_intent_list_hours (hour, version)
-SELECT toDateTime(intDiv(toUInt32(listed_at), 3600) * 3600) AS hour, max(version)
+pub const V12_ESCALATION_HOURS_VIEW: &str = "
+CREATE MATERIALIZED VIEW IF NOT EXISTS reckon_escalation_list_hours_mv TO reckon_listing_hours AS
+SELECT CAST('escalations' AS Enum8('intents' = 1, 'escalations' = 2)) AS listing,
+    toDateTime(intDiv(toUInt32(listed_at), 3600) * 3600) AS hour, max(version) AS version
+FROM reckon_escalation_list GROUP BY hour";
+pub const V12_INTENT_HOURS_FILL: &str = "
+INSERT INTO reckon_listing_hours (listing, hour, version)
+SELECT CAST('intents' AS Enum8('intents' = 1, 'escalations' = 2)),
+    toDateTime(intDiv(toUInt32(listed_at), 3600) * 3600) AS hour, max(version)
 FROM reckon_intent_list GROUP BY hour";
-pub const V12_INTENT_COUNTS: &str = "
-CREATE TABLE IF NOT EXISTS reckon_intent_counts (
-    hour DateTime COMMENT 'an hour of listing places (UTC), as in reckon_intent_list_hours',
-    state Enum8('completed' = 1, 'failed_after_execution' = 2, 'pending' = 3, 'failed_before_execution' = 4, 'unknown' = 5) COMMENT 'intent state',
-    tool String COMMENT 'tool of the intents; empty for orphan records',
-    finding UInt8 COMMENT '0: every intent; n: those with a finding of the kind whose finding_kinds code is n',
-    intents UInt64 COMMENT 'how many',
-    version UInt64 COMMENT 'the reckon_intent_list_hours.version the hour was counted at: the highest is current'
+pub const V12_ESCALATION_HOURS_FILL: &str = "
+INSERT INTO reckon_listing_hours (listing, hour, version)
+SELECT CAST('escalations' AS Enum8('intents' = 1, 'escalations' = 2)),
+    toDateTime(intDiv(toUInt32(listed_at), 3600) * 3600) AS hour, max(version)
+FROM reckon_escalation_list GROUP BY hour";
+pub const V12_LISTING_COUNTS: &str = "
+CREATE TABLE IF NOT EXISTS reckon_listing_counts (
+    listing Enum8('intents' = 1, 'escalations' = 2) COMMENT 'which listing',
+    hour DateTime COMMENT 'an hour of listing places (UTC), as in reckon_listing_hours',
+    dim1 String COMMENT 'intents: the state; escalations: the status',
+    dim2 String COMMENT 'intents: the tool (empty for orphan records); escalations: the severity',
+    finding UInt8 COMMENT 'intents: 0 every intent, n those with a finding of the kind whose finding_kinds code is n; escalations: 0',
+    n UInt64 COMMENT 'how many rows',
+    version UInt64 COMMENT 'the reckon_listing_hours.version the hour was counted at: the highest is current'
 ) ENGINE = ReplacingMergeTree(version)
-ORDER BY (hour, state, tool, finding)";
+ORDER BY (listing, hour, dim1, dim2, finding)";
 
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
@@ -549,12 +563,14 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 12,
-        name: "intents listing totals by hour",
+        name: "listing totals by hour",
         statements: &[
-            V12_LIST_HOURS,
-            V12_LIST_HOURS_VIEW,
-            V12_LIST_HOURS_FILL,
-            V12_INTENT_COUNTS,
+            V12_LISTING_HOURS,
+            V12_INTENT_HOURS_VIEW,
+            V12_ESCALATION_HOURS_VIEW,
+            V12_INTENT_HOURS_FILL,
+            V12_ESCALATION_HOURS_FILL,
+            V12_LISTING_COUNTS,
         ],
     },
 ];
@@ -630,7 +646,8 @@ mod tests {
                 expect.iter().any(|e| e == lit)
                     || lit == "Enum8('major' = 1, 'minor' = 2)"
                     || lit == FINDING_KINDS_BEFORE_V3
-                    || lit == STATUSES_BEFORE_V9,
+                    || lit == STATUSES_BEFORE_V9
+                    || lit == "Enum8('intents' = 1, 'escalations' = 2)",
                 "unexpected enum literal {lit}"
             );
             rest = &tail[end..];
