@@ -2313,8 +2313,8 @@ async fn clickhouse_totals_come_from_recounted_hours() {
     // a total with `since`, which reads the listing.
     ch.client()
         .query(
-            "INSERT INTO reckon_listing_counts (listing, hour, dim1, dim2, finding, n, version)
-             VALUES ('intents', toDateTime(97200), 'completed', '', 0, 7, 18446744073709551615)",
+            "INSERT INTO reckon_listing_counts (listing, hour, dim1, dim2, finding, n, counted)
+             VALUES ('intents', toDateTime(97200), 'completed', '', 0, 7, toDateTime(4000000000))",
         )
         .execute()
         .await
@@ -2403,6 +2403,14 @@ async fn clickhouse_escalation_totals_come_from_recounted_hours() {
     check(&store, &all, "changed, not recounted").await;
     while store.recount().await.unwrap() > 0 {}
     check(&store, &all, "recounted").await;
+    // A new escalation (version 1) in the hour of one at version 2: escalation versions are
+    // per escalation, so only the server's clock says the hour was written since.
+    let newcomer = escalation("e-new", EscalationStatus::Open, at(1), 1);
+    store.put_escalations(vec![newcomer.clone()]).await.unwrap();
+    all.push(newcomer);
+    check(&store, &all, "a newcomer, not recounted").await;
+    while store.recount().await.unwrap() > 0 {}
+    check(&store, &all, "the newcomer recounted").await;
     drop(store);
     ch.finish().await;
 }

@@ -122,22 +122,23 @@ pub(super) struct Dims<'a> {
     pub finding: Option<u8>,
 }
 
-/// Each hour's highest version in the listing, and the version its counts were made at.
+/// When each hour of a listing was last written, and when its counts were last made (the
+/// server's clock, unix seconds).
 async fn hours(
     store: &Conn,
     listing: Counted,
-) -> Result<(BTreeMap<u32, u64>, BTreeMap<u32, u64>), StoreError> {
+) -> Result<(BTreeMap<u32, u32>, BTreeMap<u32, u32>), StoreError> {
     let written = store
         .client
-        .query("SELECT toUInt32(hour), max(version) FROM reckon_listing_hours WHERE listing = ? GROUP BY hour")
+        .query("SELECT toUInt32(hour), toUInt32(max(written)) FROM reckon_listing_hours WHERE listing = ? GROUP BY hour")
         .bind(listing.name());
     let counted = store
         .client
-        .query("SELECT toUInt32(hour), max(version) FROM reckon_listing_counts WHERE listing = ? GROUP BY hour")
+        .query("SELECT toUInt32(hour), toUInt32(max(counted)) FROM reckon_listing_counts WHERE listing = ? GROUP BY hour")
         .bind(listing.name());
     let (written, counted) = tokio::join!(
-        store.fetch::<(u32, u64)>("listing hours", written),
-        store.fetch::<(u32, u64)>("counted hours", counted),
+        store.fetch::<(u32, u32)>("listing hours", written),
+        store.fetch::<(u32, u32)>("counted hours", counted),
     );
     Ok((
         written?.into_iter().collect(),
@@ -145,13 +146,13 @@ async fn hours(
     ))
 }
 
-/// The hours written since they were counted (or never counted), oldest first, each with the
-/// version it was last written at.
-fn stale(written: &BTreeMap<u32, u64>, counted: &BTreeMap<u32, u64>) -> Vec<(u32, u64)> {
+/// The hours written at or after they were last counted (or never counted), oldest first. A
+/// write in the second a count began may or may not be in it: such an hour is counted again.
+fn stale(written: &BTreeMap<u32, u32>, counted: &BTreeMap<u32, u32>) -> Vec<u32> {
     written
         .iter()
-        .filter(|(hour, v)| counted.get(hour).is_none_or(|c| c < v))
-        .map(|(h, v)| (*h, *v))
+        .filter(|(hour, w)| counted.get(hour).is_none_or(|c| c <= w))
+        .map(|(h, _)| *h)
         .collect()
 }
 
@@ -207,25 +208,25 @@ pub(super) async fn hours_counted(
     args.push(Arg::S(listing.name().into()));
     // An hour never counted has no row on the right: its counted version reads as 0.
     let sql = format!(
-        "SELECT toUInt32(hour), written, counted, matching, everyone FROM
-            (SELECT hour, max(version) AS written FROM reckon_listing_hours WHERE listing = ? GROUP BY hour)
+        "SELECT toUInt32(hour), toUInt32(written), toUInt32(counted), matching, everyone FROM
+            (SELECT hour, max(written) AS written FROM reckon_listing_hours WHERE listing = ? GROUP BY hour)
          ANY LEFT JOIN
-            (SELECT hour, max(version) AS counted, sumIf(n, {cond}) AS matching,
+            (SELECT hour, max(counted) AS counted, sumIf(n, {cond}) AS matching,
                  sumIf(n, finding = 0) AS everyone
-             FROM (SELECT listing, hour, dim1, dim2, finding, n, version FROM reckon_listing_counts FINAL)
+             FROM (SELECT listing, hour, dim1, dim2, finding, n, counted FROM reckon_listing_counts FINAL)
              WHERE listing = ?
              GROUP BY hour)
          USING hour
          ORDER BY hour DESC"
     );
-    let rows: Vec<(u32, u64, u64, u64, u64)> = store
+    let rows: Vec<(u32, u32, u32, u64, u64)> = store
         .fetch("counted hours", bind_all(store.client.query(&sql), &args))
         .await?;
     let hours: Vec<HourCount> = rows
         .into_iter()
         .map(|(hour, written, counted, matching, everyone)| HourCount {
             hour,
-            stale: counted < written,
+            stale: counted <= written,
             matching,
             everyone,
         })
@@ -280,23 +281,26 @@ pub async fn recount(store: &Conn) -> Result<usize, StoreError> {
     for listing in Counted::ALL {
         let (written, counted) = hours(store, listing).await?;
         let stale = stale(&written, &counted);
-        for &(hour, version) in stale.iter().take(HOURS_PER_PASS) {
-            recount_hour(store, listing, hour, version).await?;
+        for &hour in stale.iter().take(HOURS_PER_PASS) {
+            recount_hour(store, listing, hour).await?;
         }
         n += stale.len().min(HOURS_PER_PASS);
     }
     Ok(n)
 }
 
-/// Count one hour of a listing at `version` (read before counting: a row written while counting
-/// leaves the hour stale, counted again next pass), and zero the dimensions it had and has no
-/// more.
-async fn recount_hour(
-    store: &Conn,
-    listing: Counted,
-    hour: u32,
-    version: u64,
-) -> Result<(), StoreError> {
+/// Count one hour of a listing, stamped with the server's time before counting (a row written
+/// while counting leaves the hour stale, counted again next pass), and zero the dimensions it
+/// had and has no more.
+async fn recount_hour(store: &Conn, listing: Counted, hour: u32) -> Result<(), StoreError> {
+    let began: u32 = store
+        .fetch::<u32>(
+            "the server's time",
+            store.client.query("SELECT toUInt32(now())"),
+        )
+        .await?
+        .pop()
+        .unwrap_or(0);
     let lo = u64::from(hour) * 1_000_000_000;
     let q = store
         .client
@@ -326,7 +330,7 @@ async fn recount_hour(
         dim2: dim2.to_string(),
         finding,
         n,
-        version,
+        counted: began,
     };
     let mut rows: Vec<CountRow> = now.iter().map(|(a, b, f, n)| row(a, b, *f, *n)).collect();
     rows.extend(

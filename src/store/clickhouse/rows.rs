@@ -36,7 +36,7 @@ pub struct CountRow {
     pub dim2: String,
     pub finding: u8,
     pub n: u64,
-    pub version: u64,
+    pub counted: u32,
 }
 
 #[derive(Clone, Debug, Row, Serialize, Deserialize)]

@@ -402,38 +402,40 @@ INSERT INTO reckon_escalation_list SELECT * FROM reckon_escalations FINAL";
 /// v12: the listings' totals without reading the listings. `reckon_listing_counts` holds, per
 /// listing and hour of listing places, how many rows of each pair of dimensions there are (for
 /// intents state and tool, in all (`finding` 0) and with a finding of each kind (its code); for
-/// escalations status and severity), as of a version: recounted from the hour's rows (a range of
-/// the listing's primary index) by a background task whenever `reckon_listing_hours` says the
-/// hour was written since. That table is filled by a materialized view on every INSERT into each
-/// listing (the highest version per hour: a retried INSERT changes nothing). A total is then the
-/// counts of the hours counted since their last write plus a count of the listing's rows in the
-/// others (`counts.rs`); exact either way. Hours are UTC hours whatever the server's time zone.
+/// escalations status and severity), as counted at a time: recounted from the hour's rows (a
+/// range of the listing's primary index) by a background task whenever `reckon_listing_hours`
+/// says the hour was written at or after that time. That table is filled by a materialized view
+/// on every INSERT into each listing, stamped with the server's clock (one clock whichever
+/// instance wrote, and the escalations' versions are per escalation, not an order of writes; a
+/// retried INSERT changes nothing). A total is then the counts of the hours counted since their
+/// last write plus a count of the listing's rows in the others (`counts.rs`); exact either way.
+/// Hours are UTC hours whatever the server's time zone.
 pub const V12_LISTING_HOURS: &str = "
 CREATE TABLE IF NOT EXISTS reckon_listing_hours (
     listing Enum8('intents' = 1, 'escalations' = 2) COMMENT 'reckon_intent_list or reckon_escalation_list',
     hour DateTime COMMENT 'an hour of listing places (UTC): listed_at rounded down',
-    version UInt64 COMMENT 'the highest version written to the listing in that hour'
-) ENGINE = ReplacingMergeTree(version)
+    written DateTime COMMENT 'when the listing was last written in that hour (the server clock)'
+) ENGINE = ReplacingMergeTree(written)
 ORDER BY (listing, hour)";
 pub const V12_INTENT_HOURS_VIEW: &str = "
 CREATE MATERIALIZED VIEW IF NOT EXISTS reckon_intent_list_hours_mv TO reckon_listing_hours AS
 SELECT CAST('intents' AS Enum8('intents' = 1, 'escalations' = 2)) AS listing,
-    toDateTime(intDiv(toUInt32(listed_at), 3600) * 3600) AS hour, max(version) AS version
+    toDateTime(intDiv(toUInt32(listed_at), 3600) * 3600) AS hour, max(now()) AS written
 FROM reckon_intent_list GROUP BY hour";
 pub const V12_ESCALATION_HOURS_VIEW: &str = "
 CREATE MATERIALIZED VIEW IF NOT EXISTS reckon_escalation_list_hours_mv TO reckon_listing_hours AS
 SELECT CAST('escalations' AS Enum8('intents' = 1, 'escalations' = 2)) AS listing,
-    toDateTime(intDiv(toUInt32(listed_at), 3600) * 3600) AS hour, max(version) AS version
+    toDateTime(intDiv(toUInt32(listed_at), 3600) * 3600) AS hour, max(now()) AS written
 FROM reckon_escalation_list GROUP BY hour";
 pub const V12_INTENT_HOURS_FILL: &str = "
-INSERT INTO reckon_listing_hours (listing, hour, version)
+INSERT INTO reckon_listing_hours (listing, hour, written)
 SELECT CAST('intents' AS Enum8('intents' = 1, 'escalations' = 2)),
-    toDateTime(intDiv(toUInt32(listed_at), 3600) * 3600) AS hour, max(version)
+    toDateTime(intDiv(toUInt32(listed_at), 3600) * 3600) AS hour, max(now())
 FROM reckon_intent_list GROUP BY hour";
 pub const V12_ESCALATION_HOURS_FILL: &str = "
-INSERT INTO reckon_listing_hours (listing, hour, version)
+INSERT INTO reckon_listing_hours (listing, hour, written)
 SELECT CAST('escalations' AS Enum8('intents' = 1, 'escalations' = 2)),
-    toDateTime(intDiv(toUInt32(listed_at), 3600) * 3600) AS hour, max(version)
+    toDateTime(intDiv(toUInt32(listed_at), 3600) * 3600) AS hour, max(now())
 FROM reckon_escalation_list GROUP BY hour";
 pub const V12_LISTING_COUNTS: &str = "
 CREATE TABLE IF NOT EXISTS reckon_listing_counts (
@@ -443,8 +445,8 @@ CREATE TABLE IF NOT EXISTS reckon_listing_counts (
     dim2 String COMMENT 'intents: the tool (empty for orphan records); escalations: the severity',
     finding UInt8 COMMENT 'intents: 0 every intent, n those with a finding of the kind whose finding_kinds code is n; escalations: 0',
     n UInt64 COMMENT 'how many rows',
-    version UInt64 COMMENT 'the reckon_listing_hours.version the hour was counted at: the highest is current'
-) ENGINE = ReplacingMergeTree(version)
+    counted DateTime COMMENT 'when the count began (the server clock): the latest is current; stale once the hour is written at or after it'
+) ENGINE = ReplacingMergeTree(counted)
 ORDER BY (listing, hour, dim1, dim2, finding)";
 
 pub const MIGRATIONS: &[Migration] = &[
