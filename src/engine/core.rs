@@ -587,6 +587,28 @@ impl EngineCore {
         }
     }
 
+    /// Intents in memory whose place in the listings is not known ([`Verdict::listed_at`]):
+    /// restored with no stored verdict read for them (a settled intent a restored route
+    /// reached, an intent of the tail since the checkpoint). The store's place, if it holds a
+    /// verdict for one, is given back by [`EngineCore::place`] before the first audit; one it
+    /// does not hold takes its first verdict's `first_seen`.
+    pub fn unplaced(&self) -> Vec<String> {
+        self.verdicts
+            .iter()
+            .filter(|(_, r)| r.listed_at.is_none())
+            .map(|(id, _)| id.to_string())
+            .collect()
+    }
+
+    /// The stored places of intents [`EngineCore::unplaced`] named.
+    pub fn place(&mut self, listed: &HashMap<String, Timestamp>) {
+        for (id, at) in listed {
+            if let Some(r) = self.verdicts.get_mut(id.as_str()) {
+                r.listed_at.get_or_insert(*at);
+            }
+        }
+    }
+
     /// An intent loaded by a restore, not audited yet: remembered with its stored verdict's
     /// fingerprint, if any, and due at `now`.
     fn remember_restored(&mut self, id: String, stored: Option<Stored>, now: Timestamp) {

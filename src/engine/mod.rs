@@ -430,6 +430,13 @@ impl Engine {
         })
         .await
         .map_err(|e| StoreError::Task(e.to_string()))?;
+        // Where the intents loaded without their stored verdict are listed: the store knows.
+        let listed: foldhash::HashMap<String, Timestamp> = store
+            .listed_of(core.unplaced())
+            .await?
+            .into_iter()
+            .collect();
+        core.place(&listed);
         // An intent's escalations are in memory while it is, and only while it is.
         let rest: Vec<String> = core
             .intent_ids()

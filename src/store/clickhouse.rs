@@ -448,7 +448,10 @@ impl ClickHouseStore {
         }
         let (reply, answer) = oneshot::channel();
         self.writer
-            .send(Request::Write { rows, reply })
+            .send(Request::Write {
+                rows: Box::new(rows),
+                reply,
+            })
             .await
             .map_err(|_| StoreError::WriterGone)?;
         answer.await.map_err(|_| StoreError::WriterGone)?
@@ -932,11 +935,13 @@ impl Store for ClickHouseStore {
         let walk = l.walk(
             self,
             "list verdicts",
-            after,
-            wall_ns(),
-            limit + 1,
-            hours.as_deref(),
-            Some("doc"),
+            listing::Walk {
+                after,
+                now: wall_ns(),
+                want: limit + 1,
+                counted: hours.as_deref(),
+                inline: Some("doc"),
+            },
         );
         let (total, keys) = tokio::join!(total, walk);
         let (total, mut keys) = (total?, keys?);
@@ -1324,11 +1329,13 @@ impl Store for ClickHouseStore {
             l.walk(
                 self,
                 "page escalations",
-                after,
-                wall_ns(),
-                limit + 1,
-                hours.as_deref(),
-                None
+                listing::Walk {
+                    after,
+                    now: wall_ns(),
+                    want: limit + 1,
+                    counted: hours.as_deref(),
+                    inline: None,
+                },
             ),
         );
         let (total, mut keys) = (total?, keys?);

@@ -840,7 +840,14 @@ proptest! {
                 p.intent_id
             );
             if escalated(&paged) == escalated(&at_once) {
-                prop_assert_eq!(p, a);
+                // Where an intent is listed is where its first verdict put it: an orphan record's
+                // pseudo-intent that a relink removed and brought back in one order and not the
+                // other is listed anew, which is the store's view too (its row was deleted).
+                let unlisted = |v: &Verdict| Verdict {
+                    listed_at: v.first_seen,
+                    ..v.clone()
+                };
+                prop_assert_eq!(unlisted(p), unlisted(a));
             }
         }
     }
@@ -1044,6 +1051,13 @@ proptest! {
         // (one a loaded record names is in the ledger, not yet with its own evidence).
         let (_, reached) = store.reached(&[], first, |id| orphans.iter().any(|o| o == id));
         lazy.restore_more(reached, now);
+        // As the service does: the places of what was loaded without its stored verdict.
+        let listed = lazy
+            .unplaced()
+            .into_iter()
+            .filter_map(|id| store.written.get(&id).map(|v| (id, v.listed_at)))
+            .collect();
+        lazy.place(&listed);
         let held: Vec<Escalation> = store
             .escalations
             .values()

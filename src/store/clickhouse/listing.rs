@@ -41,6 +41,17 @@ pub(super) struct Listing {
     pub keyed: bool,
 }
 
+/// What a walk is asked for (see [`Listing::walk`]).
+pub(super) struct Walk<'a> {
+    /// The cursor's `(listed_ns, id)`; `None`: from the newest.
+    pub after: Option<(u64, String)>,
+    pub now: u64,
+    /// Rows wanted (a page and one more, to tell whether there is a next).
+    pub want: usize,
+    pub counted: Option<&'a [counts::HourCount]>,
+    pub inline: Option<&'static str>,
+}
+
 /// A row of a page: its place, id and the version `FINAL` chose, and the inline column's
 /// value if it was read with it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -102,7 +113,7 @@ impl Listing {
     }
 
     /// The keys of up to `want` rows after `after` (`(listed_ns, id)`; `None`: from the newest),
-    /// newest first; `now` anchors the first page's first slab. With `counted` (the rows that
+    /// newest first; `now` anchors the first page's first slab ([`Walk`]). With `counted` (the rows that
     /// match per hour, newest first: [`counts::hours`]) each slab reaches exactly as far back as
     /// the counts say the rows still wanted lie, so a page is one read; and when that range holds
     /// few rows more than the page, `inline` (a column, the document) is read with the keys
@@ -111,12 +122,15 @@ impl Listing {
         &self,
         store: &ClickHouseStore,
         op: &str,
-        after: Option<(u64, String)>,
-        now: u64,
-        want: usize,
-        counted: Option<&[counts::HourCount]>,
-        inline: Option<&'static str>,
+        page: Walk<'_>,
     ) -> Result<Vec<Key>, StoreError> {
+        let Walk {
+            after,
+            now,
+            want,
+            counted,
+            inline,
+        } = page;
         let anchor = after.as_ref().map_or(now, |(ns, _)| *ns);
         let mut upper = match after {
             Some((ns, id)) => Upper::Cursor(ns, id),

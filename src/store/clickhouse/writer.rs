@@ -97,9 +97,10 @@ pub enum Request {
         events: Vec<EventRow>,
         reply: oneshot::Sender<Result<Vec<Appended>, StoreError>>,
     },
-    /// Derived rows (verdicts, findings, escalations), written as they are.
+    /// Derived rows (verdicts, findings, escalations), written as they are. Boxed: a dozen
+    /// vectors, and the queue holds many small appends.
     Write {
-        rows: Rows,
+        rows: Box<Rows>,
         reply: oneshot::Sender<Result<(), StoreError>>,
     },
 }
