@@ -348,8 +348,17 @@ fuzz_target!(|case: Case| {
     }
     let escalations = live.book().all().cloned().collect();
     let (rebuilt, _) = EngineCore::restore(CONTRACTS.clone(), delivered, escalations, now);
+    // Where an intent is listed is its first verdict's first_seen, which depends on what
+    // arrived first and which a rebuild from the events alone cannot know (a restart reads it
+    // from the store): compared less their place.
     let sorted = |c: &EngineCore| {
-        let mut v: Vec<Verdict> = c.verdicts().collect();
+        let mut v: Vec<Verdict> = c
+            .verdicts()
+            .map(|v| Verdict {
+                listed_at: v.first_seen,
+                ..v
+            })
+            .collect();
         v.sort_by(|a, b| a.intent_id.cmp(&b.intent_id));
         v
     };
