@@ -965,7 +965,6 @@ impl Store for ClickHouseStore {
                 total,
             });
         }
-        let (lo, hi) = listing::span(&keys);
         let mut docs: HashMap<(String, u64), String> = HashMap::new();
         // Read with the keys when the page's range was small (see `Listing::walk`).
         for k in &mut keys {
@@ -978,17 +977,20 @@ impl Store for ClickHouseStore {
             .filter(|k| !docs.contains_key(&(k.id.clone(), k.version)))
             .collect();
         if !missing.is_empty() {
-            let ids: Vec<&str> = missing.iter().map(|k| k.id.as_str()).collect();
+            // By exact keys, not the range they span: a lookup's few intents may lie months
+            // apart.
+            let keyed: Vec<(u64, &str)> = missing
+                .iter()
+                .map(|k| (k.listed_ns, k.id.as_str()))
+                .collect();
             let versions: Vec<u64> = missing.iter().map(|k| k.version).collect();
             let q = self
                 .client
                 .query(
                     "SELECT intent_id, version, doc FROM reckon_intent_list
-                     WHERE listed_ns >= ? AND listed_ns <= ? AND intent_id IN ? AND version IN ?",
+                     WHERE (listed_ns, intent_id) IN ? AND version IN ?",
                 )
-                .bind(lo)
-                .bind(hi)
-                .bind(writer::SqlTuple(&ids))
+                .bind(writer::SqlTuple(&keyed))
                 .bind(writer::SqlTuple(&versions));
             docs.extend(
                 self.fetch::<(String, u64, String)>("list verdicts: documents", q)
@@ -999,10 +1001,10 @@ impl Store for ClickHouseStore {
         }
         // A verdict rewritten and merged between the two reads has lost the version the first
         // chose: its current one is read instead (it keeps its place, which never changes).
-        let lost: Vec<&str> = keys
+        let lost: Vec<(u64, &str)> = keys
             .iter()
             .filter(|k| !docs.contains_key(&(k.id.clone(), k.version)))
-            .map(|k| k.id.as_str())
+            .map(|k| (k.listed_ns, k.id.as_str()))
             .collect();
         let mut current: HashMap<String, String> = HashMap::new();
         if !lost.is_empty() {
@@ -1010,10 +1012,8 @@ impl Store for ClickHouseStore {
                 .client
                 .query(
                     "SELECT intent_id, doc FROM (SELECT intent_id, doc, deleted FROM reckon_intent_list FINAL
-                     WHERE listed_ns >= ? AND listed_ns <= ? AND intent_id IN ?) WHERE deleted = 0",
+                     WHERE (listed_ns, intent_id) IN ?) WHERE deleted = 0",
                 )
-                .bind(lo)
-                .bind(hi)
                 .bind(writer::SqlTuple(&lost));
             current.extend(
                 self.fetch::<(String, String)>("list verdicts: rewritten", q)
