@@ -921,17 +921,7 @@ impl Store for ClickHouseStore {
         } else {
             None
         };
-        let total = async {
-            match &hours {
-                Some(hours) => {
-                    counts::total(hours, async |within| {
-                        l.count(self, "count verdicts", within).await
-                    })
-                    .await
-                }
-                None => l.count(self, "count verdicts", None).await,
-            }
-        };
+        let total = l.total(self, "count verdicts", hours.as_deref());
         let walk = l.walk(
             self,
             "list verdicts",
@@ -1313,17 +1303,7 @@ impl Store for ClickHouseStore {
         } else {
             None
         };
-        let total = async {
-            match &hours {
-                Some(hours) => {
-                    counts::total(hours, async |within| {
-                        l.count(self, "count escalations", within).await
-                    })
-                    .await
-                }
-                None => l.count(self, "count escalations", None).await,
-            }
-        };
+        let total = l.total(self, "count escalations", hours.as_deref());
         let (total, keys) = tokio::join!(
             total,
             l.walk(

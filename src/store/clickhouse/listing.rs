@@ -112,6 +112,22 @@ impl Listing {
             .unwrap_or(0))
     }
 
+    /// How many rows match: from the hour counts when the filter has them
+    /// ([`counts::hours_counted`]), else from the listing.
+    pub async fn total(
+        &self,
+        store: &ClickHouseStore,
+        op: &str,
+        counted: Option<&[counts::HourCount]>,
+    ) -> Result<u64, StoreError> {
+        match counted {
+            Some(hours) => {
+                counts::total(hours, async |within| self.count(store, op, within).await).await
+            }
+            None => self.count(store, op, None).await,
+        }
+    }
+
     /// The keys of up to `want` rows after `after` (`(listed_ns, id)`; `None`: from the newest),
     /// newest first; `now` anchors the first page's first slab ([`Walk`]). With `counted` (the rows that
     /// match per hour, newest first: [`counts::hours`]) each slab reaches exactly as far back as
