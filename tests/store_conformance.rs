@@ -2415,6 +2415,129 @@ async fn clickhouse_escalation_totals_come_from_recounted_hours() {
     ch.finish().await;
 }
 
+/// The report on ClickHouse comes from counts per hour of listing places plus the rows those
+/// cannot answer for (the hour of `since`, hours written since they were counted, intents listed
+/// before `since` and active after it): the same report as SQLite's for every `since`, before
+/// a recount, after it, after rewrites the counts have not seen (late activity in a later hour,
+/// a state change, a finding, a delete), and after those are counted; and, once counted, read
+/// from the counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clickhouse_report_comes_from_recounted_hours() {
+    let Some(ch) = ClickHouse::new().await else {
+        return;
+    };
+    let sq = Sqlite::new().await.expect("sqlite");
+    let (a, b) = (sq.open().await, ch.open().await);
+    let states = [
+        IntentState::Completed,
+        IntentState::Unknown,
+        IntentState::Pending,
+        IntentState::FailedBeforeExecution,
+    ];
+    let decisions = [Decision::None, Decision::Escalate, Decision::Wait];
+    // Over six hours, listed every 7 minutes; some active minutes later, some hours later.
+    let mut all: Vec<Verdict> = (0..50)
+        .map(|i| {
+            let tool = ["issue_refund", "send_email"][i % 2];
+            let tool = if i % 9 == 0 { None } else { Some(tool) };
+            let listed = at(i as i64 * 420);
+            let later = [0, 300, 4_000, 15_000][i % 4];
+            let mut v = verdict(
+                &format!("r-{i:02}"),
+                tool,
+                states[i % 4],
+                listed + Dur::secs(later),
+            );
+            v.listed_at = listed;
+            v.first_seen = listed;
+            v.decision = decisions[i % 3];
+            if i % 5 == 0 {
+                v = with_findings(v, &[FindingKind::DuplicateEffect, FindingKind::NewKeyRetry]);
+            }
+            if i % 6 == 0 {
+                v.findings.push(Finding::new(
+                    FindingKind::DuplicateEffect,
+                    at(2_000),
+                    "again",
+                    "detail",
+                ));
+            }
+            v
+        })
+        .collect();
+    let escalations: Vec<Escalation> = (0..20)
+        .map(|i| {
+            let status = [EscalationStatus::Open, EscalationStatus::Resolved][i % 2];
+            let mut e = escalation(&format!("re-{i:02}"), status, at(i as i64 * 1_000), 1);
+            // Its findings moved it (opened_at follows them); the report keeps its place.
+            e.opened_at = at(i as i64 * 1_000 + 5_000);
+            e
+        })
+        .collect();
+    a.put_verdicts(all.clone()).await.unwrap();
+    b.put_verdicts(all.clone()).await.unwrap();
+    a.put_escalations(escalations.clone()).await.unwrap();
+    b.put_escalations(escalations.clone()).await.unwrap();
+
+    // Every hour boundary, points inside hours, each intent's own last event (and 1 ns after).
+    let mut since: Vec<Option<Timestamp>> = vec![None, Some(Timestamp(0))];
+    for s in (-4_000..45_000).step_by(1_700) {
+        since.push(Some(at(s)));
+    }
+    for v in &all {
+        since.push(Some(v.last_event));
+        since.push(Some(v.last_event + Dur(1)));
+    }
+    async fn check(a: &SqliteStore, b: &ClickHouseStore, since: &[Option<Timestamp>], when: &str) {
+        for s in since {
+            let want = a.report(*s, at(99_999)).await.unwrap();
+            let got = b.report(*s, at(99_999)).await.unwrap();
+            assert_eq!(got, want, "{when}: since {s:?}");
+        }
+    }
+    check(&a, &b, &since, "before any recount").await;
+    while b.recount().await.unwrap() > 0 {}
+    check(&a, &b, &since, "counted").await;
+
+    // Late activity hours later, a state change, a new finding, a delete: not yet counted.
+    all[3].last_event = all[3].last_event + Dur::secs(30_000);
+    all[10].state = IntentState::Completed;
+    all[10].decision = Decision::Reconcile;
+    all[21] = with_findings(all[21].clone(), &[FindingKind::StuckPending]);
+    let changed = vec![all[3].clone(), all[10].clone(), all[21].clone()];
+    a.put_verdicts(changed.clone()).await.unwrap();
+    b.put_verdicts(changed).await.unwrap();
+    let gone = all.remove(30).intent_id;
+    a.delete_verdicts(vec![gone.clone()]).await.unwrap();
+    b.delete_verdicts(vec![gone]).await.unwrap();
+    check(&a, &b, &since, "rewritten, not recounted").await;
+    while b.recount().await.unwrap() > 0 {}
+    check(&a, &b, &since, "recounted").await;
+
+    // The counts are what the report reads: a count changed behind reckon's back shows in
+    // every report whose `since` lies before its hour, and not in one after it.
+    let hour = (at(10_000).0 / 3_600_000_000_000) * 3_600;
+    ch.client()
+        .query(
+            "INSERT INTO reckon_report_counts (hour, tool, state, decision, intents, attempts, counted)
+             VALUES (toDateTime(?), 'tampered', 'completed', 'none', 1000, 0, toDateTime(4000000000))",
+        )
+        .bind(hour)
+        .execute()
+        .await
+        .unwrap();
+    let before = b.report(None, at(99_999)).await.unwrap();
+    assert_eq!(before.by_tool["tampered"].intents, 1_000);
+    assert_eq!(
+        before.intents,
+        a.report(None, at(99_999)).await.unwrap().intents + 1_000
+    );
+    let after = b.report(Some(at(15_000)), at(99_999)).await.unwrap();
+    assert!(!after.by_tool.contains_key("tampered"), "{after:?}");
+    drop(b);
+    ch.finish().await;
+}
+
 /// v11 lists what a v10 reckon stored: verdicts at their first_seen (two versions of one, so
 /// the current version's counts), escalations at their opened time, and writes after the
 /// upgrade keep those places.
@@ -2496,6 +2619,90 @@ async fn clickhouse_upgrades_to_listings() {
     assert_eq!(
         (page.total, ids(page)),
         (2, vec!["b".to_string(), "a".to_string()])
+    );
+    drop(store);
+    ch.finish().await;
+}
+
+/// v13 counts the report by hour of listing places: a store a v12 reckon wrote reports the
+/// same after the upgrade, from its current verdicts and their current findings only (a finding
+/// of a superseded version and a deleted intent count nothing), with an intent listed before
+/// `since` and active after it found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clickhouse_upgrades_to_the_counted_report() {
+    let Some(ch) = ClickHouse::new().await else {
+        return;
+    };
+    migrate_to(&ch.config, 12).await.expect("v12 schema");
+    let client = ch.client();
+    // (id, tool, state, listed, last event, deleted, version)
+    let rows = [
+        ("a", "issue_refund", "unknown", 0, 100, 0, 1),
+        ("a", "issue_refund", "completed", 0, 200, 0, 2),
+        ("b", "send_email", "completed", 0, 7_200, 0, 1),
+        ("c", "issue_refund", "pending", 50, 60, 0, 1),
+        ("c", "issue_refund", "unknown", 50, 0, 1, 2),
+    ];
+    for (id, tool, state, listed, last, deleted, version) in rows {
+        client
+            .query(
+                "INSERT INTO reckon_verdicts (intent_id, tool, state, decision, first_seen_ns,
+                     last_event_ns, attempts, attempts_unknown, doc, deleted, version, listed_ns)
+                 VALUES (?, ?, ?, 'none', ?, ?, 1, 1, '', ?, ?, ?)",
+            )
+            .bind(id)
+            .bind(tool)
+            .bind(state)
+            .bind(at(listed).0 as u64)
+            .bind(at(last).0 as u64)
+            .bind(deleted)
+            .bind(version)
+            .bind(at(listed).0 as u64)
+            .execute()
+            .await
+            .expect("a verdict a v12 reckon wrote");
+    }
+    for (id, kind, severity, version) in [
+        ("a", "duplicate_effect", "critical", 1),
+        ("a", "new_key_retry", "high", 2),
+        ("c", "stuck_pending", "medium", 1),
+    ] {
+        client
+            .query(
+                "INSERT INTO reckon_findings (intent_id, kind, severity, subject, tool, verdict_version)
+                 VALUES (?, ?, ?, 's', 'issue_refund', ?)",
+            )
+            .bind(id)
+            .bind(kind)
+            .bind(severity)
+            .bind(version)
+            .execute()
+            .await
+            .expect("a finding a v12 reckon wrote");
+    }
+    let store = ch.open().await;
+    let all = store.report(None, at(9_999)).await.unwrap();
+    assert_eq!(
+        (all.intents, all.attempts, all.findings),
+        (2, 2, 1),
+        "{all:?}"
+    );
+    assert_eq!(all.by_state["completed"], 2);
+    assert_eq!(all.by_finding["new_key_retry"], 1);
+    assert_eq!(all.by_finding["duplicate_effect"], 0);
+    assert_eq!(all.by_tool["issue_refund"].findings, 1);
+    let late = store.report(Some(at(5_000)), at(9_999)).await.unwrap();
+    assert_eq!(
+        late.intents, 1,
+        "b, listed at 0 and active at 7,200: {late:?}"
+    );
+    assert_eq!(late.by_tool["send_email"].intents, 1);
+    // Counted, the same.
+    while store.recount().await.unwrap() > 0 {}
+    assert_eq!(store.report(None, at(9_999)).await.unwrap(), all);
+    assert_eq!(
+        store.report(Some(at(5_000)), at(9_999)).await.unwrap(),
+        late
     );
     drop(store);
     ch.finish().await;

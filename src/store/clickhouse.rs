@@ -27,6 +27,7 @@
 mod counts;
 pub mod error;
 mod listing;
+mod report;
 mod rows;
 pub mod schema;
 mod writer;
@@ -234,32 +235,6 @@ fn bind_all(mut q: ::clickhouse::query::Query, args: &[Arg]) -> ::clickhouse::qu
     }
     q
 }
-
-/// One `GROUP BY tool, state, decision` row of the report.
-#[derive(Row, Deserialize)]
-struct StateCounts {
-    tool: Option<String>,
-    state: i8,
-    decision: i8,
-    intents: u64,
-    attempts: u64,
-    classes: [u64; 6],
-}
-
-const STATE_COUNTS: &str = "SELECT tool, state, decision, count(), sum(attempts),
-    sum(attempts_rejected), sum(attempts_conflict), sum(attempts_succeeded), sum(attempts_failed),
-    sum(attempts_recorded), sum(attempts_unknown)
-    FROM reckon_verdicts FINAL WHERE deleted = 0 AND last_event_ns >= ?
-    GROUP BY tool, state, decision";
-
-const FINDING_COUNTS: &str = "SELECT tool, kind, severity, count(), uniqExact(intent_id)
-    FROM reckon_findings FINAL
-    WHERE (intent_id, verdict_version) IN
-        (SELECT intent_id, version FROM reckon_verdicts FINAL WHERE deleted = 0 AND last_event_ns >= ?)
-    GROUP BY tool, kind, severity";
-
-const ESCALATION_COUNTS: &str =
-    "SELECT status, count() FROM reckon_escalations FINAL WHERE opened_ns >= ? GROUP BY status";
 
 /// Now in unix nanoseconds: where a first page's first slab reaches back from.
 fn wall_ns() -> u64 {
@@ -486,25 +461,6 @@ impl ClickHouseStore {
             .map(escalation)
             .collect()
     }
-
-    /// Escalations opened at or after `from` (unix nanoseconds), by status.
-    async fn escalations_by_status(
-        &self,
-        op: &str,
-        from: u64,
-    ) -> Result<Vec<(EscalationStatus, u64)>, StoreError> {
-        let rows: Vec<(i8, u64)> = self
-            .fetch(op, self.client.query(ESCALATION_COUNTS).bind(from))
-            .await?;
-        rows.into_iter()
-            .map(|(status, n)| {
-                Ok((
-                    from_code(&EscalationStatus::ALL, status, ESCALATIONS, "status")?,
-                    n,
-                ))
-            })
-            .collect()
-    }
 }
 
 impl Store for ClickHouseStore {
@@ -714,8 +670,7 @@ impl Store for ClickHouseStore {
             })?;
             let (row, findings) = verdict_rows(v, doc, first + i as u64)?;
             rows.lookups.extend(lookup_rows(v, first + i as u64));
-            rows.push_verdict(row);
-            rows.findings.extend(findings);
+            rows.push_verdict(row, findings);
         }
         self.write(rows).await
     }
@@ -728,7 +683,10 @@ impl Store for ClickHouseStore {
         let first = self.clock.take(intent_ids.len() as u64);
         let mut rows = Rows::default();
         for (i, id) in intent_ids.iter().enumerate() {
-            rows.push_verdict(verdict_tombstone(id, listed(id), first + i as u64));
+            rows.push_verdict(
+                verdict_tombstone(id, listed(id), first + i as u64),
+                Vec::new(),
+            );
         }
         self.write(rows).await
     }
@@ -771,7 +729,10 @@ impl Store for ClickHouseStore {
         };
         // One INSERT into reckon_verdicts holds the tombstones and the verdicts beside them.
         for (i, id) in d.removed.iter().enumerate() {
-            rows.push_verdict(verdict_tombstone(id, listed(id), first + i as u64));
+            rows.push_verdict(
+                verdict_tombstone(id, listed(id), first + i as u64),
+                Vec::new(),
+            );
         }
         let first = first + d.removed.len() as u64;
         for (i, v) in d.verdicts.iter().enumerate() {
@@ -780,8 +741,7 @@ impl Store for ClickHouseStore {
             })?;
             let (row, findings) = verdict_rows(v, doc, first + i as u64)?;
             rows.lookups.extend(lookup_rows(v, first + i as u64));
-            rows.push_verdict(row);
-            rows.findings.extend(findings);
+            rows.push_verdict(row, findings);
         }
         self.write(rows).await
     }
@@ -1214,7 +1174,7 @@ impl Store for ClickHouseStore {
     }
 
     async fn escalation_counts(&self) -> Result<Vec<(EscalationStatus, u64)>, StoreError> {
-        self.escalations_by_status("escalation counts", 0).await
+        report::escalations(&self.conn(), 0).await
     }
 
     async fn get_escalation(&self, id: &str) -> Result<Option<Escalation>, StoreError> {
@@ -1389,60 +1349,7 @@ impl Store for ClickHouseStore {
     }
 
     async fn report(&self, since: Option<Timestamp>, now: Timestamp) -> Result<Report, StoreError> {
-        let mut rep = Report::empty(since, now);
-        let from = since.map_or(0, |t| t.0.max(0) as u64);
-        let tool_key = |t: Option<String>| t.unwrap_or_else(|| Report::NO_TOOL.to_string());
-
-        let rows: Vec<StateCounts> = self
-            .fetch(
-                "report: verdicts",
-                self.client.query(STATE_COUNTS).bind(from),
-            )
-            .await?;
-        for r in rows {
-            let state = from_code(&IntentState::ALL, r.state, VERDICTS, "state")?;
-            let decision = from_code(&Decision::ALL, r.decision, VERDICTS, "decision")?;
-            rep.intents += r.intents;
-            rep.attempts += r.attempts;
-            *rep.by_state.entry(state.as_str().into()).or_default() += r.intents;
-            *rep.by_decision.entry(decision.as_str().into()).or_default() += r.intents;
-            for (class, n) in AttemptClass::ALL.iter().zip(r.classes) {
-                *rep.by_attempt_class
-                    .entry(class.as_str().into())
-                    .or_default() += n;
-            }
-            let t = rep.by_tool.entry(tool_key(r.tool)).or_default();
-            t.intents += r.intents;
-            t.attempts += r.attempts;
-            *t.by_state.entry(state.as_str().into()).or_default() += r.intents;
-        }
-
-        let rows: Vec<(Option<String>, i8, i8, u64, u64)> = self
-            .fetch(
-                "report: findings",
-                self.client.query(FINDING_COUNTS).bind(from),
-            )
-            .await?;
-        for (tool, kind, severity, n, intents) in rows {
-            let kind = from_code(&FindingKind::ALL, kind, FINDINGS, "kind")?;
-            let severity = from_code(&Severity::ALL, severity, FINDINGS, "severity")?;
-            rep.findings += n;
-            *rep.by_finding.entry(kind.as_str().into()).or_default() += n;
-            *rep.by_severity.entry(severity.as_str().into()).or_default() += n;
-            let t = rep.by_tool.entry(tool_key(tool)).or_default();
-            t.findings += n;
-            if kind == FindingKind::DuplicateEffect {
-                t.duplicate_effects += intents;
-            }
-        }
-
-        for (status, n) in self
-            .escalations_by_status("report: escalations", from)
-            .await?
-        {
-            *rep.escalations.entry(status.as_str().into()).or_default() += n;
-        }
-        Ok(rep)
+        report::report(&self.conn(), since, now).await
     }
 
     async fn known_observations(

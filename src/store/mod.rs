@@ -458,7 +458,8 @@ impl Default for ToolReport {
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct Report {
     /// The report covers intents whose latest event is at or after this instant (all if `None`),
-    /// and escalations opened at or after it.
+    /// and escalations first opened at or after it (their listing place: an escalation's
+    /// `opened_at` follows its findings and moves).
     pub since: Option<String>,
     pub generated_at: String,
     pub intents: u64,

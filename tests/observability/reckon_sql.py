@@ -46,6 +46,10 @@ EXPECTED_TABLES = {
     "reckon_escalation_list",
     "reckon_listing_hours",
     "reckon_listing_counts",
+    "reckon_intent_tally",
+    "reckon_intent_activity",
+    "reckon_report_counts",
+    "reckon_report_findings",
 }
 EXPECTED_VIEWS = {"reckon_current_verdicts", "reckon_current_findings"}
 

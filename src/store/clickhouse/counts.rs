@@ -33,7 +33,11 @@ pub(super) struct Conn {
 }
 
 impl Conn {
-    async fn fetch<T>(&self, op: &str, q: ::clickhouse::query::Query) -> Result<Vec<T>, StoreError>
+    pub(super) async fn fetch<T>(
+        &self,
+        op: &str,
+        q: ::clickhouse::query::Query,
+    ) -> Result<Vec<T>, StoreError>
     where
         T: ::clickhouse::RowOwned + ::clickhouse::RowRead,
     {
@@ -70,25 +74,44 @@ const HOURS_PER_PASS: usize = 256;
 
 /// Past this many hours not counted since their last write, a total reads the whole listing
 /// rather than naming each hour (a store whose counts are still being made).
-const MAX_LIVE_HOURS: usize = 512;
+pub(super) const MAX_LIVE_HOURS: usize = 512;
 
 const HOUR_NS: u64 = 3_600_000_000_000;
 
-/// A listing with counts (`reckon_listing_counts.listing`).
+/// A table counted by hour (`reckon_listing_hours.listing`): the two listings, counted in
+/// `reckon_listing_counts`, and the report's tally, counted in `reckon_report_counts` and
+/// `reckon_report_findings` (`report.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Counted {
     Intents = 1,
     Escalations = 2,
+    Report = 3,
 }
 
 impl Counted {
-    const ALL: [Counted; 2] = [Counted::Intents, Counted::Escalations];
+    const ALL: [Counted; 3] = [Counted::Intents, Counted::Escalations, Counted::Report];
 
     /// The `Enum8` name: 18.16 refuses to compare a key's enum with a number.
     fn name(self) -> &'static str {
         match self {
             Counted::Intents => "intents",
             Counted::Escalations => "escalations",
+            Counted::Report => "report",
+        }
+    }
+
+    /// When each hour was last counted, rows `(hour, counted)`.
+    fn counted_sql(self) -> String {
+        match self {
+            Counted::Report => {
+                "SELECT toUInt32(hour), toUInt32(max(counted)) FROM reckon_report_counts GROUP BY hour"
+                    .to_string()
+            }
+            listing => format!(
+                "SELECT toUInt32(hour), toUInt32(max(counted)) FROM reckon_listing_counts
+                 WHERE listing = '{}' GROUP BY hour",
+                listing.name()
+            ),
         }
     }
 
@@ -109,6 +132,7 @@ impl Counted {
                        WHERE listed_ns >= ? AND listed_ns < ?)
                  GROUP BY status, severity"
             }
+            Counted::Report => unreachable!("the report is counted by report::recount_hour"),
         }
     }
 }
@@ -124,7 +148,7 @@ pub(super) struct Dims<'a> {
 
 /// When each hour of a listing was last written, and when its counts were last made (the
 /// server's clock, unix seconds).
-async fn hours(
+pub(super) async fn hours(
     store: &Conn,
     listing: Counted,
 ) -> Result<(BTreeMap<u32, u32>, BTreeMap<u32, u32>), StoreError> {
@@ -132,10 +156,7 @@ async fn hours(
         .client
         .query("SELECT toUInt32(hour), toUInt32(max(written)) FROM reckon_listing_hours WHERE listing = ? GROUP BY hour")
         .bind(listing.name());
-    let counted = store
-        .client
-        .query("SELECT toUInt32(hour), toUInt32(max(counted)) FROM reckon_listing_counts WHERE listing = ? GROUP BY hour")
-        .bind(listing.name());
+    let counted = store.client.query(&listing.counted_sql());
     let (written, counted) = tokio::join!(
         store.fetch::<(u32, u32)>("listing hours", written),
         store.fetch::<(u32, u32)>("counted hours", counted),
@@ -148,7 +169,7 @@ async fn hours(
 
 /// The hours written at or after they were last counted (or never counted), oldest first. A
 /// write in the second a count began may or may not be in it: such an hour is counted again.
-fn stale(written: &BTreeMap<u32, u32>, counted: &BTreeMap<u32, u32>) -> Vec<u32> {
+pub(super) fn stale(written: &BTreeMap<u32, u32>, counted: &BTreeMap<u32, u32>) -> Vec<u32> {
     written
         .iter()
         .filter(|(hour, w)| counted.get(hour).is_none_or(|c| c <= w))
@@ -157,7 +178,7 @@ fn stale(written: &BTreeMap<u32, u32>, counted: &BTreeMap<u32, u32>) -> Vec<u32>
 }
 
 /// The `listed_ns` condition of a set of hours, adjacent hours joined into one range.
-fn ranges(hours: &[u32]) -> (String, Vec<Arg>) {
+pub(super) fn ranges(hours: &[u32]) -> (String, Vec<Arg>) {
     let mut spans: Vec<(u64, u64)> = Vec::new();
     for &h in hours {
         let lo = u64::from(h) * 1_000_000_000;
@@ -282,25 +303,33 @@ pub async fn recount(store: &Conn) -> Result<usize, StoreError> {
         let (written, counted) = hours(store, listing).await?;
         let stale = stale(&written, &counted);
         for &hour in stale.iter().take(HOURS_PER_PASS) {
-            recount_hour(store, listing, hour).await?;
+            match listing {
+                Counted::Report => super::report::recount_hour(store, hour).await?,
+                _ => recount_hour(store, listing, hour).await?,
+            }
         }
         n += stale.len().min(HOURS_PER_PASS);
     }
     Ok(n)
 }
 
-/// Count one hour of a listing, stamped with the server's time before counting (a row written
-/// while counting leaves the hour stale, counted again next pass), and zero the dimensions it
-/// had and has no more.
-async fn recount_hour(store: &Conn, listing: Counted, hour: u32) -> Result<(), StoreError> {
-    let began: u32 = store
+/// The server's clock (unix seconds): what a count is stamped with, taken before counting (a row
+/// written while counting leaves the hour stale, counted again next pass).
+pub(super) async fn server_now(store: &Conn) -> Result<u32, StoreError> {
+    Ok(store
         .fetch::<u32>(
             "the server's time",
             store.client.query("SELECT toUInt32(now())"),
         )
         .await?
         .pop()
-        .unwrap_or(0);
+        .unwrap_or(0))
+}
+
+/// Count one hour of a listing, stamped with [`server_now`], and zero the dimensions it had and
+/// has no more.
+async fn recount_hour(store: &Conn, listing: Counted, hour: u32) -> Result<(), StoreError> {
+    let began = server_now(store).await?;
     let lo = u64::from(hour) * 1_000_000_000;
     let q = store
         .client
@@ -358,7 +387,7 @@ pub(super) async fn run(store: Conn, alive: std::sync::Weak<()>) {
             Ok(_) => failing = false,
             Err(e) => {
                 if !failing {
-                    tracing::warn!(error = %e, "could not recount the intents listing's totals; totals read the listing until it can");
+                    tracing::warn!(error = %e, "could not recount the listings' totals and the report's counts; they read the rows until it can");
                 }
                 failing = true;
             }

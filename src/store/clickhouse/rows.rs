@@ -26,6 +26,40 @@ pub const SPAN_OWNERS: &str = "reckon_span_owners";
 pub const INTENT_LIST: &str = "reckon_intent_list";
 pub const ESCALATION_LIST: &str = "reckon_escalation_list";
 pub const COUNTS: &str = "reckon_listing_counts";
+pub const TALLY: &str = "reckon_intent_tally";
+pub const ACTIVITY: &str = "reckon_intent_activity";
+pub const REPORT_COUNTS: &str = "reckon_report_counts";
+pub const REPORT_FINDINGS: &str = "reckon_report_findings";
+
+/// One hour's report counts of the verdicts of one tool, state and decision (`report.rs`).
+#[derive(Clone, Debug, Row, Serialize, Deserialize)]
+pub struct ReportCountRow {
+    pub hour: u32,
+    pub tool: String,
+    pub state: i8,
+    pub decision: i8,
+    pub intents: u64,
+    pub attempts: u64,
+    pub attempts_rejected: u64,
+    pub attempts_conflict: u64,
+    pub attempts_succeeded: u64,
+    pub attempts_failed: u64,
+    pub attempts_recorded: u64,
+    pub attempts_unknown: u64,
+    pub counted: u32,
+}
+
+/// One hour's report counts of the findings of one tool, kind and severity.
+#[derive(Clone, Debug, Row, Serialize, Deserialize)]
+pub struct ReportFindingRow {
+    pub hour: u32,
+    pub tool: String,
+    pub kind: i8,
+    pub severity: i8,
+    pub findings: u64,
+    pub intents: u64,
+    pub counted: u32,
+}
 
 /// One hour's count of a listing's rows with two dimensions and a finding kind (`counts.rs`).
 #[derive(Clone, Debug, Row, Serialize, Deserialize)]
@@ -160,6 +194,78 @@ impl IntentListRow {
             version: v.version,
         }
     }
+}
+
+/// What the report counts of a verdict (`reckon_intent_tally`), written with each of its verdict
+/// rows at the same version.
+#[derive(Clone, Debug, Row, Serialize, Deserialize)]
+pub struct TallyRow {
+    pub listed_at: u32,
+    pub listed_ns: u64,
+    pub intent_id: String,
+    pub tool: Option<String>,
+    pub state: i8,
+    pub decision: i8,
+    pub last_event_ns: u64,
+    pub attempts: u32,
+    pub attempts_rejected: u32,
+    pub attempts_conflict: u32,
+    pub attempts_succeeded: u32,
+    pub attempts_failed: u32,
+    pub attempts_recorded: u32,
+    pub attempts_unknown: u32,
+    pub finding_kind: Vec<i8>,
+    pub finding_severity: Vec<i8>,
+    pub deleted: u8,
+    pub version: u64,
+}
+
+const HOUR_NS: u64 = 3_600_000_000_000;
+
+impl TallyRow {
+    /// The tally of a verdict row and its findings.
+    pub fn of(v: &VerdictRow, findings: &[FindingRow]) -> TallyRow {
+        TallyRow {
+            listed_at: secs(v.listed_ns),
+            listed_ns: v.listed_ns,
+            intent_id: v.intent_id.clone(),
+            tool: v.tool.clone(),
+            state: v.state,
+            decision: v.decision,
+            last_event_ns: v.last_event_ns,
+            attempts: v.attempts,
+            attempts_rejected: v.attempts_rejected,
+            attempts_conflict: v.attempts_conflict,
+            attempts_succeeded: v.attempts_succeeded,
+            attempts_failed: v.attempts_failed,
+            attempts_recorded: v.attempts_recorded,
+            attempts_unknown: v.attempts_unknown,
+            finding_kind: findings.iter().map(|f| f.kind).collect(),
+            finding_severity: findings.iter().map(|f| f.severity).collect(),
+            deleted: v.deleted,
+            version: v.version,
+        }
+    }
+
+    /// Its row in `reckon_intent_activity`: only a verdict whose latest event lies in a later
+    /// hour than its listing place has one.
+    pub fn activity(&self) -> Option<ActivityRow> {
+        (self.deleted == 0 && self.last_event_ns / HOUR_NS > self.listed_ns / HOUR_NS).then(|| {
+            ActivityRow {
+                last_event_ns: self.last_event_ns,
+                intent_id: self.intent_id.clone(),
+                listed_ns: self.listed_ns,
+            }
+        })
+    }
+}
+
+/// An intent active in a later hour than its listing place (`reckon_intent_activity`).
+#[derive(Clone, Debug, Row, Serialize, Deserialize)]
+pub struct ActivityRow {
+    pub last_event_ns: u64,
+    pub intent_id: String,
+    pub listed_ns: u64,
 }
 
 /// Which intent a stored span names: its row in `reckon_attempts` (`readback` 0) or

@@ -449,6 +449,128 @@ CREATE TABLE IF NOT EXISTS reckon_listing_counts (
 ) ENGINE = ReplacingMergeTree(counted)
 ORDER BY (listing, hour, dim1, dim2, finding)";
 
+/// v13: the audit report without reading every verdict (`report.rs`). The report covers the
+/// intents whose latest event is at or after `since`. Every such intent is listed at or after
+/// the hour of `since`, or listed before it and active since: so the report is the hourly
+/// counts of `reckon_intent_tally` (by listing place, recounted like the listings' counts) for
+/// the hours after `since`'s, plus the current rows of that hour and of the intents
+/// `reckon_intent_activity` names, read by key. `reckon_intent_tally` is written beside every
+/// verdict row with what the report counts of it; `reckon_intent_activity` holds the versions
+/// whose latest event lies in a later hour than their listing place, by that event.
+pub const V13_INTENT_TALLY: &str = "
+CREATE TABLE IF NOT EXISTS reckon_intent_tally (
+    listed_at DateTime COMMENT 'where the intent is listed (UTC seconds): partitioning',
+    listed_ns UInt64 COMMENT 'where the intent is listed, unix nanoseconds: reckon_verdicts.listed_ns',
+    intent_id String COMMENT 'the logical action',
+    tool Nullable(String) COMMENT 'tool of the intent; NULL for an orphan record',
+    state Enum8('completed' = 1, 'failed_after_execution' = 2, 'pending' = 3, 'failed_before_execution' = 4, 'unknown' = 5) COMMENT 'intent state',
+    decision Enum8('none' = 1, 'fix_input' = 2, 'wait' = 3, 'retry_same_key' = 4, 'reconcile' = 5, 'new_intent' = 6, 'escalate' = 7) COMMENT 'what is safe for the executor now',
+    last_event_ns UInt64 COMMENT 'latest event of the intent, unix nanoseconds',
+    attempts UInt32 COMMENT 'number of attempts',
+    attempts_rejected UInt32 COMMENT 'attempts classed rejected',
+    attempts_conflict UInt32 COMMENT 'attempts classed conflict',
+    attempts_succeeded UInt32 COMMENT 'attempts classed succeeded',
+    attempts_failed UInt32 COMMENT 'attempts classed failed',
+    attempts_recorded UInt32 COMMENT 'attempts classed recorded',
+    attempts_unknown UInt32 COMMENT 'attempts classed unknown',
+    finding_kind Array(Enum8('duplicate_effect' = 1, 'effect_mismatch' = 2, 'key_reuse_mismatch' = 3, 'new_key_retry' = 4, 'expired_key_retry' = 5, 'no_idempotency_contract' = 6, 'unresolved_unknown' = 7, 'replayed_server_error' = 8, 'misreported_outcome' = 9, 'resend_while_pending' = 10, 'resend_after_terminal' = 11, 'inconclusive_readback_acted_on' = 12, 'stuck_pending' = 13, 'retry_budget_exceeded' = 14, 'orphan_record' = 15, 'key_shared_across_intents' = 16)) COMMENT 'the kind of each finding (repeats kept), parallel to finding_severity',
+    finding_severity Array(Enum8('medium' = 1, 'high' = 2, 'critical' = 3)) COMMENT 'the severity of each finding',
+    deleted UInt8 COMMENT '1: tombstone',
+    version UInt64 COMMENT 'reckon_verdicts.version of the same write: the highest is current'
+) ENGINE = ReplacingMergeTree(version)
+PARTITION BY toYYYYMM(listed_at)
+ORDER BY (listed_ns, intent_id)";
+/// From the current verdicts and their findings (the findings' `FINAL` keeps each finding's
+/// latest row: it is current when its version is the verdict's).
+pub const V13_INTENT_TALLY_FILL: &str = "
+INSERT INTO reckon_intent_tally
+    (listed_at, listed_ns, intent_id, tool, state, decision, last_event_ns, attempts,
+     attempts_rejected, attempts_conflict, attempts_succeeded, attempts_failed, attempts_recorded, attempts_unknown, finding_kind, finding_severity, deleted, version)
+SELECT toDateTime(intDiv(listed_ns, 1000000000)), listed_ns, intent_id, tool, state, decision,
+    last_event_ns, attempts, attempts_rejected, attempts_conflict, attempts_succeeded, attempts_failed, attempts_recorded, attempts_unknown, kinds, severities, deleted, version
+FROM (SELECT intent_id, tool, state, decision, last_event_ns, attempts, attempts_rejected, attempts_conflict, attempts_succeeded, attempts_failed, attempts_recorded, attempts_unknown,
+          deleted, version, listed_ns FROM reckon_verdicts FINAL) AS v
+ANY LEFT JOIN
+    (SELECT intent_id, verdict_version AS version, groupArray(kind) AS kinds,
+         groupArray(severity) AS severities
+     FROM reckon_findings FINAL GROUP BY intent_id, verdict_version) AS f
+USING (intent_id, version)";
+pub const V13_INTENT_ACTIVITY: &str = "
+CREATE TABLE IF NOT EXISTS reckon_intent_activity (
+    last_event_ns UInt64 COMMENT 'latest event of the intent in this version, unix nanoseconds: in a later hour than listed_ns',
+    intent_id String COMMENT 'the logical action',
+    listed_ns UInt64 COMMENT 'where the intent is listed, unix nanoseconds: its key in reckon_intent_tally with intent_id'
+) ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(toDateTime(intDiv(last_event_ns, 1000000000)))
+ORDER BY (last_event_ns, intent_id)";
+pub const V13_INTENT_ACTIVITY_FILL: &str = "
+INSERT INTO reckon_intent_activity (last_event_ns, intent_id, listed_ns)
+SELECT last_event_ns, intent_id, listed_ns
+FROM (SELECT intent_id, last_event_ns, listed_ns, deleted FROM reckon_verdicts FINAL)
+WHERE deleted = 0 AND intDiv(last_event_ns, 3600000000000) > intDiv(listed_ns, 3600000000000)";
+/// Hours of `reckon_intent_tally` join the listings' in `reckon_listing_hours` (adding an enum
+/// value rewrites no data). 18.16 wants a view's columns to be of its table's types exactly, so
+/// the listings' views are made again with the new enum. (A listing written by another
+/// instance in between would leave its hour unstamped: migrations run before an instance
+/// writes, and one store has one writing instance until the Scale-out work.)
+pub const V13_DROP_INTENT_HOURS_VIEW: &str = "
+DROP TABLE IF EXISTS reckon_intent_list_hours_mv";
+pub const V13_DROP_ESCALATION_HOURS_VIEW: &str = "
+DROP TABLE IF EXISTS reckon_escalation_list_hours_mv";
+pub const V13_HOURS_LISTING: &str = "
+ALTER TABLE reckon_listing_hours
+    MODIFY COLUMN listing Enum8('intents' = 1, 'escalations' = 2, 'report' = 3) COMMENT 'reckon_intent_list, reckon_escalation_list or reckon_intent_tally'";
+pub const V13_INTENT_HOURS_VIEW: &str = "
+CREATE MATERIALIZED VIEW IF NOT EXISTS reckon_intent_list_hours_mv TO reckon_listing_hours AS
+SELECT CAST('intents' AS Enum8('intents' = 1, 'escalations' = 2, 'report' = 3)) AS listing,
+    toDateTime(intDiv(toUInt32(listed_at), 3600) * 3600) AS hour, max(now()) AS written
+FROM reckon_intent_list GROUP BY hour";
+pub const V13_ESCALATION_HOURS_VIEW: &str = "
+CREATE MATERIALIZED VIEW IF NOT EXISTS reckon_escalation_list_hours_mv TO reckon_listing_hours AS
+SELECT CAST('escalations' AS Enum8('intents' = 1, 'escalations' = 2, 'report' = 3)) AS listing,
+    toDateTime(intDiv(toUInt32(listed_at), 3600) * 3600) AS hour, max(now()) AS written
+FROM reckon_escalation_list GROUP BY hour";
+pub const V13_TALLY_HOURS_VIEW: &str = "
+CREATE MATERIALIZED VIEW IF NOT EXISTS reckon_intent_tally_hours_mv TO reckon_listing_hours AS
+SELECT CAST('report' AS Enum8('intents' = 1, 'escalations' = 2, 'report' = 3)) AS listing,
+    toDateTime(intDiv(toUInt32(listed_at), 3600) * 3600) AS hour, max(now()) AS written
+FROM reckon_intent_tally GROUP BY hour";
+pub const V13_TALLY_HOURS_FILL: &str = "
+INSERT INTO reckon_listing_hours (listing, hour, written)
+SELECT CAST('report' AS Enum8('intents' = 1, 'escalations' = 2, 'report' = 3)),
+    toDateTime(intDiv(toUInt32(listed_at), 3600) * 3600) AS hour, max(now())
+FROM reckon_intent_tally GROUP BY hour";
+/// The report's counts per hour of listing places, as `reckon_listing_counts` (`counted`: the
+/// latest is current; recounted whenever the hour is written at or after it).
+pub const V13_REPORT_COUNTS: &str = "
+CREATE TABLE IF NOT EXISTS reckon_report_counts (
+    hour DateTime COMMENT 'an hour of listing places (UTC)',
+    tool String COMMENT 'the tool (empty for orphan records)',
+    state Enum8('completed' = 1, 'failed_after_execution' = 2, 'pending' = 3, 'failed_before_execution' = 4, 'unknown' = 5) COMMENT 'intent state',
+    decision Enum8('none' = 1, 'fix_input' = 2, 'wait' = 3, 'retry_same_key' = 4, 'reconcile' = 5, 'new_intent' = 6, 'escalate' = 7) COMMENT 'the decision',
+    intents UInt64 COMMENT 'how many intents',
+    attempts UInt64 COMMENT 'their attempts',
+    attempts_rejected UInt64 COMMENT 'attempts classed rejected',
+    attempts_conflict UInt64 COMMENT 'attempts classed conflict',
+    attempts_succeeded UInt64 COMMENT 'attempts classed succeeded',
+    attempts_failed UInt64 COMMENT 'attempts classed failed',
+    attempts_recorded UInt64 COMMENT 'attempts classed recorded',
+    attempts_unknown UInt64 COMMENT 'attempts classed unknown',
+    counted DateTime COMMENT 'when the count began (the server clock): the latest is current'
+) ENGINE = ReplacingMergeTree(counted)
+ORDER BY (hour, tool, state, decision)";
+pub const V13_REPORT_FINDINGS: &str = "
+CREATE TABLE IF NOT EXISTS reckon_report_findings (
+    hour DateTime COMMENT 'an hour of listing places (UTC)',
+    tool String COMMENT 'the tool (empty for orphan records)',
+    kind Enum8('duplicate_effect' = 1, 'effect_mismatch' = 2, 'key_reuse_mismatch' = 3, 'new_key_retry' = 4, 'expired_key_retry' = 5, 'no_idempotency_contract' = 6, 'unresolved_unknown' = 7, 'replayed_server_error' = 8, 'misreported_outcome' = 9, 'resend_while_pending' = 10, 'resend_after_terminal' = 11, 'inconclusive_readback_acted_on' = 12, 'stuck_pending' = 13, 'retry_budget_exceeded' = 14, 'orphan_record' = 15, 'key_shared_across_intents' = 16) COMMENT 'finding kind',
+    severity Enum8('medium' = 1, 'high' = 2, 'critical' = 3) COMMENT 'finding severity',
+    findings UInt64 COMMENT 'how many findings',
+    intents UInt64 COMMENT 'how many intents have one',
+    counted DateTime COMMENT 'when the count began (the server clock): the latest is current'
+) ENGINE = ReplacingMergeTree(counted)
+ORDER BY (hour, tool, kind, severity)";
+
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
@@ -575,6 +697,25 @@ pub const MIGRATIONS: &[Migration] = &[
             V12_LISTING_COUNTS,
         ],
     },
+    Migration {
+        version: 13,
+        name: "the report by hour of listing places",
+        statements: &[
+            V13_INTENT_TALLY,
+            V13_INTENT_TALLY_FILL,
+            V13_INTENT_ACTIVITY,
+            V13_INTENT_ACTIVITY_FILL,
+            V13_DROP_INTENT_HOURS_VIEW,
+            V13_DROP_ESCALATION_HOURS_VIEW,
+            V13_HOURS_LISTING,
+            V13_INTENT_HOURS_VIEW,
+            V13_ESCALATION_HOURS_VIEW,
+            V13_TALLY_HOURS_VIEW,
+            V13_TALLY_HOURS_FILL,
+            V13_REPORT_COUNTS,
+            V13_REPORT_FINDINGS,
+        ],
+    },
 ];
 
 /// The schema version this binary writes.
@@ -649,7 +790,8 @@ mod tests {
                     || lit == "Enum8('major' = 1, 'minor' = 2)"
                     || lit == FINDING_KINDS_BEFORE_V3
                     || lit == STATUSES_BEFORE_V9
-                    || lit == "Enum8('intents' = 1, 'escalations' = 2)",
+                    || lit == "Enum8('intents' = 1, 'escalations' = 2)"
+                    || lit == "Enum8('intents' = 1, 'escalations' = 2, 'report' = 3)",
                 "unexpected enum literal {lit}"
             );
             rest = &tail[end..];

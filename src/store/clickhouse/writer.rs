@@ -58,15 +58,24 @@ pub struct Rows {
     pub span_owners: Vec<SpanOwnerRow>,
     /// The listing rows of `verdicts`, which hold their documents ([`Rows::push_verdict`]).
     pub intent_list: Vec<IntentListRow>,
+    /// What the report counts of `verdicts` (v13).
+    pub tally: Vec<TallyRow>,
+    /// The intents of `verdicts` active in a later hour than their listing place.
+    pub activity: Vec<ActivityRow>,
 }
 
 impl Rows {
-    /// A verdict row and its listing row. The document goes to the listing alone (v11):
+    /// A verdict row with its findings, and the rows derived from it: its listing row, its
+    /// tally and its activity. The document goes to the listing alone (v11):
     /// `reckon_verdicts.doc` is written empty, so each document is stored once.
-    pub fn push_verdict(&mut self, mut row: VerdictRow) {
+    pub fn push_verdict(&mut self, mut row: VerdictRow, findings: Vec<FindingRow>) {
         let doc = std::mem::take(&mut row.doc);
         self.intent_list.push(IntentListRow::of(&row, doc));
+        let tally = TallyRow::of(&row, &findings);
+        self.activity.extend(tally.activity());
+        self.tally.push(tally);
         self.verdicts.push(row);
+        self.findings.extend(findings);
     }
 
     pub fn len(&self) -> usize {
@@ -82,6 +91,8 @@ impl Rows {
             + self.lookups.len()
             + self.span_owners.len()
             + self.intent_list.len()
+            + self.tally.len()
+            + self.activity.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -601,7 +612,7 @@ pub async fn insert_now(
 /// a span's owner before the span (a span is never stored where the look-up cannot find it),
 /// events before anything derived from them, notifications before the escalation changes they
 /// announce (a change is never stored unannounced), escalations before the verdicts that name
-/// them, findings and lookups before the verdict version that makes them current, a settled intent's routes
+/// them, findings, lookups and the report's rows before the verdict version that makes them current, a settled intent's routes
 /// before the verdict that lets it leave memory, and the checkpoint after everything it covers.
 async fn insert_all(
     client: &::clickhouse::Client,
@@ -618,6 +629,8 @@ async fn insert_all(
     insert(client, retry, FINDINGS, parts, |r| &r.findings).await?;
     insert(client, retry, LOOKUPS, parts, |r| &r.lookups).await?;
     insert(client, retry, ROUTES, parts, |r| &r.routes).await?;
+    insert(client, retry, ACTIVITY, parts, |r| &r.activity).await?;
+    insert(client, retry, TALLY, parts, |r| &r.tally).await?;
     insert(client, retry, INTENT_LIST, parts, |r| &r.intent_list).await?;
     insert(client, retry, VERDICTS, parts, |r| &r.verdicts).await?;
     insert(client, retry, META, parts, |r| &r.meta).await?;

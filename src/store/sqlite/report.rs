@@ -101,13 +101,14 @@ pub(super) fn report(
     Ok(rep)
 }
 
-/// Escalations opened at or after `from` (unix nanoseconds), by status.
+/// Escalations listed at or after `from` (unix nanoseconds; when they were first opened), by
+/// status.
 pub(super) fn escalation_counts(
     conn: &Connection,
     from: i64,
 ) -> Result<Vec<(EscalationStatus, u64)>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT status, count(*) FROM reckon_escalations WHERE opened_at >= ?1 GROUP BY status",
+        "SELECT status, count(*) FROM reckon_escalations WHERE listed_at >= ?1 GROUP BY status",
     )?;
     let mut rows = stmt.query([from])?;
     let mut out = Vec::new();

@@ -1,0 +1,484 @@
+//! The audit report (`GET /api/v1/report`) without reading every verdict.
+//!
+//! The report covers the intents whose latest event is at or after `since`. Grouping a week of
+//! verdicts under `FINAL` takes seconds at a few million intents (18.16 merges every version in
+//! one stream), so the report is counted by hour of listing places, like the listings' totals
+//! (`counts.rs`): `reckon_intent_tally` holds what the report counts of each verdict write,
+//! `reckon_report_counts` and `reckon_report_findings` its counts per hour, recounted in the
+//! background whenever an hour is written.
+//!
+//! An intent's latest event is never before its listing place: the place is its first verdict's
+//! first event, which stays among its events (only records move between intents, and an intent
+//! whose every event is a record is an orphan record's, deleted when the record links). So the
+//! intents active since `since` are
+//! - every intent listed in a later hour than `since`'s: those hours' counts, or their rows when
+//!   written since they were counted;
+//! - those listed in `since`'s own hour whose latest event is not before it: that hour's rows;
+//! - those listed before that hour and active since: `reckon_intent_activity` names every
+//!   verdict whose latest event lies in a later hour than its place, by that event; their current
+//!   rows are read by key and checked.
+//!
+//! Escalations are counted by their listing place (when they were first opened), from the
+//! escalations listing's counts the same way.
+
+use std::collections::BTreeSet;
+
+use ::clickhouse::Row;
+use serde::Deserialize;
+
+use super::counts::{self, Conn, Counted};
+use super::rows::{
+    from_code, ReportCountRow, ReportFindingRow, ESCALATIONS, FINDINGS, REPORT_COUNTS,
+    REPORT_FINDINGS, VERDICTS,
+};
+use super::{bind_all, Arg, StoreError};
+use crate::model::{
+    AttemptClass, Decision, EscalationStatus, FindingKind, IntentState, Severity, Timestamp,
+};
+use crate::store::Report;
+
+const HOUR_NS: u64 = 3_600_000_000_000;
+
+/// The attempt count columns, in [`AttemptClass::ALL`] order.
+const CLASSES: &str = "attempts_rejected, attempts_conflict, attempts_succeeded, attempts_failed, \
+                       attempts_recorded, attempts_unknown";
+
+/// The verdicts of one tool, state and decision.
+#[derive(Row, Deserialize)]
+struct VerdictCounts {
+    tool: String,
+    state: i8,
+    decision: i8,
+    intents: u64,
+    attempts: u64,
+    classes: [u64; 6],
+}
+
+/// The findings of one tool, kind and severity.
+#[derive(Row, Deserialize)]
+struct FindingCounts {
+    tool: String,
+    kind: i8,
+    severity: i8,
+    findings: u64,
+    intents: u64,
+}
+
+/// `sum(c) AS c` of every attempt count column.
+fn class_sums() -> String {
+    CLASSES
+        .split(", ")
+        .map(|c| format!("sum({c}) AS {c}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The verdicts of the current tally rows the key condition `inner` selects and `outer` keeps.
+fn live_verdicts(inner: &str, outer: &str) -> String {
+    format!(
+        "SELECT ifNull(tool, '') AS tool, state, decision, count() AS intents,
+             sum(attempts) AS attempts, {sums}
+         FROM (SELECT intent_id, listed_ns, tool, state, decision, last_event_ns, attempts,
+                   {CLASSES}, deleted
+               FROM reckon_intent_tally FINAL WHERE {inner})
+         WHERE deleted = 0 AND {outer}
+         GROUP BY tool, state, decision",
+        sums = class_sums()
+    )
+}
+
+/// The findings of the same rows.
+fn live_findings(inner: &str, outer: &str) -> String {
+    format!(
+        "SELECT ifNull(tool, '') AS tool, kind, severity, count() AS findings,
+             uniqExact(intent_id) AS intents
+         FROM (SELECT intent_id, listed_ns, tool, last_event_ns, finding_kind, finding_severity,
+                   deleted
+               FROM reckon_intent_tally FINAL WHERE {inner})
+         ARRAY JOIN finding_kind AS kind, finding_severity AS severity
+         WHERE deleted = 0 AND {outer}
+         GROUP BY tool, kind, severity"
+    )
+}
+
+/// Count one hour of `reckon_intent_tally` into the report's counts, stamped with the server's
+/// clock before counting, zeroing the groups it had and has no more. The findings are written
+/// first: the hour reads as counted once its verdict counts are.
+pub(super) async fn recount_hour(store: &Conn, hour: u32) -> Result<(), StoreError> {
+    let began = counts::server_now(store).await?;
+    let lo = u64::from(hour) * 1_000_000_000;
+    let inner = "listed_ns >= ? AND listed_ns < ?";
+    let verdicts: Vec<VerdictCounts> = store
+        .fetch(
+            "recount the report's hour",
+            store
+                .client
+                .query(&live_verdicts(inner, "1 = 1"))
+                .bind(lo)
+                .bind(lo + HOUR_NS),
+        )
+        .await?;
+    let findings: Vec<FindingCounts> = store
+        .fetch(
+            "recount the report's hour",
+            store
+                .client
+                .query(&live_findings(inner, "1 = 1"))
+                .bind(lo)
+                .bind(lo + HOUR_NS),
+        )
+        .await?;
+    let had_verdicts: Vec<(String, i8, i8)> = store
+        .fetch(
+            "the report's counts of an hour",
+            store
+                .client
+                .query(
+                    "SELECT tool, state, decision FROM
+                        (SELECT hour, tool, state, decision, intents FROM reckon_report_counts FINAL
+                         WHERE hour = toDateTime(?))
+                     WHERE intents > 0",
+                )
+                .bind(hour),
+        )
+        .await?;
+    let had_findings: Vec<(String, i8, i8)> = store
+        .fetch(
+            "the report's counts of an hour",
+            store
+                .client
+                .query(
+                    "SELECT tool, kind, severity FROM
+                        (SELECT hour, tool, kind, severity, findings FROM reckon_report_findings FINAL
+                         WHERE hour = toDateTime(?))
+                     WHERE findings > 0",
+                )
+                .bind(hour),
+        )
+        .await?;
+
+    let now: BTreeSet<(&str, i8, i8)> = findings
+        .iter()
+        .map(|f| (f.tool.as_str(), f.kind, f.severity))
+        .collect();
+    let finding_row =
+        |tool: &str, kind: i8, severity: i8, findings: u64, intents: u64| ReportFindingRow {
+            hour,
+            tool: tool.to_string(),
+            kind,
+            severity,
+            findings,
+            intents,
+            counted: began,
+        };
+    let mut rows: Vec<ReportFindingRow> = findings
+        .iter()
+        .map(|f| finding_row(&f.tool, f.kind, f.severity, f.findings, f.intents))
+        .collect();
+    rows.extend(
+        had_findings
+            .iter()
+            .filter(|(t, k, s)| !now.contains(&(t.as_str(), *k, *s)))
+            .map(|(t, k, s)| finding_row(t, *k, *s, 0, 0)),
+    );
+    insert(store, REPORT_FINDINGS, &rows).await?;
+
+    let now: BTreeSet<(&str, i8, i8)> = verdicts
+        .iter()
+        .map(|v| (v.tool.as_str(), v.state, v.decision))
+        .collect();
+    let verdict_row = |tool: &str, state: i8, decision: i8, v: Option<&VerdictCounts>| {
+        let c = v.map_or([0; 6], |v| v.classes);
+        ReportCountRow {
+            hour,
+            tool: tool.to_string(),
+            state,
+            decision,
+            intents: v.map_or(0, |v| v.intents),
+            attempts: v.map_or(0, |v| v.attempts),
+            attempts_rejected: c[0],
+            attempts_conflict: c[1],
+            attempts_succeeded: c[2],
+            attempts_failed: c[3],
+            attempts_recorded: c[4],
+            attempts_unknown: c[5],
+            counted: began,
+        }
+    };
+    let mut rows: Vec<ReportCountRow> = verdicts
+        .iter()
+        .map(|v| verdict_row(&v.tool, v.state, v.decision, Some(v)))
+        .collect();
+    rows.extend(
+        had_verdicts
+            .iter()
+            .filter(|(t, s, d)| !now.contains(&(t.as_str(), *s, *d)))
+            .map(|(t, s, d)| verdict_row(t, *s, *d, None)),
+    );
+    if rows.is_empty() {
+        // Nothing in the hour but tombstones: one zero row marks it counted.
+        rows.push(verdict_row("", 1, 1, None));
+    }
+    insert(store, REPORT_COUNTS, &rows).await
+}
+
+/// Counts rows are idempotent (the same hour at the same version), so a retry is safe.
+async fn insert<T>(store: &Conn, table: &'static str, rows: &[T]) -> Result<(), StoreError>
+where
+    T: ::clickhouse::RowOwned + ::clickhouse::RowWrite + serde::Serialize,
+{
+    if rows.is_empty() {
+        return Ok(());
+    }
+    Ok(store
+        .retry
+        .run(
+            || format!("INSERT INTO {table}"),
+            || async {
+                let mut ins = store.client.insert::<T>(table).await?;
+                for r in rows {
+                    ins.write(r).await?;
+                }
+                ins.end().await
+            },
+        )
+        .await?)
+}
+
+/// The hours whose counts stand (counted since last written) and those to read row by row,
+/// for one counted table; `None` when the counts cannot answer yet (a store still being
+/// counted).
+async fn split_hours(
+    store: &Conn,
+    counted: Counted,
+) -> Result<Option<(Vec<u32>, Vec<u32>)>, StoreError> {
+    let (written, counted_at) = counts::hours(store, counted).await?;
+    let stale = counts::stale(&written, &counted_at);
+    if stale.len() > counts::MAX_LIVE_HOURS || (!written.is_empty() && stale.len() == written.len())
+    {
+        return Ok(None);
+    }
+    let fresh = written
+        .keys()
+        .copied()
+        .filter(|h| stale.binary_search(h).is_err())
+        .collect();
+    Ok(Some((fresh, stale)))
+}
+
+/// `hour IN (...)` of the counted hours at or after `from` (unix seconds); never true when
+/// there are none.
+fn counted_hours(hours: &[u32], from: u32) -> (String, Vec<Arg>) {
+    let hours: Vec<u32> = hours.iter().copied().filter(|h| *h >= from).collect();
+    if hours.is_empty() {
+        return ("0 = 1".to_string(), Vec::new());
+    }
+    (
+        format!("toUInt32(hour) IN ({})", vec!["?"; hours.len()].join(", ")),
+        hours.into_iter().map(|h| Arg::U(u64::from(h))).collect(),
+    )
+}
+
+/// The report since `since` (all if `None`), as of `now`.
+pub(super) async fn report(
+    store: &Conn,
+    since: Option<Timestamp>,
+    now: Timestamp,
+) -> Result<Report, StoreError> {
+    let from = since.map_or(0, |t| t.0.max(0) as u64);
+    // `since`'s hour: the rows listed in it are read and checked, those after it counted.
+    let hour_lo = from / HOUR_NS * HOUR_NS;
+    let hour_hi = hour_lo + HOUR_NS;
+    let first_counted = (hour_hi / 1_000_000_000) as u32;
+
+    let tally_hours = split_hours(store, Counted::Report).await?;
+
+    // The tally rows read one by one: the stale hours after `since`'s, `since`'s own, and the
+    // intents listed before it that `reckon_intent_activity` says were active since.
+    let active_before =
+        "(listed_ns, intent_id) IN (SELECT listed_ns, intent_id FROM reckon_intent_activity
+         WHERE last_event_ns >= ? AND listed_ns < ?)";
+    let (mut inner, mut inner_args) = match &tally_hours {
+        Some((_, stale)) => {
+            let stale: Vec<u32> = stale
+                .iter()
+                .copied()
+                .filter(|h| *h >= first_counted)
+                .collect();
+            if stale.is_empty() {
+                ("0 = 1".to_string(), Vec::new())
+            } else {
+                counts::ranges(&stale)
+            }
+        }
+        None => ("listed_ns >= ?".to_string(), vec![Arg::U(hour_hi)]),
+    };
+    inner = format!("({inner} OR (listed_ns >= ? AND listed_ns < ?) OR {active_before})");
+    inner_args.extend([
+        Arg::U(hour_lo),
+        Arg::U(hour_hi),
+        Arg::U(from),
+        Arg::U(hour_lo),
+    ]);
+    let outer = "(listed_ns >= ? OR last_event_ns >= ?)";
+    let mut live_args = inner_args.clone();
+    live_args.extend([Arg::U(hour_hi), Arg::U(from)]);
+
+    let (fresh_cond, fresh_args) = counted_hours(
+        tally_hours.as_ref().map_or(&[][..], |(fresh, _)| fresh),
+        first_counted,
+    );
+    let counted_verdicts = format!(
+        "SELECT tool, state, decision, sum(intents) AS intents, sum(attempts) AS attempts, {sums}
+         FROM (SELECT * FROM reckon_report_counts FINAL WHERE hour >= toDateTime(?))
+         WHERE {fresh_cond}
+         GROUP BY tool, state, decision",
+        sums = class_sums()
+    );
+    let counted_findings = format!(
+        "SELECT tool, kind, severity, sum(findings) AS findings, sum(intents) AS intents
+         FROM (SELECT * FROM reckon_report_findings FINAL WHERE hour >= toDateTime(?))
+         WHERE {fresh_cond}
+         GROUP BY tool, kind, severity"
+    );
+    let mut counted_args = vec![Arg::U(u64::from(first_counted))];
+    counted_args.extend(fresh_args);
+
+    let q = |sql: &str, args: &[Arg]| bind_all(store.client.query(sql), args);
+    let (lv, lf, cv, cf, escalations) = tokio::join!(
+        store.fetch::<VerdictCounts>(
+            "report: verdicts",
+            q(&live_verdicts(&inner, outer), &live_args)
+        ),
+        store.fetch::<FindingCounts>(
+            "report: findings",
+            q(&live_findings(&inner, outer), &live_args)
+        ),
+        store.fetch::<VerdictCounts>(
+            "report: verdict counts",
+            q(&counted_verdicts, &counted_args)
+        ),
+        store.fetch::<FindingCounts>(
+            "report: finding counts",
+            q(&counted_findings, &counted_args)
+        ),
+        escalations(store, from),
+    );
+
+    let mut rep = Report::empty(since, now);
+    let tool_key = |t: String| {
+        if t.is_empty() {
+            Report::NO_TOOL.to_string()
+        } else {
+            t
+        }
+    };
+    for r in lv?.into_iter().chain(cv?) {
+        let state = from_code(&IntentState::ALL, r.state, VERDICTS, "state")?;
+        let decision = from_code(&Decision::ALL, r.decision, VERDICTS, "decision")?;
+        if r.intents == 0 {
+            continue;
+        }
+        rep.intents += r.intents;
+        rep.attempts += r.attempts;
+        *rep.by_state.entry(state.as_str().into()).or_default() += r.intents;
+        *rep.by_decision.entry(decision.as_str().into()).or_default() += r.intents;
+        for (class, n) in AttemptClass::ALL.iter().zip(r.classes) {
+            *rep.by_attempt_class
+                .entry(class.as_str().into())
+                .or_default() += n;
+        }
+        let t = rep.by_tool.entry(tool_key(r.tool)).or_default();
+        t.intents += r.intents;
+        t.attempts += r.attempts;
+        *t.by_state.entry(state.as_str().into()).or_default() += r.intents;
+    }
+    for r in lf?.into_iter().chain(cf?) {
+        let kind = from_code(&FindingKind::ALL, r.kind, FINDINGS, "kind")?;
+        let severity = from_code(&Severity::ALL, r.severity, FINDINGS, "severity")?;
+        if r.findings == 0 {
+            continue;
+        }
+        rep.findings += r.findings;
+        *rep.by_finding.entry(kind.as_str().into()).or_default() += r.findings;
+        *rep.by_severity.entry(severity.as_str().into()).or_default() += r.findings;
+        let t = rep.by_tool.entry(tool_key(r.tool)).or_default();
+        t.findings += r.findings;
+        if kind == FindingKind::DuplicateEffect {
+            t.duplicate_effects += r.intents;
+        }
+    }
+    for (status, n) in escalations? {
+        *rep.escalations.entry(status.as_str().into()).or_default() += n;
+    }
+    Ok(rep)
+}
+
+/// The escalations listed at or after `from` (unix ns; when they were first opened), by
+/// status: the escalations listing's counts of the hours after `from`'s, its rows for the rest.
+pub(super) async fn escalations(
+    store: &Conn,
+    from: u64,
+) -> Result<Vec<(EscalationStatus, u64)>, StoreError> {
+    let hour_hi = from / HOUR_NS * HOUR_NS + HOUR_NS;
+    let first_counted = (hour_hi / 1_000_000_000) as u32;
+    let escalation_hours = split_hours(store, Counted::Escalations).await?;
+    let (esc_inner, esc_counted) = match &escalation_hours {
+        Some((fresh, stale)) => {
+            let stale: Vec<u32> = stale
+                .iter()
+                .copied()
+                .filter(|h| *h >= first_counted)
+                .collect();
+            let (cond, args) = if stale.is_empty() {
+                ("0 = 1".to_string(), Vec::new())
+            } else {
+                counts::ranges(&stale)
+            };
+            ((cond, args), counted_hours(fresh, first_counted))
+        }
+        None => (
+            ("listed_ns >= ?".to_string(), vec![Arg::U(hour_hi)]),
+            ("0 = 1".to_string(), Vec::new()),
+        ),
+    };
+    let live_escalations = format!(
+        "SELECT toString(status), count() FROM
+            (SELECT id, listed_ns, status FROM reckon_escalation_list FINAL
+             WHERE {} OR (listed_ns >= ? AND listed_ns < ?))
+         GROUP BY status",
+        esc_inner.0
+    );
+    let mut live_esc_args = esc_inner.1;
+    live_esc_args.extend([Arg::U(from), Arg::U(hour_hi)]);
+    let counted_escalations = format!(
+        "SELECT dim1, sum(n) FROM
+            (SELECT * FROM reckon_listing_counts FINAL
+             WHERE listing = 'escalations' AND hour >= toDateTime(?))
+         WHERE finding = 0 AND n > 0 AND {}
+         GROUP BY dim1",
+        esc_counted.0
+    );
+    let mut counted_esc_args = vec![Arg::U(u64::from(first_counted))];
+    counted_esc_args.extend(esc_counted.1);
+
+    let q = |sql: &str, args: &[Arg]| bind_all(store.client.query(sql), args);
+    let (live, counted) = tokio::join!(
+        store.fetch::<(String, u64)>("escalations", q(&live_escalations, &live_esc_args)),
+        store.fetch::<(String, u64)>(
+            "escalation counts",
+            q(&counted_escalations, &counted_esc_args)
+        ),
+    );
+    let mut by_status: Vec<(EscalationStatus, u64)> = Vec::new();
+    for (status, n) in live?.into_iter().chain(counted?) {
+        let status = EscalationStatus::parse(&status).ok_or_else(|| {
+            StoreError::corrupt(ESCALATIONS, "status", format!("unknown {status:?}"))
+        })?;
+        match by_status.iter_mut().find(|(s, _)| *s == status) {
+            Some((_, total)) => *total += n,
+            None => by_status.push((status, n)),
+        }
+    }
+    Ok(by_status)
+}
