@@ -2420,7 +2420,7 @@ async fn clickhouse_escalation_totals_come_from_recounted_hours() {
 /// before `since` and active after it): the same report as SQLite's for every `since`, before
 /// a recount, after it, after rewrites the counts have not seen (late activity in a later hour,
 /// a state change, a finding, a delete), and after those are counted; and, once counted, read
-/// from the counts.
+/// from the counts. The intents listing's `since` is answered the same way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clickhouse_report_comes_from_recounted_hours() {
     let Some(ch) = ClickHouse::new().await else {
@@ -2488,11 +2488,27 @@ async fn clickhouse_report_comes_from_recounted_hours() {
         since.push(Some(v.last_event));
         since.push(Some(v.last_event + Dur(1)));
     }
+    // The report, and (for every fourth) the intents listing with the same `since` (walked
+    // whole, its total checked against the walk).
     async fn check(a: &SqliteStore, b: &ClickHouseStore, since: &[Option<Timestamp>], when: &str) {
-        for s in since {
+        let ids = |docs: Vec<VerdictDoc>| docs.into_iter().map(|d| d.intent_id).collect::<Vec<_>>();
+        for (i, s) in since.iter().enumerate() {
             let want = a.report(*s, at(99_999)).await.unwrap();
             let got = b.report(*s, at(99_999)).await.unwrap();
             assert_eq!(got, want, "{when}: since {s:?}");
+            if i % 4 != 0 {
+                continue;
+            }
+            let f = VerdictFilter {
+                since: *s,
+                limit: 9,
+                ..Default::default()
+            };
+            assert_eq!(
+                ids(every_page(b, f.clone()).await),
+                ids(every_page(a, f).await),
+                "{when}: intents since {s:?}"
+            );
         }
     }
     check(&a, &b, &since, "before any recount").await;

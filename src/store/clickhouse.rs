@@ -236,6 +236,8 @@ fn bind_all(mut q: ::clickhouse::query::Query, args: &[Arg]) -> ::clickhouse::qu
     q
 }
 
+const HOUR_NS: u64 = 3_600_000_000_000;
+
 /// Now in unix nanoseconds: where a first page's first slab reaches back from.
 fn wall_ns() -> u64 {
     crate::clock::wall_now().0.max(0) as u64
@@ -838,10 +840,25 @@ impl Store for ClickHouseStore {
             l.outer.push_str(" AND tool = ?");
             l.outer_args.push(Arg::S(t.clone()));
         }
-        if let Some(s) = filter.since {
+        // An intent active since `since` is listed at or after the hour of `since`, or before
+        // it with its activity in `reckon_intent_activity` (see `report.rs`): the walk reads
+        // no further back than that hour but for those keys, and the counts answer the hours
+        // after it (their every row is active since).
+        let since_hour = filter.since.map(|s| {
+            let from = s.0.max(0) as u64;
+            (from, from / HOUR_NS * HOUR_NS)
+        });
+        if let Some((from, hour_lo)) = since_hour {
             l.cols.push("last_event_ns");
             l.outer.push_str(" AND last_event_ns >= ?");
-            l.outer_args.push(Arg::U(s.0.max(0) as u64));
+            l.outer_args.push(Arg::U(from));
+            l.inner.push_str(
+                " AND (listed_ns >= ? OR (listed_ns, intent_id) IN
+                    (SELECT listed_ns, intent_id FROM reckon_intent_activity
+                     WHERE last_event_ns >= ? AND listed_ns < ?))",
+            );
+            l.inner_args
+                .extend([Arg::U(hour_lo), Arg::U(from), Arg::U(hour_lo)]);
         }
         if let Some(k) = filter.finding {
             l.cols.push("finding_kinds");
@@ -876,12 +893,13 @@ impl Store for ClickHouseStore {
             dim2: filter.tool.as_deref(),
             finding: filter.finding.map(|k| code(&FindingKind::ALL, k) as u8),
         };
-        let hours = if filter.since.is_none() && !l.keyed {
+        let hours = if !l.keyed {
             counts::hours_counted(&self.conn(), counts::Counted::Intents, &dims).await?
         } else {
             None
         };
-        let total = l.total(self, "count verdicts", hours.as_deref());
+        let live_below = since_hour.map_or(0, |(_, hour_lo)| hour_lo + HOUR_NS);
+        let total = l.total(self, "count verdicts", hours.as_deref(), live_below);
         let walk = l.walk(
             self,
             "list verdicts",
@@ -1263,7 +1281,7 @@ impl Store for ClickHouseStore {
         } else {
             None
         };
-        let total = l.total(self, "count escalations", hours.as_deref());
+        let total = l.total(self, "count escalations", hours.as_deref(), 0);
         let (total, keys) = tokio::join!(
             total,
             l.walk(

@@ -15,8 +15,11 @@
 //!
 //! Only the filters the counts have dimensions for are answered this way: for intents state,
 //! tool and one finding kind, for escalations status and severity. The intents' `since` (a time
-//! of last activity, not of listing), their lookups (a few exact keys) and the escalations'
-//! tool (their intent's) are counted from the listing.
+//! of last activity, not of listing) is answered by the counts of the hours after its own (every
+//! intent listed there is active since) and the listing's rows for the rest, which
+//! `reckon_intent_activity` bounds (`report.rs`); their lookups (a few exact keys) and the
+//! escalations' tool (their intent's) are counted from the listing. The report is counted the
+//! same way, in its own tables (`report.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -260,18 +263,39 @@ pub(super) async fn hours_counted(
 }
 
 /// How many rows the filter matches: the counts of the hours counted since their last write
-/// (`hours`, from [`hours_counted`]), and `live`, a count of the listing's rows in the others.
+/// (`hours`, from [`hours_counted`]), and `live`, a count of the listing's rows in the others
+/// and in every hour that begins before `live_below` (unix ns; 0: none), where the counts do
+/// not answer the filter (an hour before a `since`).
 pub(super) async fn total(
     hours: &[HourCount],
+    live_below: u64,
     live: impl AsyncFnOnce(Option<(String, Vec<Arg>)>) -> Result<u64, StoreError>,
 ) -> Result<u64, StoreError> {
-    let counted: u64 = hours.iter().filter(|h| !h.stale).map(|h| h.matching).sum();
-    let mut stale: Vec<u32> = hours.iter().filter(|h| h.stale).map(|h| h.hour).collect();
-    if stale.is_empty() {
-        return Ok(counted);
-    }
+    let counts = |h: &&HourCount| u64::from(h.hour) * 1_000_000_000 >= live_below;
+    let counted: u64 = hours
+        .iter()
+        .filter(counts)
+        .filter(|h| !h.stale)
+        .map(|h| h.matching)
+        .sum();
+    let mut stale: Vec<u32> = hours
+        .iter()
+        .filter(counts)
+        .filter(|h| h.stale)
+        .map(|h| h.hour)
+        .collect();
     stale.sort_unstable();
-    Ok(counted + live(Some(ranges(&stale))).await?)
+    let within = match (stale.is_empty(), live_below) {
+        (true, 0) => return Ok(counted),
+        (true, below) => ("listed_ns < ?".to_string(), vec![Arg::U(below)]),
+        (false, 0) => ranges(&stale),
+        (false, below) => {
+            let (cond, mut args) = ranges(&stale);
+            args.push(Arg::U(below));
+            (format!("({cond} OR listed_ns < ?)"), args)
+        }
+    };
+    Ok(counted + live(Some(within)).await?)
 }
 
 /// Where a slab that ends before `below` (unix ns, exclusive) must begin to hold `still` more

@@ -113,16 +113,21 @@ impl Listing {
     }
 
     /// How many rows match: from the hour counts when the filter has them
-    /// ([`counts::hours_counted`]), else from the listing.
+    /// ([`counts::hours_counted`]), else from the listing; the hours that begin before
+    /// `live_below` (unix ns; 0: none) from the listing whatever the counts say.
     pub async fn total(
         &self,
         store: &ClickHouseStore,
         op: &str,
         counted: Option<&[counts::HourCount]>,
+        live_below: u64,
     ) -> Result<u64, StoreError> {
         match counted {
             Some(hours) => {
-                counts::total(hours, async |within| self.count(store, op, within).await).await
+                counts::total(hours, live_below, async |within| {
+                    self.count(store, op, within).await
+                })
+                .await
             }
             None => self.count(store, op, None).await,
         }
