@@ -118,24 +118,27 @@ impl Counted {
         }
     }
 
-    /// How one hour is counted, each row `(dim1, dim2, finding, count)`.
+    /// How the hours within a key condition (`{hours}`) are counted, each row
+    /// `(hour, dim1, dim2, finding, count)`.
     fn recount_sql(self) -> &'static str {
         match self {
             Counted::Intents => {
-                "SELECT toString(state), ifNull(tool, ''), finding, count()
-                 FROM (SELECT intent_id, state, tool, finding_kinds, deleted FROM reckon_intent_list FINAL
-                       WHERE listed_ns >= ? AND listed_ns < ?)
+                "SELECT toUInt32(intDiv(listed_ns, 3600000000000) * 3600) AS hour, toString(state),
+                     ifNull(tool, ''), finding, count()
+                 FROM (SELECT intent_id, listed_ns, state, tool, finding_kinds, deleted
+                       FROM reckon_intent_list FINAL WHERE {hours})
                  ARRAY JOIN arrayPushFront(arrayMap(k -> toUInt8(CAST(k AS Int8)), finding_kinds), toUInt8(0)) AS finding
                  WHERE deleted = 0
-                 GROUP BY state, tool, finding"
+                 GROUP BY hour, state, tool, finding"
             }
             Counted::Escalations => {
-                "SELECT toString(status), toString(severity), toUInt8(0), count()
-                 FROM (SELECT id, status, severity FROM reckon_escalation_list FINAL
-                       WHERE listed_ns >= ? AND listed_ns < ?)
-                 GROUP BY status, severity"
+                "SELECT toUInt32(intDiv(listed_ns, 3600000000000) * 3600) AS hour, toString(status),
+                     toString(severity), toUInt8(0), count()
+                 FROM (SELECT id, listed_ns, status, severity FROM reckon_escalation_list FINAL
+                       WHERE {hours})
+                 GROUP BY hour, status, severity"
             }
-            Counted::Report => unreachable!("the report is counted by report::recount_hour"),
+            Counted::Report => unreachable!("the report is counted by report::recount_hours"),
         }
     }
 }
@@ -320,19 +323,21 @@ pub(super) fn reach(hours: &[HourCount], below: u64, still: usize) -> (u64, u64)
 }
 
 /// One pass: recount, in each listing, the hours written since they were counted, up to
-/// [`HOURS_PER_PASS`], oldest first. Returns how many it recounted.
+/// [`HOURS_PER_PASS`], oldest first, [`HOURS_PER_READ`] at a time. Returns how many it
+/// recounted.
 pub async fn recount(store: &Conn) -> Result<usize, StoreError> {
     let mut n = 0;
     for listing in Counted::ALL {
         let (written, counted) = hours(store, listing).await?;
         let stale = stale(&written, &counted);
-        for &hour in stale.iter().take(HOURS_PER_PASS) {
+        let stale = &stale[..stale.len().min(HOURS_PER_PASS)];
+        for batch in stale.chunks(HOURS_PER_READ) {
             match listing {
-                Counted::Report => super::report::recount_hour(store, hour).await?,
-                _ => recount_hour(store, listing, hour).await?,
+                Counted::Report => super::report::recount_hours(store, batch).await?,
+                _ => recount_hours(store, listing, batch).await?,
             }
         }
-        n += stale.len().min(HOURS_PER_PASS);
+        n += stale.len();
     }
     Ok(n)
 }
@@ -350,33 +355,46 @@ pub(super) async fn server_now(store: &Conn) -> Result<u32, StoreError> {
         .unwrap_or(0))
 }
 
-/// Count one hour of a listing, stamped with [`server_now`], and zero the dimensions it had and
-/// has no more.
-async fn recount_hour(store: &Conn, listing: Counted, hour: u32) -> Result<(), StoreError> {
+/// Hours counted by one read: a store upgraded with months of history is counted in minutes,
+/// and one read stays a few thousand rows of counts.
+const HOURS_PER_READ: usize = 32;
+
+/// `toUInt32(hour) IN (...)` of a set of hours, with its arguments.
+pub(super) fn hour_set(hours: &[u32]) -> (String, Vec<Arg>) {
+    (
+        format!("toUInt32(hour) IN ({})", vec!["?"; hours.len()].join(", ")),
+        hours.iter().map(|h| Arg::U(u64::from(*h))).collect(),
+    )
+}
+
+/// Count some hours of a listing, stamped with [`server_now`], and zero the dimensions each had
+/// and has no more.
+async fn recount_hours(store: &Conn, listing: Counted, hours: &[u32]) -> Result<(), StoreError> {
+    if hours.is_empty() {
+        return Ok(());
+    }
     let began = server_now(store).await?;
-    let lo = u64::from(hour) * 1_000_000_000;
-    let q = store
-        .client
-        .query(listing.recount_sql())
-        .bind(lo)
-        .bind(lo + HOUR_NS);
-    let now: Vec<(String, String, u8, u64)> = store.fetch("recount an hour", q).await?;
-    let q = store
-        .client
-        .query(
-            "SELECT dim1, dim2, finding FROM
-                (SELECT listing, hour, dim1, dim2, finding, n FROM reckon_listing_counts FINAL
-                 WHERE listing = ? AND hour = toDateTime(?))
-             WHERE n > 0",
-        )
-        .bind(listing.name())
-        .bind(hour);
-    let before: Vec<(String, String, u8)> = store.fetch("counts of an hour", q).await?;
-    let present: BTreeSet<(&str, &str, u8)> = now
+    let (within, args) = ranges(hours);
+    let sql = listing.recount_sql().replace("{hours}", &within);
+    let now: Vec<(u32, String, String, u8, u64)> = store
+        .fetch("recount hours", bind_all(store.client.query(&sql), &args))
+        .await?;
+    let (set, mut args) = hour_set(hours);
+    args.insert(0, Arg::S(listing.name().into()));
+    let sql = format!(
+        "SELECT toUInt32(hour), dim1, dim2, finding FROM
+            (SELECT listing, hour, dim1, dim2, finding, n FROM reckon_listing_counts FINAL
+             WHERE listing = ? AND {set})
+         WHERE n > 0"
+    );
+    let before: Vec<(u32, String, String, u8)> = store
+        .fetch("counts of hours", bind_all(store.client.query(&sql), &args))
+        .await?;
+    let present: BTreeSet<(u32, &str, &str, u8)> = now
         .iter()
-        .map(|(a, b, f, _)| (a.as_str(), b.as_str(), *f))
+        .map(|(h, a, b, f, _)| (*h, a.as_str(), b.as_str(), *f))
         .collect();
-    let row = |dim1: &str, dim2: &str, finding: u8, n: u64| CountRow {
+    let row = |hour: u32, dim1: &str, dim2: &str, finding: u8, n: u64| CountRow {
         listing: listing as i8,
         hour,
         dim1: dim1.to_string(),
@@ -385,16 +403,22 @@ async fn recount_hour(store: &Conn, listing: Counted, hour: u32) -> Result<(), S
         n,
         counted: began,
     };
-    let mut rows: Vec<CountRow> = now.iter().map(|(a, b, f, n)| row(a, b, *f, *n)).collect();
+    let mut rows: Vec<CountRow> = now
+        .iter()
+        .map(|(h, a, b, f, n)| row(*h, a, b, *f, *n))
+        .collect();
     rows.extend(
         before
             .iter()
-            .filter(|(a, b, f)| !present.contains(&(a.as_str(), b.as_str(), *f)))
-            .map(|(a, b, f)| row(a, b, *f, 0)),
+            .filter(|(h, a, b, f)| !present.contains(&(*h, a.as_str(), b.as_str(), *f)))
+            .map(|(h, a, b, f)| row(*h, a, b, *f, 0)),
     );
-    if rows.is_empty() {
-        // Nothing listed in the hour (every row a tombstone): one zero row marks it counted.
-        rows.push(row("", "", 0, 0));
+    // An hour with nothing listed (every row a tombstone) gets one zero row: counted.
+    let counted: BTreeSet<u32> = rows.iter().map(|r| r.hour).collect();
+    for &h in hours {
+        if !counted.contains(&h) {
+            rows.push(row(h, "", "", 0, 0));
+        }
     }
     store.insert(&rows).await
 }

@@ -101,123 +101,161 @@ fn live_findings(inner: &str, outer: &str) -> String {
     )
 }
 
-/// Count one hour of `reckon_intent_tally` into the report's counts, stamped with the server's
-/// clock before counting, zeroing the groups it had and has no more. The findings are written
-/// first: the hour reads as counted once its verdict counts are.
-pub(super) async fn recount_hour(store: &Conn, hour: u32) -> Result<(), StoreError> {
-    let began = counts::server_now(store).await?;
-    let lo = u64::from(hour) * 1_000_000_000;
-    let inner = "listed_ns >= ? AND listed_ns < ?";
-    let verdicts: Vec<VerdictCounts> = store
-        .fetch(
-            "recount the report's hour",
-            store
-                .client
-                .query(&live_verdicts(inner, "1 = 1"))
-                .bind(lo)
-                .bind(lo + HOUR_NS),
-        )
-        .await?;
-    let findings: Vec<FindingCounts> = store
-        .fetch(
-            "recount the report's hour",
-            store
-                .client
-                .query(&live_findings(inner, "1 = 1"))
-                .bind(lo)
-                .bind(lo + HOUR_NS),
-        )
-        .await?;
-    let had_verdicts: Vec<(String, i8, i8)> = store
-        .fetch(
-            "the report's counts of an hour",
-            store
-                .client
-                .query(
-                    "SELECT tool, state, decision FROM
-                        (SELECT hour, tool, state, decision, intents FROM reckon_report_counts FINAL
-                         WHERE hour = toDateTime(?))
-                     WHERE intents > 0",
-                )
-                .bind(hour),
-        )
-        .await?;
-    let had_findings: Vec<(String, i8, i8)> = store
-        .fetch(
-            "the report's counts of an hour",
-            store
-                .client
-                .query(
-                    "SELECT tool, kind, severity FROM
-                        (SELECT hour, tool, kind, severity, findings FROM reckon_report_findings FINAL
-                         WHERE hour = toDateTime(?))
-                     WHERE findings > 0",
-                )
-                .bind(hour),
-        )
-        .await?;
+/// The verdicts of a recount, by hour.
+#[derive(Row, Deserialize)]
+struct HourVerdicts {
+    hour: u32,
+    counts: VerdictCounts,
+}
 
-    let now: BTreeSet<(&str, i8, i8)> = findings
+/// The findings of a recount, by hour.
+#[derive(Row, Deserialize)]
+struct HourFindings {
+    hour: u32,
+    counts: FindingCounts,
+}
+
+/// `SELECT` of [`live_verdicts`] or [`live_findings`] by hour of listing place.
+fn by_hour(sql: &str) -> String {
+    sql.replacen(
+        "SELECT ",
+        "SELECT toUInt32(intDiv(listed_ns, 3600000000000) * 3600) AS hour, ",
+        1,
+    )
+    .replace("GROUP BY ", "GROUP BY hour, ")
+}
+
+/// Count some hours of `reckon_intent_tally` into the report's counts, stamped with the
+/// server's clock before counting, zeroing the groups each had and has no more. The findings
+/// are written first: an hour reads as counted once its verdict counts are.
+pub(super) async fn recount_hours(store: &Conn, hours: &[u32]) -> Result<(), StoreError> {
+    if hours.is_empty() {
+        return Ok(());
+    }
+    let began = counts::server_now(store).await?;
+    let (within, args) = counts::ranges(hours);
+    let q = |sql: String| bind_all(store.client.query(&sql), &args);
+    let (verdicts, findings) = tokio::join!(
+        store.fetch::<HourVerdicts>(
+            "recount the report's hours",
+            q(by_hour(&live_verdicts(&within, "1 = 1")))
+        ),
+        store.fetch::<HourFindings>(
+            "recount the report's hours",
+            q(by_hour(&live_findings(&within, "1 = 1")))
+        ),
+    );
+    let (verdicts, findings) = (verdicts?, findings?);
+    let (set, set_args) = counts::hour_set(hours);
+    let q = |sql: String| bind_all(store.client.query(&sql), &set_args);
+    let (had_verdicts, had_findings) = tokio::join!(
+        store.fetch::<(u32, String, i8, i8)>(
+            "the report's counts of hours",
+            q(format!(
+                "SELECT toUInt32(hour), tool, state, decision FROM
+                    (SELECT hour, tool, state, decision, intents FROM reckon_report_counts FINAL
+                     WHERE {set})
+                 WHERE intents > 0"
+            ))
+        ),
+        store.fetch::<(u32, String, i8, i8)>(
+            "the report's counts of hours",
+            q(format!(
+                "SELECT toUInt32(hour), tool, kind, severity FROM
+                    (SELECT hour, tool, kind, severity, findings FROM reckon_report_findings FINAL
+                     WHERE {set})
+                 WHERE findings > 0"
+            ))
+        ),
+    );
+    let (had_verdicts, had_findings) = (had_verdicts?, had_findings?);
+
+    let now: BTreeSet<(u32, &str, i8, i8)> = findings
         .iter()
-        .map(|f| (f.tool.as_str(), f.kind, f.severity))
+        .map(|f| {
+            (
+                f.hour,
+                f.counts.tool.as_str(),
+                f.counts.kind,
+                f.counts.severity,
+            )
+        })
         .collect();
-    let finding_row =
-        |tool: &str, kind: i8, severity: i8, findings: u64, intents: u64| ReportFindingRow {
+    let finding_row = |hour: u32, tool: &str, kind: i8, severity: i8, c: Option<&FindingCounts>| {
+        ReportFindingRow {
             hour,
             tool: tool.to_string(),
             kind,
             severity,
-            findings,
-            intents,
+            findings: c.map_or(0, |c| c.findings),
+            intents: c.map_or(0, |c| c.intents),
             counted: began,
-        };
+        }
+    };
     let mut rows: Vec<ReportFindingRow> = findings
         .iter()
-        .map(|f| finding_row(&f.tool, f.kind, f.severity, f.findings, f.intents))
+        .map(|f| {
+            let c = &f.counts;
+            finding_row(f.hour, &c.tool, c.kind, c.severity, Some(c))
+        })
         .collect();
     rows.extend(
         had_findings
             .iter()
-            .filter(|(t, k, s)| !now.contains(&(t.as_str(), *k, *s)))
-            .map(|(t, k, s)| finding_row(t, *k, *s, 0, 0)),
+            .filter(|(h, t, k, s)| !now.contains(&(*h, t.as_str(), *k, *s)))
+            .map(|(h, t, k, s)| finding_row(*h, t, *k, *s, None)),
     );
     insert(store, REPORT_FINDINGS, &rows).await?;
 
-    let now: BTreeSet<(&str, i8, i8)> = verdicts
+    let now: BTreeSet<(u32, &str, i8, i8)> = verdicts
         .iter()
-        .map(|v| (v.tool.as_str(), v.state, v.decision))
+        .map(|v| {
+            (
+                v.hour,
+                v.counts.tool.as_str(),
+                v.counts.state,
+                v.counts.decision,
+            )
+        })
         .collect();
-    let verdict_row = |tool: &str, state: i8, decision: i8, v: Option<&VerdictCounts>| {
-        let c = v.map_or([0; 6], |v| v.classes);
-        ReportCountRow {
-            hour,
-            tool: tool.to_string(),
-            state,
-            decision,
-            intents: v.map_or(0, |v| v.intents),
-            attempts: v.map_or(0, |v| v.attempts),
-            attempts_rejected: c[0],
-            attempts_conflict: c[1],
-            attempts_succeeded: c[2],
-            attempts_failed: c[3],
-            attempts_recorded: c[4],
-            attempts_unknown: c[5],
-            counted: began,
-        }
-    };
+    let verdict_row =
+        |hour: u32, tool: &str, state: i8, decision: i8, v: Option<&VerdictCounts>| {
+            let c = v.map_or([0; 6], |v| v.classes);
+            ReportCountRow {
+                hour,
+                tool: tool.to_string(),
+                state,
+                decision,
+                intents: v.map_or(0, |v| v.intents),
+                attempts: v.map_or(0, |v| v.attempts),
+                attempts_rejected: c[0],
+                attempts_conflict: c[1],
+                attempts_succeeded: c[2],
+                attempts_failed: c[3],
+                attempts_recorded: c[4],
+                attempts_unknown: c[5],
+                counted: began,
+            }
+        };
     let mut rows: Vec<ReportCountRow> = verdicts
         .iter()
-        .map(|v| verdict_row(&v.tool, v.state, v.decision, Some(v)))
+        .map(|v| {
+            let c = &v.counts;
+            verdict_row(v.hour, &c.tool, c.state, c.decision, Some(c))
+        })
         .collect();
     rows.extend(
         had_verdicts
             .iter()
-            .filter(|(t, s, d)| !now.contains(&(t.as_str(), *s, *d)))
-            .map(|(t, s, d)| verdict_row(t, *s, *d, None)),
+            .filter(|(h, t, s, d)| !now.contains(&(*h, t.as_str(), *s, *d)))
+            .map(|(h, t, s, d)| verdict_row(*h, t, *s, *d, None)),
     );
-    if rows.is_empty() {
-        // Nothing in the hour but tombstones: one zero row marks it counted.
-        rows.push(verdict_row("", 1, 1, None));
+    // An hour with nothing in it but tombstones gets one zero row: counted.
+    let counted: BTreeSet<u32> = rows.iter().map(|r| r.hour).collect();
+    for &h in hours {
+        if !counted.contains(&h) {
+            rows.push(verdict_row(h, "", 1, 1, None));
+        }
     }
     insert(store, REPORT_COUNTS, &rows).await
 }
