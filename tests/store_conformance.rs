@@ -2387,6 +2387,30 @@ async fn clickhouse_escalation_totals_come_from_recounted_hours() {
             }
             assert_eq!(got, want, "{when}: {f:?}");
         }
+        // The newest of a status (the queue, the gauges), from the hours the counts say
+        // hold some: every limit, from fewer than there are to more.
+        for status in [
+            None,
+            Some(EscalationStatus::Open),
+            Some(EscalationStatus::Resolved),
+        ] {
+            let mut want: Vec<&Escalation> = all
+                .iter()
+                .filter(|e| status.is_none_or(|s| e.status == s))
+                .collect();
+            want.sort_by(|a, b| (b.listed_at, &b.id).cmp(&(a.listed_at, &a.id)));
+            for limit in [1, 3, 8, 100] {
+                let want: Vec<String> = want.iter().take(limit).map(|e| e.id.clone()).collect();
+                let got: Vec<String> = store
+                    .list_escalations(status, limit)
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|e| e.id)
+                    .collect();
+                assert_eq!(got, want, "{when}: newest {limit} of {status:?}");
+            }
+        }
     }
     check(&store, &all, "before any recount").await;
     while store.recount().await.unwrap() > 0 {}
