@@ -185,19 +185,40 @@ pub(super) fn stale(written: &BTreeMap<u32, u32>, counted: &BTreeMap<u32, u32>) 
 
 /// The `listed_ns` condition of a set of hours, adjacent hours joined into one range.
 pub(super) fn ranges(hours: &[u32]) -> (String, Vec<Arg>) {
-    let mut spans: Vec<(u64, u64)> = Vec::new();
-    for &h in hours {
-        let lo = u64::from(h) * 1_000_000_000;
-        match spans.last_mut() {
-            Some((_, hi)) if *hi == lo => *hi = lo + HOUR_NS,
-            _ => spans.push((lo, lo + HOUR_NS)),
+    let spans: Vec<(u64, u64)> = hours
+        .iter()
+        .map(|&h| {
+            let lo = u64::from(h) * 1_000_000_000;
+            (lo, lo + HOUR_NS)
+        })
+        .collect();
+    any_range(&spans)
+}
+
+/// The `listed_ns` condition of any of `spans` (`[lo, hi)`, unix ns, ascending), adjacent ones
+/// joined; never true when there are none. Only ranges, so 18.16's index reads just them (a
+/// constant or a subquery in the disjunction makes it read everything).
+pub(super) fn any_range(spans: &[(u64, u64)]) -> (String, Vec<Arg>) {
+    let mut joined: Vec<(u64, u64)> = Vec::new();
+    for &(lo, hi) in spans {
+        match joined.last_mut() {
+            Some((_, end)) if *end >= lo => *end = (*end).max(hi),
+            _ => joined.push((lo, hi)),
         }
+    }
+    if joined.is_empty() {
+        return ("listed_ns < 0".to_string(), Vec::new());
     }
     let mut sql = Vec::new();
     let mut args = Vec::new();
-    for (lo, hi) in spans {
-        sql.push("(listed_ns >= ? AND listed_ns < ?)");
-        args.extend([Arg::U(lo), Arg::U(hi)]);
+    for (lo, hi) in joined {
+        if hi == u64::MAX {
+            sql.push("listed_ns >= ?");
+            args.push(Arg::U(lo));
+        } else {
+            sql.push("(listed_ns >= ? AND listed_ns < ?)");
+            args.extend([Arg::U(lo), Arg::U(hi)]);
+        }
     }
     (format!("({})", sql.join(" OR ")), args)
 }

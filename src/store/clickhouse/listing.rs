@@ -24,6 +24,7 @@ const REACH_NS: [u64; 5] = [
 ];
 
 /// One listing query: the table, its id column, and the conditions of a filter.
+#[derive(Clone)]
 pub(super) struct Listing {
     pub table: &'static str,
     /// `intent_id` or `id`: the second column of the sorting key.

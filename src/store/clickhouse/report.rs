@@ -331,36 +331,28 @@ pub(super) async fn report(
 
     let tally_hours = split_hours(store, Counted::Report).await?;
 
-    // The tally rows read one by one: the stale hours after `since`'s, `since`'s own, and the
-    // intents listed before it that `reckon_intent_activity` says were active since.
+    // The tally rows read one by one: the stale hours after `since`'s and `since`'s own, as
+    // ranges; then, by key, the intents listed before it that `reckon_intent_activity` says
+    // were active since (a separate read: in one disjunction with the ranges, 18.16 would
+    // read the whole table).
+    let mut spans: Vec<(u64, u64)> = vec![(hour_lo, hour_hi)];
+    match &tally_hours {
+        Some((_, stale)) => spans.extend(stale.iter().filter(|h| **h >= first_counted).map(|&h| {
+            (
+                u64::from(h) * 1_000_000_000,
+                u64::from(h) * 1_000_000_000 + HOUR_NS,
+            )
+        })),
+        None => spans.push((hour_hi, u64::MAX)),
+    }
+    let (ranges, mut range_args) = counts::any_range(&spans);
+    range_args.extend([Arg::U(hour_hi), Arg::U(from)]);
+    let range_outer = "(listed_ns >= ? OR last_event_ns >= ?)";
     let active_before =
         "(listed_ns, intent_id) IN (SELECT listed_ns, intent_id FROM reckon_intent_activity
          WHERE last_event_ns >= ? AND listed_ns < ?)";
-    let (mut inner, mut inner_args) = match &tally_hours {
-        Some((_, stale)) => {
-            let stale: Vec<u32> = stale
-                .iter()
-                .copied()
-                .filter(|h| *h >= first_counted)
-                .collect();
-            if stale.is_empty() {
-                ("0 = 1".to_string(), Vec::new())
-            } else {
-                counts::ranges(&stale)
-            }
-        }
-        None => ("listed_ns >= ?".to_string(), vec![Arg::U(hour_hi)]),
-    };
-    inner = format!("({inner} OR (listed_ns >= ? AND listed_ns < ?) OR {active_before})");
-    inner_args.extend([
-        Arg::U(hour_lo),
-        Arg::U(hour_hi),
-        Arg::U(from),
-        Arg::U(hour_lo),
-    ]);
-    let outer = "(listed_ns >= ? OR last_event_ns >= ?)";
-    let mut live_args = inner_args.clone();
-    live_args.extend([Arg::U(hour_hi), Arg::U(from)]);
+    let active_args = [Arg::U(from), Arg::U(hour_lo), Arg::U(from)];
+    let active_outer = "last_event_ns >= ?";
 
     let (fresh_cond, fresh_args) = counted_hours(
         tally_hours.as_ref().map_or(&[][..], |(fresh, _)| fresh),
@@ -383,14 +375,22 @@ pub(super) async fn report(
     counted_args.extend(fresh_args);
 
     let q = |sql: &str, args: &[Arg]| bind_all(store.client.query(sql), args);
-    let (lv, lf, cv, cf, escalations) = tokio::join!(
+    let (lv, la, lf, lfa, cv, cf, escalations) = tokio::join!(
         store.fetch::<VerdictCounts>(
             "report: verdicts",
-            q(&live_verdicts(&inner, outer), &live_args)
+            q(&live_verdicts(&ranges, range_outer), &range_args)
+        ),
+        store.fetch::<VerdictCounts>(
+            "report: verdicts active since",
+            q(&live_verdicts(active_before, active_outer), &active_args)
         ),
         store.fetch::<FindingCounts>(
             "report: findings",
-            q(&live_findings(&inner, outer), &live_args)
+            q(&live_findings(&ranges, range_outer), &range_args)
+        ),
+        store.fetch::<FindingCounts>(
+            "report: findings active since",
+            q(&live_findings(active_before, active_outer), &active_args)
         ),
         store.fetch::<VerdictCounts>(
             "report: verdict counts",
@@ -411,7 +411,7 @@ pub(super) async fn report(
             t
         }
     };
-    for r in lv?.into_iter().chain(cv?) {
+    for r in lv?.into_iter().chain(la?).chain(cv?) {
         let state = from_code(&IntentState::ALL, r.state, VERDICTS, "state")?;
         let decision = from_code(&Decision::ALL, r.decision, VERDICTS, "decision")?;
         if r.intents == 0 {
@@ -431,7 +431,7 @@ pub(super) async fn report(
         t.attempts += r.attempts;
         *t.by_state.entry(state.as_str().into()).or_default() += r.intents;
     }
-    for r in lf?.into_iter().chain(cf?) {
+    for r in lf?.into_iter().chain(lfa?).chain(cf?) {
         let kind = from_code(&FindingKind::ALL, r.kind, FINDINGS, "kind")?;
         let severity = from_code(&Severity::ALL, r.severity, FINDINGS, "severity")?;
         if r.findings == 0 {
@@ -461,34 +461,27 @@ pub(super) async fn escalations(
     let hour_hi = from / HOUR_NS * HOUR_NS + HOUR_NS;
     let first_counted = (hour_hi / 1_000_000_000) as u32;
     let escalation_hours = split_hours(store, Counted::Escalations).await?;
-    let (esc_inner, esc_counted) = match &escalation_hours {
+    // Rows for `from`'s hour (from `from` on) and the stale hours after it, as ranges.
+    let mut spans: Vec<(u64, u64)> = vec![(from, hour_hi)];
+    let esc_counted = match &escalation_hours {
         Some((fresh, stale)) => {
-            let stale: Vec<u32> = stale
-                .iter()
-                .copied()
-                .filter(|h| *h >= first_counted)
-                .collect();
-            let (cond, args) = if stale.is_empty() {
-                ("0 = 1".to_string(), Vec::new())
-            } else {
-                counts::ranges(&stale)
-            };
-            ((cond, args), counted_hours(fresh, first_counted))
+            spans.extend(stale.iter().filter(|h| **h >= first_counted).map(|&h| {
+                let lo = u64::from(h) * 1_000_000_000;
+                (lo, lo + HOUR_NS)
+            }));
+            counted_hours(fresh, first_counted)
         }
-        None => (
-            ("listed_ns >= ?".to_string(), vec![Arg::U(hour_hi)]),
-            ("0 = 1".to_string(), Vec::new()),
-        ),
+        None => {
+            spans.push((hour_hi, u64::MAX));
+            ("0 = 1".to_string(), Vec::new())
+        }
     };
+    let (within, live_esc_args) = counts::any_range(&spans);
     let live_escalations = format!(
         "SELECT toString(status), count() FROM
-            (SELECT id, listed_ns, status FROM reckon_escalation_list FINAL
-             WHERE {} OR (listed_ns >= ? AND listed_ns < ?))
-         GROUP BY status",
-        esc_inner.0
+            (SELECT id, listed_ns, status FROM reckon_escalation_list FINAL WHERE {within})
+         GROUP BY status"
     );
-    let mut live_esc_args = esc_inner.1;
-    live_esc_args.extend([Arg::U(from), Arg::U(hour_hi)]);
     let counted_escalations = format!(
         "SELECT dim1, sum(n) FROM
             (SELECT * FROM reckon_listing_counts FINAL
