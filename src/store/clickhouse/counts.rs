@@ -51,13 +51,19 @@ impl Conn {
     }
 
     /// Counts rows are idempotent (the same hour at the same version), so a retry is safe.
-    async fn insert(&self, rows: &[CountRow]) -> Result<(), StoreError> {
+    pub(super) async fn insert<T>(&self, table: &'static str, rows: &[T]) -> Result<(), StoreError>
+    where
+        T: ::clickhouse::RowOwned + ::clickhouse::RowWrite + serde::Serialize,
+    {
+        if rows.is_empty() {
+            return Ok(());
+        }
         Ok(self
             .retry
             .run(
-                || format!("INSERT INTO {COUNTS}"),
+                || format!("INSERT INTO {table}"),
                 || async {
-                    let mut ins = self.client.insert::<CountRow>(COUNTS).await?;
+                    let mut ins = self.client.insert::<T>(table).await?;
                     for r in rows {
                         ins.write(r).await?;
                     }
@@ -388,6 +394,36 @@ pub(super) fn hour_set(hours: &[u32]) -> (String, Vec<Arg>) {
     )
 }
 
+/// The rows a recount of `hours` writes: every group counted `now`, a zero for each group
+/// counted `before` that has no rows now (the newest count of a group is the one read), and
+/// `empty_hour`'s row for an hour left with neither (every row in it a tombstone), so that it
+/// reads as counted. A group's key starts with its hour.
+pub(super) fn recounted<G: Ord + Clone, R>(
+    hours: &[u32],
+    now: Vec<((u32, G), R)>,
+    before: Vec<(u32, G)>,
+    zero: impl Fn(&(u32, G)) -> R,
+    empty_hour: impl Fn(u32) -> Option<R>,
+) -> Vec<R>
+where
+    (u32, G): Ord,
+{
+    let present: BTreeSet<(u32, G)> = now.iter().map(|(k, _)| k.clone()).collect();
+    let mut rows: Vec<R> = now.into_iter().map(|(_, r)| r).collect();
+    let mut filled: BTreeSet<u32> = present.iter().map(|(h, _)| *h).collect();
+    for k in before.iter().filter(|k| !present.contains(*k)) {
+        filled.insert(k.0);
+        rows.push(zero(k));
+    }
+    rows.extend(
+        hours
+            .iter()
+            .filter(|h| !filled.contains(h))
+            .filter_map(|&h| empty_hour(h)),
+    );
+    rows
+}
+
 /// Count some hours of a listing, stamped with [`server_now`], and zero the dimensions each had
 /// and has no more.
 async fn recount_hours(store: &Conn, listing: Counted, hours: &[u32]) -> Result<(), StoreError> {
@@ -411,37 +447,36 @@ async fn recount_hours(store: &Conn, listing: Counted, hours: &[u32]) -> Result<
     let before: Vec<(u32, String, String, u8)> = store
         .fetch("counts of hours", bind_all(store.client.query(&sql), &args))
         .await?;
-    let present: BTreeSet<(u32, &str, &str, u8)> = now
-        .iter()
-        .map(|(h, a, b, f, _)| (*h, a.as_str(), b.as_str(), *f))
-        .collect();
-    let row = |hour: u32, dim1: &str, dim2: &str, finding: u8, n: u64| CountRow {
+    type Group = (String, String, u8);
+    let row = |(hour, (dim1, dim2, finding)): &(u32, Group), n: u64| CountRow {
         listing: listing as i8,
-        hour,
-        dim1: dim1.to_string(),
-        dim2: dim2.to_string(),
-        finding,
+        hour: *hour,
+        dim1: dim1.clone(),
+        dim2: dim2.clone(),
+        finding: *finding,
         n,
         counted: began,
     };
-    let mut rows: Vec<CountRow> = now
-        .iter()
-        .map(|(h, a, b, f, n)| row(*h, a, b, *f, *n))
+    let now: Vec<_> = now
+        .into_iter()
+        .map(|(h, a, b, f, n)| {
+            let key = (h, (a, b, f));
+            let r = row(&key, n);
+            (key, r)
+        })
         .collect();
-    rows.extend(
-        before
-            .iter()
-            .filter(|(h, a, b, f)| !present.contains(&(*h, a.as_str(), b.as_str(), *f)))
-            .map(|(h, a, b, f)| row(*h, a, b, *f, 0)),
+    let before: Vec<(u32, Group)> = before
+        .into_iter()
+        .map(|(h, a, b, f)| (h, (a, b, f)))
+        .collect();
+    let rows = recounted(
+        hours,
+        now,
+        before,
+        |k| row(k, 0),
+        |h| Some(row(&(h, (String::new(), String::new(), 0)), 0)),
     );
-    // An hour with nothing listed (every row a tombstone) gets one zero row: counted.
-    let counted: BTreeSet<u32> = rows.iter().map(|r| r.hour).collect();
-    for &h in hours {
-        if !counted.contains(&h) {
-            rows.push(row(h, "", "", 0, 0));
-        }
-    }
-    store.insert(&rows).await
+    store.insert(COUNTS, &rows).await
 }
 
 /// Recount every few seconds for as long as the store is open (`alive`).
@@ -461,5 +496,39 @@ pub(super) async fn run(store: Conn, alive: std::sync::Weak<()>) {
                 failing = true;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A recount writes what it counted, zeroes what was counted before and is gone, and marks
+    /// an hour left empty; an hour that had counts and has none now is marked by its zeroes.
+    #[test]
+    fn a_recount_zeroes_what_is_gone_and_marks_empty_hours() {
+        let now = vec![((10, "a"), "10 a: 3"), ((10, "b"), "10 b: 1")];
+        let before = vec![(10, "a"), (10, "c"), (11, "a")];
+        let rows = recounted(
+            &[10, 11, 12],
+            now,
+            before,
+            |(h, g)| format!("{h} {g}: 0").leak() as &str,
+            |h| Some(format!("{h} empty").leak() as &str),
+        );
+        assert_eq!(
+            rows,
+            ["10 a: 3", "10 b: 1", "10 c: 0", "11 a: 0", "12 empty"]
+        );
+        let rows = recounted(&[12], Vec::new(), Vec::<(u32, &str)>::new(), |_| 0, |_| None);
+        assert!(rows.is_empty(), "no marker asked for");
+    }
+
+    #[test]
+    fn ranges_join_adjacent_spans_and_leave_gaps() {
+        let (sql, args) = any_range(&[(0, 10), (10, 20), (30, u64::MAX)]);
+        assert_eq!(sql, "((listed_ns >= ? AND listed_ns < ?) OR listed_ns >= ?)");
+        assert_eq!(args.len(), 3);
+        assert_eq!(any_range(&[]).0, "listed_ns < 0");
     }
 }

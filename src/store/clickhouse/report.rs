@@ -21,8 +21,6 @@
 //! Escalations are counted by their listing place (when they were first opened), from the
 //! escalations listing's counts the same way.
 
-use std::collections::BTreeSet;
-
 use ::clickhouse::Row;
 use serde::Deserialize;
 
@@ -170,117 +168,79 @@ pub(super) async fn recount_hours(store: &Conn, hours: &[u32]) -> Result<(), Sto
     );
     let (had_verdicts, had_findings) = (had_verdicts?, had_findings?);
 
-    let now: BTreeSet<(u32, &str, i8, i8)> = findings
-        .iter()
-        .map(|f| {
-            (
-                f.hour,
-                f.counts.tool.as_str(),
-                f.counts.kind,
-                f.counts.severity,
-            )
-        })
-        .collect();
-    let finding_row = |hour: u32, tool: &str, kind: i8, severity: i8, c: Option<&FindingCounts>| {
+    type Group = (String, i8, i8);
+    let finding_row = |(hour, (tool, kind, severity)): &(u32, Group), c: Option<&FindingCounts>| {
         ReportFindingRow {
-            hour,
-            tool: tool.to_string(),
-            kind,
-            severity,
+            hour: *hour,
+            tool: tool.clone(),
+            kind: *kind,
+            severity: *severity,
             findings: c.map_or(0, |c| c.findings),
             intents: c.map_or(0, |c| c.intents),
             counted: began,
         }
     };
-    let mut rows: Vec<ReportFindingRow> = findings
-        .iter()
+    let now: Vec<_> = findings
+        .into_iter()
         .map(|f| {
-            let c = &f.counts;
-            finding_row(f.hour, &c.tool, c.kind, c.severity, Some(c))
+            let key = (
+                f.hour,
+                (f.counts.tool.clone(), f.counts.kind, f.counts.severity),
+            );
+            let row = finding_row(&key, Some(&f.counts));
+            (key, row)
         })
         .collect();
-    rows.extend(
-        had_findings
-            .iter()
-            .filter(|(h, t, k, s)| !now.contains(&(*h, t.as_str(), *k, *s)))
-            .map(|(h, t, k, s)| finding_row(*h, t, *k, *s, None)),
-    );
-    insert(store, REPORT_FINDINGS, &rows).await?;
+    let before = had_findings
+        .into_iter()
+        .map(|(h, t, k, s)| (h, (t, k, s)))
+        .collect();
+    let rows = counts::recounted(hours, now, before, |k| finding_row(k, None), |_| None);
+    store.insert(REPORT_FINDINGS, &rows).await?;
 
-    let now: BTreeSet<(u32, &str, i8, i8)> = verdicts
-        .iter()
-        .map(|v| {
-            (
-                v.hour,
-                v.counts.tool.as_str(),
-                v.counts.state,
-                v.counts.decision,
-            )
-        })
-        .collect();
-    let verdict_row =
-        |hour: u32, tool: &str, state: i8, decision: i8, v: Option<&VerdictCounts>| {
-            let c = v.map_or([0; 6], |v| v.classes);
-            ReportCountRow {
-                hour,
-                tool: tool.to_string(),
-                state,
-                decision,
-                intents: v.map_or(0, |v| v.intents),
-                attempts: v.map_or(0, |v| v.attempts),
-                attempts_rejected: c[0],
-                attempts_conflict: c[1],
-                attempts_succeeded: c[2],
-                attempts_failed: c[3],
-                attempts_recorded: c[4],
-                attempts_unknown: c[5],
-                counted: began,
-            }
-        };
-    let mut rows: Vec<ReportCountRow> = verdicts
-        .iter()
-        .map(|v| {
-            let c = &v.counts;
-            verdict_row(v.hour, &c.tool, c.state, c.decision, Some(c))
-        })
-        .collect();
-    rows.extend(
-        had_verdicts
-            .iter()
-            .filter(|(h, t, s, d)| !now.contains(&(*h, t.as_str(), *s, *d)))
-            .map(|(h, t, s, d)| verdict_row(*h, t, *s, *d, None)),
-    );
-    // An hour with nothing in it but tombstones gets one zero row: counted.
-    let counted: BTreeSet<u32> = rows.iter().map(|r| r.hour).collect();
-    for &h in hours {
-        if !counted.contains(&h) {
-            rows.push(verdict_row(h, "", 1, 1, None));
+    let verdict_row = |(hour, (tool, state, decision)): &(u32, Group),
+                       v: Option<&VerdictCounts>| {
+        let c = v.map_or([0; 6], |v| v.classes);
+        ReportCountRow {
+            hour: *hour,
+            tool: tool.clone(),
+            state: *state,
+            decision: *decision,
+            intents: v.map_or(0, |v| v.intents),
+            attempts: v.map_or(0, |v| v.attempts),
+            attempts_rejected: c[0],
+            attempts_conflict: c[1],
+            attempts_succeeded: c[2],
+            attempts_failed: c[3],
+            attempts_recorded: c[4],
+            attempts_unknown: c[5],
+            counted: began,
         }
-    }
-    insert(store, REPORT_COUNTS, &rows).await
-}
-
-/// Counts rows are idempotent (the same hour at the same version), so a retry is safe.
-async fn insert<T>(store: &Conn, table: &'static str, rows: &[T]) -> Result<(), StoreError>
-where
-    T: ::clickhouse::RowOwned + ::clickhouse::RowWrite + serde::Serialize,
-{
-    if rows.is_empty() {
-        return Ok(());
-    }
-    Ok(store
-        .retry
-        .run(
-            || format!("INSERT INTO {table}"),
-            || async {
-                let mut ins = store.client.insert::<T>(table).await?;
-                for r in rows {
-                    ins.write(r).await?;
-                }
-                ins.end().await
-            },
-        )
-        .await?)
+    };
+    let now: Vec<_> = verdicts
+        .into_iter()
+        .map(|v| {
+            let key = (
+                v.hour,
+                (v.counts.tool.clone(), v.counts.state, v.counts.decision),
+            );
+            let row = verdict_row(&key, Some(&v.counts));
+            (key, row)
+        })
+        .collect();
+    let before = had_verdicts
+        .into_iter()
+        .map(|(h, t, s, d)| (h, (t, s, d)))
+        .collect();
+    // An hour with nothing in it but tombstones gets one zero row: counted.
+    let rows = counts::recounted(
+        hours,
+        now,
+        before,
+        |k| verdict_row(k, None),
+        |h| Some(verdict_row(&(h, (String::new(), 1, 1)), None)),
+    );
+    store.insert(REPORT_COUNTS, &rows).await
 }
 
 /// The hours whose counts stand (counted since last written) and those to read row by row,
