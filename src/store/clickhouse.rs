@@ -236,6 +236,7 @@ fn bind_all(mut q: ::clickhouse::query::Query, args: &[Arg]) -> ::clickhouse::qu
     q
 }
 
+/// An hour in nanoseconds: the unit of listing places the counts are kept by.
 const HOUR_NS: u64 = 3_600_000_000_000;
 
 /// Now in unix nanoseconds: where a first page's first slab reaches back from.

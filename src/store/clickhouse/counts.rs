@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::rows::{CountRow, COUNTS};
-use super::{bind_all, Arg, RetryPolicy, StoreError};
+use super::{bind_all, Arg, RetryPolicy, StoreError, HOUR_NS};
 
 /// What counting needs of the store: its client and retry policy (the background task holds
 /// its own, not the store).
@@ -84,8 +84,6 @@ const HOURS_PER_PASS: usize = 256;
 /// Past this many hours not counted since their last write, a total reads the whole listing
 /// rather than naming each hour (a store whose counts are still being made).
 pub(super) const MAX_LIVE_HOURS: usize = 512;
-
-const HOUR_NS: u64 = 3_600_000_000_000;
 
 /// A table counted by hour (`reckon_listing_hours.listing`): the two listings, counted in
 /// `reckon_listing_counts`, and the report's tally, counted in `reckon_report_counts` and
@@ -520,14 +518,23 @@ mod tests {
             rows,
             ["10 a: 3", "10 b: 1", "10 c: 0", "11 a: 0", "12 empty"]
         );
-        let rows = recounted(&[12], Vec::new(), Vec::<(u32, &str)>::new(), |_| 0, |_| None);
+        let rows = recounted(
+            &[12],
+            Vec::new(),
+            Vec::<(u32, &str)>::new(),
+            |_| 0,
+            |_| None,
+        );
         assert!(rows.is_empty(), "no marker asked for");
     }
 
     #[test]
     fn ranges_join_adjacent_spans_and_leave_gaps() {
         let (sql, args) = any_range(&[(0, 10), (10, 20), (30, u64::MAX)]);
-        assert_eq!(sql, "((listed_ns >= ? AND listed_ns < ?) OR listed_ns >= ?)");
+        assert_eq!(
+            sql,
+            "((listed_ns >= ? AND listed_ns < ?) OR listed_ns >= ?)"
+        );
         assert_eq!(args.len(), 3);
         assert_eq!(any_range(&[]).0, "listed_ns < 0");
     }

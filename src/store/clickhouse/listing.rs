@@ -10,9 +10,7 @@
 //! key, so they may filter before versions collapse); the filters on what a row says sit
 //! outside, on its current version.
 
-use super::{bind_all, counts, Arg, ClickHouseStore, StoreError};
-
-const HOUR_NS: u64 = 3_600 * 1_000_000_000;
+use super::{bind_all, counts, Arg, ClickHouseStore, StoreError, HOUR_NS};
 
 /// How far back from the page's start each successive slab reaches; past the last, the rest.
 const REACH_NS: [u64; 5] = [

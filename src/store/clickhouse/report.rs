@@ -29,13 +29,11 @@ use super::rows::{
     from_code, ReportCountRow, ReportFindingRow, ESCALATIONS, FINDINGS, REPORT_COUNTS,
     REPORT_FINDINGS, VERDICTS,
 };
-use super::{bind_all, Arg, StoreError};
+use super::{bind_all, Arg, StoreError, HOUR_NS};
 use crate::model::{
     AttemptClass, Decision, EscalationStatus, FindingKind, IntentState, Severity, Timestamp,
 };
 use crate::store::Report;
-
-const HOUR_NS: u64 = 3_600_000_000_000;
 
 /// The attempt count columns, in [`AttemptClass::ALL`] order.
 const CLASSES: &str = "attempts_rejected, attempts_conflict, attempts_succeeded, attempts_failed, \

@@ -8,6 +8,7 @@
 use ::clickhouse::Row;
 use serde::{Deserialize, Serialize};
 
+use super::HOUR_NS;
 use crate::model::*;
 use crate::notify::{OutboxItem, OutboxState};
 use crate::store::StoreError;
@@ -219,8 +220,6 @@ pub struct TallyRow {
     pub deleted: u8,
     pub version: u64,
 }
-
-const HOUR_NS: u64 = 3_600_000_000_000;
 
 impl TallyRow {
     /// The tally of a verdict row and its findings.
