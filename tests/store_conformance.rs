@@ -2234,8 +2234,8 @@ async fn check_totals(store: &ClickHouseStore, all: &[Verdict], when: &str) {
 /// The intents listing's total on ClickHouse comes from counts per hour of listing places,
 /// recounted in the background, plus the listing's own rows of the hours written since: exact
 /// before a recount, after it, and after rewrites, deletes and new findings that leave the
-/// counts behind; and, once counted, read from the counts (`since`, which the counts have no
-/// dimension for, still reads the listing).
+/// counts behind; and, once counted, read from the counts (with `since`, only the hours after
+/// `since`'s: those before it are read from the listing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clickhouse_totals_come_from_recounted_hours() {
     let Some(ch) = ClickHouse::new().await else {
@@ -2310,7 +2310,7 @@ async fn clickhouse_totals_come_from_recounted_hours() {
     assert_eq!(total(&store, None).await, 200_000 + completed);
     // The counts are what a total reads: one changed behind reckon's back shows in it (the
     // hour from 97,200 s holds the 800 bulk intents listed at 100,000..100,799 s), and not in
-    // a total with `since`, which reads the listing.
+    // a total with `since` after it, which reads that hour from the listing.
     ch.client()
         .query(
             "INSERT INTO reckon_listing_counts (listing, hour, dim1, dim2, finding, n, counted)

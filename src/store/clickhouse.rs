@@ -439,10 +439,7 @@ impl ClickHouseStore {
     where
         T: ::clickhouse::RowOwned + ::clickhouse::RowRead,
     {
-        Ok(self
-            .retry
-            .run(|| op.to_string(), || q.clone().fetch_all::<T>())
-            .await?)
+        counts::fetch(&self.retry, op, q).await
     }
 
     /// A statement that returns nothing, retried like a read.

@@ -44,10 +44,7 @@ impl Conn {
     where
         T: ::clickhouse::RowOwned + ::clickhouse::RowRead,
     {
-        Ok(self
-            .retry
-            .run(|| op.to_string(), || q.clone().fetch_all::<T>())
-            .await?)
+        fetch(&self.retry, op, q).await
     }
 
     /// Counts rows are idempotent (the same hour at the same version), so a retry is safe.
@@ -72,6 +69,20 @@ impl Conn {
             )
             .await?)
     }
+}
+
+/// A read, retried by `retry` (the store's and the counting task's reads alike).
+pub(super) async fn fetch<T>(
+    retry: &RetryPolicy,
+    op: &str,
+    q: ::clickhouse::query::Query,
+) -> Result<Vec<T>, StoreError>
+where
+    T: ::clickhouse::RowOwned + ::clickhouse::RowRead,
+{
+    Ok(retry
+        .run(|| op.to_string(), || q.clone().fetch_all::<T>())
+        .await?)
 }
 
 /// How often the background task looks for hours to recount.
