@@ -222,11 +222,11 @@ mod tests {
     fn inserted_routes_always_answer_maybe_and_most_others_no() {
         let mut f = Bloom::new(64 * 1024, false);
         for i in 0..20_000 {
-            f.insert(&format!("i:intent-{i}"));
+            f.insert(format!("i:intent-{i}"));
         }
-        assert!((0..20_000).all(|i| f.may_contain(&format!("i:intent-{i}"))));
+        assert!((0..20_000).all(|i| f.may_contain(format!("i:intent-{i}"))));
         let false_positives = (0..20_000)
-            .filter(|i| f.may_contain(&format!("k:other-{i}")))
+            .filter(|i| f.may_contain(format!("k:other-{i}")))
             .count();
         // 26 bits per route: far under 1 % in theory; 2 % leaves room.
         assert!(false_positives < 400, "{false_positives} false positives");
@@ -245,7 +245,7 @@ mod tests {
 
     fn false_positives(f: &Bloom, n: usize) -> f64 {
         let hits = (0..n)
-            .filter(|i| f.may_contain(&format!("k:never-{i}")))
+            .filter(|i| f.may_contain(format!("k:never-{i}")))
             .count();
         hits as f64 / n as f64
     }
@@ -263,7 +263,7 @@ mod tests {
             fixed.insert(&r);
             growing.insert(&r);
         }
-        assert!((0..n).all(|i| growing.may_contain(&format!("i:intent-{i}"))));
+        assert!((0..n).all(|i| growing.may_contain(format!("i:intent-{i}"))));
         let (fixed_fp, growing_fp) = (
             false_positives(&fixed, 20_000),
             false_positives(&growing, 20_000),
@@ -291,7 +291,7 @@ mod tests {
     fn a_filter_at_its_most_fills_instead_of_growing() {
         let mut f = Bloom::new(1024, false).growing_to(8 * 1024);
         for i in 0..50_000 {
-            f.insert(&format!("o:re_{i}"));
+            f.insert(format!("o:re_{i}"));
         }
         assert_eq!(
             f.bytes(),
@@ -304,7 +304,7 @@ mod tests {
         let mut g = Bloom::new(1024, false).growing_to(1 << 20);
         for _ in 0..10 {
             for i in 0..200 {
-                g.insert(&format!("o:re_{i}"));
+                g.insert(format!("o:re_{i}"));
             }
         }
         assert_eq!(

@@ -2217,7 +2217,7 @@ async fn check_totals(store: &ClickHouseStore, all: &[Verdict], when: &str) {
         expect.sort_by(|a, b| (b.listed_at, &b.intent_id).cmp(&(a.listed_at, &a.intent_id)));
         let expect: Vec<VerdictDoc> = expect
             .into_iter()
-            .map(|v| VerdictDoc::from_verdict(v))
+            .map(VerdictDoc::from_verdict)
             .collect();
         let walked = every_page(
             store,
@@ -3379,12 +3379,31 @@ async fn startup_reads_what_is_open<H: Harness>(h: &H) {
         .await
         .unwrap();
     assert_eq!(owners, ["done", "other"]);
-    assert_eq!(
-        store.routes_after("", 10).await.unwrap(),
-        ["i:done", "k:k1"]
-    );
-    assert_eq!(store.routes_after("i:done", 10).await.unwrap(), ["k:k1"]);
-    assert_eq!(store.routes_after("", 1).await.unwrap(), ["i:done"]);
+    // Every route, in chunks of at most the size asked, whatever their order and repeats; a
+    // `false` stops the scan after that chunk.
+    for size in [1, 2, 10] {
+        let mut chunks: Vec<Vec<String>> = Vec::new();
+        let handed = store
+            .scan_routes(size, |c| {
+                chunks.push(c);
+                true
+            })
+            .await
+            .unwrap();
+        assert!(chunks.iter().all(|c| !c.is_empty() && c.len() <= size), "{chunks:?}");
+        assert_eq!(handed, chunks.iter().map(|c| c.len() as u64).sum::<u64>());
+        let seen: std::collections::BTreeSet<String> = chunks.into_iter().flatten().collect();
+        assert_eq!(seen, ["i:done".to_string(), "k:k1".to_string()].into());
+    }
+    let mut calls = 0;
+    let handed = store
+        .scan_routes(1, |_| {
+            calls += 1;
+            false
+        })
+        .await
+        .unwrap();
+    assert_eq!((calls, handed), (1, 1), "stopped after the first chunk");
 
     let first = ev(refund(1, "intent-1", 0));
     let second = ev(refund(2, "intent-2", 0));

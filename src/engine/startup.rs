@@ -3,6 +3,7 @@
 //! serves, and the derived rows made to converge with the rebuilt engine.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::core::{EngineCore, Stored};
@@ -216,38 +217,42 @@ pub(super) async fn write_open_routes(engine: std::sync::Weak<Engine>) {
     }
 }
 
-/// After a start that left settled history in the store: read its routes into the filter, page
-/// by page, while the engine serves (every route is checked against the store meanwhile).
+/// After a start that left settled history in the store: read its routes into the filter, a
+/// chunk at a time under the core's lock, while the engine serves (every route is checked
+/// against the store meanwhile). A failed scan starts over: inserting a route twice changes
+/// nothing.
 pub(super) async fn fill_route_filter(engine: std::sync::Weak<Engine>) {
     let began = Instant::now();
-    let mut after = String::new();
-    let mut routes = 0u64;
     let mut failures = 0u32;
     loop {
-        let Some(e) = engine.upgrade() else { return };
-        match e.store.routes_after(&after, ROUTE_PAGE).await {
-            Ok(page) => {
-                failures = 0;
-                routes += page.len() as u64;
-                let mut core = e.lock();
-                core.fill_routes(page.iter().map(String::as_str));
-                match page.last() {
-                    Some(last) if page.len() == ROUTE_PAGE => after = last.clone(),
-                    _ => {
-                        core.routes_filled();
-                        tracing::info!(
-                            routes,
-                            elapsed_ms = began.elapsed().as_millis() as u64,
-                            "route filter filled from the store"
-                        );
-                        return;
-                    }
-                }
+        let Some(store) = engine.upgrade().map(|e| Arc::clone(&e.store)) else {
+            return;
+        };
+        // The engine may stop while the scan runs: each chunk finds it again, or stops the scan.
+        let mut gone = false;
+        let scan = store.scan_routes(ROUTE_PAGE, |chunk| match engine.upgrade() {
+            Some(e) => {
+                e.lock().fill_routes(chunk.iter().map(String::as_str));
+                true
             }
-            Err(err) => {
-                drop(e);
-                back_off(&mut failures, &err, "reading routes for the filter").await;
+            None => {
+                gone = true;
+                false
             }
+        });
+        match scan.await {
+            Ok(_) if gone => return,
+            Ok(routes) => {
+                let Some(e) = engine.upgrade() else { return };
+                e.lock().routes_filled();
+                tracing::info!(
+                    routes,
+                    elapsed_ms = began.elapsed().as_millis() as u64,
+                    "route filter filled from the store"
+                );
+                return;
+            }
+            Err(err) => back_off(&mut failures, &err, "reading routes for the filter").await,
         }
     }
 }

@@ -49,8 +49,12 @@ impl Store for AnyStore {
     async fn expire_outbox(&self, before: Timestamp) -> Result<u64, StoreError> {
         dispatch!(self, s => s.expire_outbox(before))
     }
-    async fn routes_after(&self, after: &str, limit: usize) -> Result<Vec<String>, StoreError> {
-        dispatch!(self, s => s.routes_after(after, limit))
+    async fn scan_routes(
+        &self,
+        chunk: usize,
+        each: impl FnMut(Vec<String>) -> bool + Send,
+    ) -> Result<u64, StoreError> {
+        dispatch!(self, s => s.scan_routes(chunk, each))
     }
     async fn load_events(&self) -> Result<Vec<Event>, StoreError> {
         dispatch!(self, s => s.load_events())

@@ -684,13 +684,16 @@ pub trait Store: Send + Sync {
         before: Timestamp,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
-    /// Distinct routes greater than `after`, in order, at most `limit`: for filling the
-    /// engine's route filter page by page.
-    fn routes_after(
+    /// Every stored route, handed to `each` as it is read, in chunks of at most `chunk`, in no
+    /// particular order and possibly more than once; `each` says whether to go on. Returns how
+    /// many were handed over. For filling the engine's route filter, whose inserts are
+    /// idempotent: a store need not sort or deduplicate a year of routes (on ClickHouse 18.16
+    /// either holds every route of the rest of the table in the server's memory at once).
+    fn scan_routes(
         &self,
-        after: &str,
-        limit: usize,
-    ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+        chunk: usize,
+        each: impl FnMut(Vec<String>) -> bool + Send,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
     /// Every stored event, each identity once (its first copy), for rebuilding engine state at
     /// start-up. Returned in ingest order where the store knows it; the engine must not depend

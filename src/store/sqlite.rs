@@ -235,10 +235,31 @@ impl Store for SqliteStore {
         Ok(owners.into_iter().collect())
     }
 
-    async fn routes_after(&self, after: &str, limit: usize) -> Result<Vec<String>, StoreError> {
-        let after = after.to_string();
-        self.read(move |conn| startup::routes_after(conn, &after, limit))
-            .await
+    /// In order and each once, a page at a time by the index (each page its own read, so the
+    /// writer is not held up behind a year of routes).
+    async fn scan_routes(
+        &self,
+        chunk: usize,
+        mut each: impl FnMut(Vec<String>) -> bool + Send,
+    ) -> Result<u64, StoreError> {
+        let chunk = chunk.max(1);
+        let mut after = String::new();
+        let mut handed = 0u64;
+        loop {
+            let from = std::mem::take(&mut after);
+            let page = self
+                .read(move |conn| startup::routes_after(conn, &from, chunk))
+                .await?;
+            let Some(last) = page.last() else {
+                return Ok(handed);
+            };
+            after = last.clone();
+            handed += page.len() as u64;
+            let full = page.len() == chunk;
+            if !each(page) || !full {
+                return Ok(handed);
+            }
+        }
     }
 
     async fn expire_events(&self, before: Timestamp, limit: usize) -> Result<usize, StoreError> {

@@ -119,6 +119,18 @@ pub struct ClickHouseError {
 }
 
 impl ClickHouseError {
+    /// A failure of an operation tried once (one its caller starts over).
+    pub fn once(op: &str, source: ::clickhouse::error::Error) -> Self {
+        let (class, code) = classify(&source);
+        ClickHouseError {
+            op: op.to_string(),
+            class,
+            code,
+            attempts: 1,
+            source,
+        }
+    }
+
     /// Its code, for [`crate::store::StoreError::kind`].
     pub fn kind(&self) -> String {
         kind_of(self.code)
