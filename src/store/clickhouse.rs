@@ -1316,14 +1316,25 @@ impl Store for ClickHouseStore {
             Some(hours) => counts::ranges(&hours),
             None => ("1 = 1".to_string(), Vec::new()),
         };
+        // The keys first, from the narrow columns' current versions (a tenth of the cost of
+        // merging every column), then every column of those keys only: `PREWHERE` on the
+        // sorting key drops the other rows before `FINAL` merges what is left, in the same
+        // query, so no merge between two reads can lose a version.
         let mut outer = String::from("1 = 1");
         if let Some(s) = status {
             outer = "status = ?".to_string();
             args.push(Arg::S(s.as_str().into()));
         }
         args.push(Arg::U(limit));
+        // The same conditions twice, in the order they appear: the keys' read, then the rows'.
+        let args = [args.clone(), args].concat();
         let sql = format!(
-            "SELECT ?fields FROM (SELECT * FROM {ESCALATION_LIST} FINAL WHERE {cond})
+            "SELECT ?fields FROM (SELECT * FROM {ESCALATION_LIST} FINAL
+                 PREWHERE (listed_ns, id) IN
+                     (SELECT listed_ns, id FROM
+                         (SELECT listed_ns, id, version, status FROM {ESCALATION_LIST} FINAL WHERE {cond})
+                      WHERE {outer} ORDER BY listed_ns DESC, id DESC LIMIT ?)
+                 WHERE {cond})
              WHERE {outer} ORDER BY listed_ns DESC, id DESC LIMIT ?"
         );
         self.escalations("list escalations", bind_all(self.client.query(&sql), &args))
