@@ -214,15 +214,11 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
                 .public_url
                 .clone()
                 .unwrap_or_else(|| default_public_url(api_addr, tls.is_some()));
-            let lookup = engine.clone();
-            let tool_of: notify::deliver::ToolOf =
-                Arc::new(move |intent: &str| lookup.cached_verdict(intent)?.tool.clone());
             Some(notify::deliver::start(
                 notifier,
                 store.clone(),
                 metrics.clone(),
                 notify::deliver::Settings::new(public_url),
-                tool_of,
             )?)
         }
         None => None,

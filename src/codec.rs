@@ -229,6 +229,9 @@ impl EscalationFindingDoc {
 pub struct EscalationDoc {
     pub id: String,
     pub intent_id: String,
+    /// Its intent's tool (null for an orphan record's).
+    #[serde(default)]
+    pub tool: Option<String>,
     pub status: String,
     pub severity: String,
     pub opened_at: String,
@@ -282,6 +285,7 @@ impl EscalationDoc {
         EscalationDoc {
             id: e.id.clone(),
             intent_id: e.intent_id.clone(),
+            tool: e.tool.clone(),
             status: e.status.as_str().into(),
             severity: e.severity.as_str().into(),
             opened_at: rfc3339(e.opened_at),

@@ -876,6 +876,9 @@ pub struct Override {
 pub struct Escalation {
     pub id: String,
     pub intent_id: String,
+    /// Its intent's tool when it was opened (`None`: an orphan record's, which no tool call
+    /// made): what the queue, the gauges and `?tool=` go by without reading the verdict.
+    pub tool: Option<String>,
     pub status: EscalationStatus,
     /// Its earliest finding's time (event time): late evidence can move it earlier.
     pub opened_at: Timestamp,

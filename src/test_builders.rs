@@ -435,6 +435,7 @@ pub fn escalation(
     Escalation {
         id: id.into(),
         intent_id: format!("intent-of-{id}"),
+        tool: Some("refund".into()),
         status,
         opened_at,
         listed_at: opened_at,

@@ -2215,10 +2215,7 @@ async fn check_totals(store: &ClickHouseStore, all: &[Verdict], when: &str) {
             })
             .collect();
         expect.sort_by(|a, b| (b.listed_at, &b.intent_id).cmp(&(a.listed_at, &a.intent_id)));
-        let expect: Vec<VerdictDoc> = expect
-            .into_iter()
-            .map(VerdictDoc::from_verdict)
-            .collect();
+        let expect: Vec<VerdictDoc> = expect.into_iter().map(VerdictDoc::from_verdict).collect();
         let walked = every_page(
             store,
             VerdictFilter {
@@ -2743,6 +2740,144 @@ async fn clickhouse_upgrades_to_the_counted_report() {
     assert_eq!(
         store.report(Some(at(5_000)), at(9_999)).await.unwrap(),
         late
+    );
+    drop(store);
+    ch.finish().await;
+}
+
+/// v14 gives each escalation its intent's tool: the escalations a v13 reckon wrote (one claimed
+/// after it opened: two versions; one of an orphan record, whose intent has no tool; one whose
+/// verdict was deleted) carry their verdict's tool after the upgrade, in both tables, and the
+/// listing filters by it; a claim after the upgrade keeps it.
+#[tokio::test]
+async fn clickhouse_upgrades_to_escalations_with_their_tool() {
+    let Some(ch) = ClickHouse::new().await else {
+        return;
+    };
+    migrate_to(&ch.config, 13).await.expect("v13 schema");
+    let client = ch.client();
+    // (intent, tool, deleted, version)
+    for (id, tool, deleted, version) in [
+        ("a", Some("issue_refund"), 0u8, 1u64),
+        ("b", Some("send_email"), 0, 1),
+        ("orphan:re_9", None, 0, 1),
+        ("gone", Some("issue_refund"), 0, 1),
+        ("gone", Some("issue_refund"), 1, 2),
+    ] {
+        client
+            .query(
+                "INSERT INTO reckon_verdicts (intent_id, tool, state, decision, first_seen_ns,
+                     last_event_ns, attempts, doc, deleted, version, listed_ns)
+                 VALUES (?, ?, 'unknown', 'escalate', ?, ?, 1, '', ?, ?, ?)",
+            )
+            .bind(id)
+            .bind(tool)
+            .bind(at(0).0 as u64)
+            .bind(at(0).0 as u64)
+            .bind(deleted)
+            .bind(version)
+            .bind(at(0).0 as u64)
+            .execute()
+            .await
+            .expect("a verdict a v13 reckon wrote");
+    }
+    // (id, intent, status, claimed by, version)
+    for (id, intent, status, claimed_by, version) in [
+        ("esc_a_1", "a", "open", None, 1u64),
+        ("esc_a_1", "a", "claimed", Some("ana"), 2),
+        ("esc_b_1", "b", "open", None, 1),
+        ("esc_o_1", "orphan:re_9", "open", None, 1),
+        ("esc_g_1", "gone", "resolved", None, 3),
+    ] {
+        for table in ["reckon_escalations", "reckon_escalation_list"] {
+            client
+                .query(&format!(
+                    "INSERT INTO {table} (id, intent_id, status, severity, opened_at, opened_ns,
+                         claimed_by, version, listed_at, listed_ns)
+                     VALUES (?, ?, ?, 'high', ?, ?, ?, ?, ?, ?)"
+                ))
+                .bind(id)
+                .bind(intent)
+                .bind(status)
+                .bind(at(10).0 as u64 / 1_000_000_000)
+                .bind(at(10).0 as u64)
+                .bind(claimed_by)
+                .bind(version)
+                .bind(at(10).0 as u64 / 1_000_000_000)
+                .bind(at(10).0 as u64)
+                .execute()
+                .await
+                .expect("an escalation a v13 reckon wrote");
+        }
+    }
+    let store = ch.open().await;
+    let tools = |es: Vec<Escalation>| {
+        let mut t: Vec<(String, String, Option<String>, u64)> = es
+            .into_iter()
+            .map(|e| (e.id, e.status.as_str().to_string(), e.tool, e.version))
+            .collect();
+        t.sort();
+        t
+    };
+    let expected = vec![
+        (
+            "esc_a_1".to_string(),
+            "claimed".to_string(),
+            Some("issue_refund".to_string()),
+            2,
+        ),
+        (
+            "esc_b_1".into(),
+            "open".into(),
+            Some("send_email".into()),
+            1,
+        ),
+        ("esc_g_1".into(), "resolved".into(), None, 3),
+        ("esc_o_1".into(), "open".into(), None, 1),
+    ];
+    let mut listed = Vec::new();
+    for status in EscalationStatus::ALL {
+        listed.extend(store.list_escalations(Some(status), 100).await.unwrap());
+    }
+    assert_eq!(tools(listed), expected, "the listing");
+    let mut each = Vec::new();
+    for id in ["esc_a_1", "esc_b_1", "esc_g_1", "esc_o_1"] {
+        each.push(store.get_escalation(id).await.unwrap().expect(id));
+    }
+    assert_eq!(tools(each), expected, "by id");
+    let by_tool = |tool: &str| EscalationFilter {
+        tool: Some(tool.into()),
+        ..EscalationFilter::default()
+    };
+    let page = store
+        .page_escalations(&by_tool("issue_refund"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            page.total,
+            page.items.iter().map(|e| e.id.as_str()).collect::<Vec<_>>()
+        ),
+        (1, vec!["esc_a_1"])
+    );
+    let page = store
+        .page_escalations(&by_tool("send_email"))
+        .await
+        .unwrap();
+    assert_eq!(page.items.len(), 1);
+    assert_eq!(page.items[0].id, "esc_b_1");
+    // A claim after the upgrade writes the tool it read.
+    let current = store.get_escalation("esc_b_1").await.unwrap().unwrap();
+    let mut claimed = current.clone();
+    claimed.status = EscalationStatus::Claimed;
+    claimed.claimed_by = Some("bo".into());
+    claimed.claimed_at = Some(at(20));
+    claimed.version += 1;
+    store.swap_escalation(current, claimed).await.unwrap();
+    let after = store.get_escalation("esc_b_1").await.unwrap().unwrap();
+    assert_eq!(
+        (after.status, after.tool.as_deref()),
+        (EscalationStatus::Claimed, Some("send_email"))
     );
     drop(store);
     ch.finish().await;
@@ -3390,7 +3525,10 @@ async fn startup_reads_what_is_open<H: Harness>(h: &H) {
             })
             .await
             .unwrap();
-        assert!(chunks.iter().all(|c| !c.is_empty() && c.len() <= size), "{chunks:?}");
+        assert!(
+            chunks.iter().all(|c| !c.is_empty() && c.len() <= size),
+            "{chunks:?}"
+        );
         assert_eq!(handed, chunks.iter().map(|c| c.len() as u64).sum::<u64>());
         let seen: std::collections::BTreeSet<String> = chunks.into_iter().flatten().collect();
         assert_eq!(seen, ["i:done".to_string(), "k:k1".to_string()].into());
@@ -4688,11 +4826,12 @@ async fn intents_are_found_by_target_object_and_key<H: Harness>(h: &H) {
 }
 
 /// Escalations page newest first by a cursor, filtered by status (withdrawn too), severity and
-/// the tool of their intent's verdict, with the total that matched; nothing is cut off however
+/// the tool they carry (their intent's), with the total that matched; nothing is cut off however
 /// many there are.
 async fn escalations_page_with_totals<H: Harness>(h: &H) {
     let store = h.open().await;
     let statuses = EscalationStatus::ALL;
+    let tool_of = |i: usize| ["issue_refund", "send_email"][i % 2];
     let mut all = Vec::new();
     for i in 0..1_100usize {
         let mut e = escalation(
@@ -4701,13 +4840,13 @@ async fn escalations_page_with_totals<H: Harness>(h: &H) {
             at(100 + (i as i64 / 3)),
             1,
         );
+        e.tool = Some(tool_of(i).into());
         if i % 7 == 0 {
             e.severity = Severity::High;
         }
         all.push(e);
     }
     store.put_escalations(all.clone()).await.unwrap();
-    let tool_of = |i: usize| ["issue_refund", "send_email"][i % 2];
     store
         .put_verdicts(
             all.iter()

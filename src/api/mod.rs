@@ -427,20 +427,9 @@ async fn unresolved_by_finding(
 ) -> Result<Vec<([String; 3], u64)>, crate::store::StoreError> {
     let mut counts: std::collections::BTreeMap<[String; 3], u64> = Default::default();
     for e in crate::store::unresolved_escalations(&*s.store, false).await? {
-        // An intent out of memory (open, and not read back yet by a start that served first)
-        // has the tool of its stored verdict, as Alertmanager's re-send reads it: the series
-        // keeps its labels across a restart, so alert rules on it do not flap.
-        let tool = match s.engine.cached_verdict(&e.intent_id) {
-            Some(v) => v.tool.clone(),
-            None => s
-                .store
-                .get_verdict(&e.intent_id)
-                .await
-                .ok()
-                .flatten()
-                .and_then(|v| v.tool),
-        }
-        .unwrap_or_else(|| "(none)".to_string());
+        // The tool the escalation carries, as Alertmanager's labels: the same across a restart
+        // (so alert rules on the series do not flap), and no verdict read per escalation.
+        let tool = e.tool.clone().unwrap_or_else(|| "(none)".to_string());
         let kinds: std::collections::BTreeSet<(&str, &str)> = e
             .findings
             .iter()

@@ -287,6 +287,7 @@ impl EscalationBook {
             // Withdrawn last: its findings never held, but these do. The same escalation again,
             // so an intent's escalations do not depend on what arrived first.
             Some(w) if w.status == EscalationStatus::Withdrawn => Escalation {
+                tool: verdict.tool.clone(),
                 status: EscalationStatus::Open,
                 opened_at,
                 severity: max_severity(&held),
@@ -303,6 +304,7 @@ impl EscalationBook {
                 Escalation {
                     id: escalation_id(intent_id, n),
                     intent_id: intent_id.to_string(),
+                    tool: verdict.tool.clone(),
                     status: EscalationStatus::Open,
                     opened_at,
                     listed_at: opened_at,

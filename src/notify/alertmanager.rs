@@ -44,9 +44,13 @@ pub fn most_severe(e: &Escalation) -> Option<&Finding> {
     e.findings.iter().find(|f| f.severity == top)
 }
 
-/// The alert for escalation `e` of an intent of `tool`.
-pub fn draft(e: &Escalation, tool: Option<&str>) -> Draft {
-    let tool = tool.filter(|t| !t.is_empty()).unwrap_or(NO_TOOL);
+/// The alert for escalation `e`, labelled with the tool it carries.
+pub fn draft(e: &Escalation) -> Draft {
+    let tool = e
+        .tool
+        .as_deref()
+        .filter(|t| !t.is_empty())
+        .unwrap_or(NO_TOOL);
     let finding = most_severe(e).map(|f| f.kind.as_str()).unwrap_or("(none)");
     let labels: BTreeMap<String, String> = [
         ("alertname", ALERTNAME),
@@ -185,6 +189,7 @@ mod tests {
         Escalation {
             id: "esc_0011223344556677_1".into(),
             intent_id: "int-1".into(),
+            tool: Some("issue_refund".into()),
             status: EscalationStatus::Open,
             opened_at: Timestamp(1_000 * S),
             listed_at: Timestamp(1_000 * S),
@@ -224,7 +229,7 @@ mod tests {
     #[test]
     fn labels_are_the_pinned_ones() {
         let e = esc();
-        let d = draft(&e, Some("issue_refund"));
+        let d = draft(&e);
         let labels: Vec<(&str, &str)> = d
             .labels
             .iter()
@@ -245,12 +250,16 @@ mod tests {
         assert!(d.annotations["description"].contains("two refunds"));
         assert!(d.annotations["description"].contains("open"));
         assert_eq!(d.ends_at, None);
-        assert_eq!(draft(&e, None).labels["tool"], NO_TOOL);
+        let no_tool = Escalation {
+            tool: None,
+            ..e.clone()
+        };
+        assert_eq!(draft(&no_tool).labels["tool"], NO_TOOL);
         // Claiming does not change the labels (the same alert), only what it says.
         let mut claimed = e.clone();
         claimed.status = EscalationStatus::Claimed;
         claimed.claimed_by = Some("ana".into());
-        let c = draft(&claimed, Some("issue_refund"));
+        let c = draft(&claimed);
         assert_eq!(c.labels, d.labels);
         assert!(c.annotations["description"].contains("claimed by ana"));
     }
@@ -262,7 +271,7 @@ mod tests {
         let e = esc();
         let url = generator_url("http://reckon:8080/", &e.id);
         assert_eq!(url, "http://reckon:8080/escalations/esc_0011223344556677_1");
-        let open = complete(&draft(&e, Some("t")), &url, now, ttl);
+        let open = complete(&draft(&e), &url, now, ttl);
         assert_eq!(open["startsAt"], rfc3339(Timestamp(1_000 * S)));
         assert_eq!(open["endsAt"], rfc3339(now + ttl));
         assert_eq!(open["generatorURL"], url);
@@ -271,23 +280,19 @@ mod tests {
         resolved.resolved_by = Some("ana".into());
         resolved.resolution = Some("refunded_once".into());
         resolved.resolved_at = Some(Timestamp(1_500 * S));
-        let r = complete(&draft(&resolved, Some("t")), &url, now, ttl);
+        let r = complete(&draft(&resolved), &url, now, ttl);
         assert_eq!(r["endsAt"], rfc3339(Timestamp(1_500 * S)));
         // Withdrawn (late evidence showed its findings never held): the alert ends too.
         let mut withdrawn = e.clone();
         withdrawn.status = EscalationStatus::Withdrawn;
-        let w = draft(&withdrawn, Some("t"));
+        let w = draft(&withdrawn);
         assert_eq!(w.ends_at, Some(rfc3339(e.opened_at)));
         assert!(w.annotations["description"].contains("withdrawn"));
-        assert_eq!(
-            w.labels,
-            draft(&e, Some("t")).labels,
-            "the same alert, ended"
-        );
+        assert_eq!(w.labels, draft(&e).labels, "the same alert, ended");
         // A start from a clock ahead of ours, and a resolution before it: never end < start.
         let mut ahead = resolved.clone();
         ahead.opened_at = Timestamp(3_000 * S);
-        let a = complete(&draft(&ahead, Some("t")), &url, now, ttl);
+        let a = complete(&draft(&ahead), &url, now, ttl);
         assert_eq!(a["startsAt"], rfc3339(now));
         assert_eq!(a["endsAt"], rfc3339(now));
         assert_eq!(

@@ -61,10 +61,6 @@ const CONCURRENCY: usize = 16;
 /// Alerts per POST of the periodic re-send.
 const ALERTS_PER_POST: usize = 200;
 
-/// The intent's tool as the engine holds it (labels the alert); the task asks the store when
-/// this says `None`.
-pub type ToolOf = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
-
 #[derive(Debug, thiserror::Error)]
 pub enum DeliverError {
     #[error("building the HTTP client for notifications: {0}")]
@@ -91,7 +87,6 @@ struct Deliverer {
     store: Arc<AnyStore>,
     metrics: Arc<Metrics>,
     settings: Settings,
-    tool_of: ToolOf,
     client: reqwest::Client,
     /// Per (target, escalation): the labels its alert was last sent with, to end the alert
     /// under old labels when they change (a more severe finding joined).
@@ -104,7 +99,6 @@ pub fn start(
     store: Arc<AnyStore>,
     metrics: Arc<Metrics>,
     settings: Settings,
-    tool_of: ToolOf,
 ) -> Result<Delivery, DeliverError> {
     let client = reqwest::Client::builder()
         .timeout(settings.request_timeout)
@@ -121,7 +115,6 @@ pub fn start(
         store,
         metrics,
         settings,
-        tool_of,
         client,
         sent_labels: Mutex::new(HashMap::new()),
     });
@@ -403,20 +396,11 @@ impl Deliverer {
                 return;
             }
         };
-        let mut drafts = Vec::with_capacity(escalations.len());
-        for e in &escalations {
-            let tool = match (self.tool_of)(&e.intent_id) {
-                Some(t) => Some(t),
-                None => self
-                    .store
-                    .get_verdict(&e.intent_id)
-                    .await
-                    .ok()
-                    .flatten()
-                    .and_then(|v| v.tool),
-            };
-            drafts.push((e.id.clone(), alertmanager::draft(e, tool.as_deref())));
-        }
+        // Each labelled with the tool it carries: no verdict read per alert.
+        let drafts: Vec<(String, alertmanager::Draft)> = escalations
+            .iter()
+            .map(|e| (e.id.clone(), alertmanager::draft(e)))
+            .collect();
         for chunk in drafts.chunks(ALERTS_PER_POST) {
             let alerts: Vec<serde_json::Value> = chunk
                 .iter()

@@ -67,7 +67,7 @@ pub fn items_for(
                     webhook_body(&id, e, bundle, now)
                 }
                 TargetKind::Alertmanager { .. } => {
-                    let d = alertmanager::draft(e, verdict.and_then(|v| v.tool.as_deref()));
+                    let d = alertmanager::draft(e);
                     serde_json::to_string(&d).unwrap_or_default()
                 }
             };
@@ -85,6 +85,7 @@ mod tests {
         Escalation {
             id: "esc_ab_1".into(),
             intent_id: "int-1".into(),
+            tool: Some("refund".into()),
             status,
             opened_at: Timestamp(1),
             listed_at: Timestamp(1),

@@ -1373,13 +1373,8 @@ impl Store for ClickHouseStore {
             l.outer_args.push(Arg::S(s.as_str().into()));
         }
         if let Some(t) = &filter.tool {
-            // The filters sit outside the FINAL subquery (see reckon_current_verdicts).
-            l.cols.push("intent_id");
-            l.outer.push_str(
-                " AND intent_id IN (SELECT intent_id FROM
-                    (SELECT intent_id, tool, deleted FROM reckon_verdicts FINAL)
-                    WHERE deleted = 0 AND tool = ?)",
-            );
+            l.cols.push("tool");
+            l.outer.push_str(" AND tool = ?");
             l.outer_args.push(Arg::S(t.clone()));
         }
         let after = match after {

@@ -814,6 +814,7 @@ async fn a_withdrawn_escalation_is_out_of_the_queue() {
         let withdrawn = reckon::model::Escalation {
             id: "esc_withdrawn_1".into(),
             intent_id: "intent-w".into(),
+            tool: Some("send_email".into()),
             status: reckon::model::EscalationStatus::Withdrawn,
             opened_at: now,
             listed_at: now,

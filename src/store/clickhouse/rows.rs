@@ -338,6 +338,8 @@ pub struct EscalationRow {
     /// Where it is listed (v11): `Escalation::listed_at`.
     pub listed_at: u32,
     pub listed_ns: u64,
+    /// Its intent's tool (v14): `Escalation::tool`.
+    pub tool: Option<String>,
 }
 
 /// What an intent is looked up by: one of `crate::store::lookups_of`, stamped with the
@@ -824,6 +826,7 @@ pub fn escalation_row(e: &Escalation) -> Result<EscalationRow, StoreError> {
         listed_ns,
         id: e.id.clone(),
         intent_id: e.intent_id.clone(),
+        tool: e.tool.clone(),
         status: code(&EscalationStatus::ALL, e.status),
         severity: code(&Severity::ALL, e.severity),
         opened_at: secs(opened_ns),
@@ -924,6 +927,7 @@ pub fn escalation(r: EscalationRow) -> Result<Escalation, StoreError> {
     Ok(Escalation {
         id: r.id,
         intent_id: r.intent_id,
+        tool: r.tool,
         status: from_code(&EscalationStatus::ALL, r.status, T, "status")?,
         opened_at,
         listed_at: ts(r.listed_ns, T, "listed_ns")?,

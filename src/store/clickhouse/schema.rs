@@ -571,6 +571,53 @@ CREATE TABLE IF NOT EXISTS reckon_report_findings (
 ) ENGINE = ReplacingMergeTree(counted)
 ORDER BY (hour, tool, kind, severity)";
 
+/// v14: each escalation's tool (`Escalation::tool`, its intent's), so the escalation listing
+/// filters by tool on its own rows, not through `FINAL` over every verdict. The fill writes each
+/// escalation's current row again at the same version with its intent's tool: of equal
+/// versions `ReplacingMergeTree` keeps the last inserted (merges and `FINAL` alike).
+pub const V14_ESCALATION_TOOL: &str = "
+ALTER TABLE reckon_escalations
+    ADD COLUMN tool Nullable(String) COMMENT 'the tool of its intent; NULL for an orphan record'";
+pub const V14_ESCALATION_LIST_TOOL: &str = "
+ALTER TABLE reckon_escalation_list
+    ADD COLUMN tool Nullable(String) COMMENT 'the tool of its intent; NULL for an orphan record'";
+pub const V14_ESCALATION_TOOL_FILL: &str = "
+INSERT INTO reckon_escalations (
+    id, intent_id, status, severity, opened_at, opened_ns, finding_kinds, finding_subjects,
+    claimed_by, claimed_at, claimed_ns, resolved_by, resolved_at, resolved_ns, resolution, note,
+    version, finding_ns, finding_details, covered, override_by, override_ns, override_action,
+    override_held_by, listed_at, listed_ns, tool)
+SELECT id, intent_id, status, severity, opened_at, opened_ns, finding_kinds, finding_subjects,
+    claimed_by, claimed_at, claimed_ns, resolved_by, resolved_at, resolved_ns, resolution, note,
+    version, finding_ns, finding_details, covered, override_by, override_ns, override_action,
+    override_held_by, listed_at, listed_ns, verdict_tool
+FROM (SELECT id, intent_id, status, severity, opened_at, opened_ns, finding_kinds, finding_subjects,
+    claimed_by, claimed_at, claimed_ns, resolved_by, resolved_at, resolved_ns, resolution, note,
+    version, finding_ns, finding_details, covered, override_by, override_ns, override_action,
+    override_held_by, listed_at, listed_ns FROM reckon_escalations FINAL) AS e
+ANY LEFT JOIN
+    (SELECT intent_id, tool AS verdict_tool
+     FROM (SELECT intent_id, tool, deleted FROM reckon_verdicts FINAL) AS vv WHERE deleted = 0) AS v
+USING intent_id";
+pub const V14_ESCALATION_LIST_TOOL_FILL: &str = "
+INSERT INTO reckon_escalation_list (
+    id, intent_id, status, severity, opened_at, opened_ns, finding_kinds, finding_subjects,
+    claimed_by, claimed_at, claimed_ns, resolved_by, resolved_at, resolved_ns, resolution, note,
+    version, finding_ns, finding_details, covered, override_by, override_ns, override_action,
+    override_held_by, listed_at, listed_ns, tool)
+SELECT id, intent_id, status, severity, opened_at, opened_ns, finding_kinds, finding_subjects,
+    claimed_by, claimed_at, claimed_ns, resolved_by, resolved_at, resolved_ns, resolution, note,
+    version, finding_ns, finding_details, covered, override_by, override_ns, override_action,
+    override_held_by, listed_at, listed_ns, verdict_tool
+FROM (SELECT id, intent_id, status, severity, opened_at, opened_ns, finding_kinds, finding_subjects,
+    claimed_by, claimed_at, claimed_ns, resolved_by, resolved_at, resolved_ns, resolution, note,
+    version, finding_ns, finding_details, covered, override_by, override_ns, override_action,
+    override_held_by, listed_at, listed_ns FROM reckon_escalation_list FINAL) AS e
+ANY LEFT JOIN
+    (SELECT intent_id, tool AS verdict_tool
+     FROM (SELECT intent_id, tool, deleted FROM reckon_verdicts FINAL) AS vv WHERE deleted = 0) AS v
+USING intent_id";
+
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
@@ -714,6 +761,16 @@ pub const MIGRATIONS: &[Migration] = &[
             V13_TALLY_HOURS_FILL,
             V13_REPORT_COUNTS,
             V13_REPORT_FINDINGS,
+        ],
+    },
+    Migration {
+        version: 14,
+        name: "the tool of each escalation",
+        statements: &[
+            V14_ESCALATION_TOOL,
+            V14_ESCALATION_LIST_TOOL,
+            V14_ESCALATION_TOOL_FILL,
+            V14_ESCALATION_LIST_TOOL_FILL,
         ],
     },
 ];

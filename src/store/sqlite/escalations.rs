@@ -136,10 +136,7 @@ pub(super) fn page_escalations(
     }
     if let Some(tool) = &filter.tool {
         args.push(Value::Text(tool.clone()));
-        conditions.push_str(&format!(
-            " AND EXISTS (SELECT 1 FROM reckon_verdicts v WHERE v.intent_id = e.intent_id AND v.tool = ?{})",
-            args.len()
-        ));
+        conditions.push_str(&format!(" AND e.tool = ?{}", args.len()));
     }
     let tx = conn.unchecked_transaction()?;
     let total: i64 = conn.query_row(

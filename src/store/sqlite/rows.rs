@@ -213,7 +213,7 @@ pub(super) fn decode_record(row: &rusqlite::Row<'_>) -> Result<(i64, Event), Sto
 
 pub(super) const ESCALATION_COLS: &str =
     "id, intent_id, status, severity, opened_at, findings, claimed_by, claimed_at,
-    resolved_by, resolved_at, resolution, note, version, covered, overrides, listed_at";
+    resolved_by, resolved_at, resolution, note, version, covered, overrides, listed_at, tool";
 
 pub(super) fn decode_escalation(row: &rusqlite::Row<'_>) -> Result<Escalation, StoreError> {
     let d = Dec {
@@ -257,6 +257,7 @@ pub(super) fn decode_escalation(row: &rusqlite::Row<'_>) -> Result<Escalation, S
     Ok(Escalation {
         id: d.string(0, "id")?,
         intent_id: d.string(1, "intent_id")?,
+        tool: d.opt_string(16, "tool")?,
         status,
         opened_at,
         listed_at: d.ts(15, "listed_at")?,

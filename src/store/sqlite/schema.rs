@@ -284,6 +284,14 @@ CREATE INDEX reckon_escalations_status ON reckon_escalations (status, listed_at 
 CREATE INDEX reckon_escalations_recent ON reckon_escalations (listed_at DESC, id DESC);
 ";
 
+/// v12: each escalation's tool (`Escalation::tool`, its intent's), which the queue, the gauges
+/// and `?tool=` go by; filled from the verdicts.
+pub const V12_SQL: &str = "
+ALTER TABLE reckon_escalations ADD COLUMN tool TEXT;
+UPDATE reckon_escalations SET tool =
+    (SELECT v.tool FROM reckon_verdicts v WHERE v.intent_id = reckon_escalations.intent_id);
+";
+
 /// The attempt-class count columns of `reckon_verdicts`, in [`AttemptClass::ALL`] order.
 pub const CLASS_COLUMNS: [&str; 6] = [
     "attempts_rejected",
@@ -359,6 +367,12 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 11,
         name: "listing times of intents and escalations",
         sql: V11_SQL,
+        backfill: None,
+    },
+    Migration {
+        version: 12,
+        name: "the tool of each escalation",
+        sql: V12_SQL,
         backfill: None,
     },
 ];

@@ -652,7 +652,7 @@ async fn migrates_a_v1_file_keeping_data() {
             .collect::<Result<_, _>>()
             .unwrap()
     };
-    assert_eq!(versions, (1..=11).collect::<Vec<i64>>());
+    assert_eq!(versions, (1..=12).collect::<Vec<i64>>());
     // Opening again is a no-op.
     drop(store);
     SqliteStore::open(dir.path()).unwrap();
@@ -744,6 +744,63 @@ async fn migrates_a_v5_file_to_contract_versions() {
         .await
         .unwrap();
     assert_eq!(column("before"), "0123456789abcdef");
+}
+
+/// v12 gives each escalation its intent's tool, from the verdicts: an orphan record's (no tool)
+/// and one with no verdict stay without.
+#[tokio::test]
+async fn migrates_a_v11_file_to_escalations_with_their_tool() {
+    let dir = TempDir::new().unwrap();
+    {
+        let conn = raw(&dir);
+        conn.execute_batch(
+            "CREATE TABLE reckon_schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL);",
+        )
+        .unwrap();
+        for m in schema::MIGRATIONS.iter().filter(|m| m.version <= 11) {
+            conn.execute_batch(m.sql).unwrap();
+            conn.execute(
+                "INSERT INTO reckon_schema_migrations VALUES (?1, 0)",
+                [m.version],
+            )
+            .unwrap();
+        }
+        for (intent, tool) in [("a", Some("issue_refund")), ("orphan:re_9", None)] {
+            conn.execute(
+                "INSERT INTO reckon_verdicts (intent_id, tool, contract, state, decision, first_seen,
+                    last_event, audited_at, finding_kinds, doc) VALUES (?1, ?2, NULL, 'unknown',
+                    'escalate', 1, 5, 6, '', '{}')",
+                rusqlite::params![intent, tool],
+            )
+            .unwrap();
+        }
+        for (id, intent) in [
+            ("esc_a_1", "a"),
+            ("esc_o_1", "orphan:re_9"),
+            ("esc_x_1", "x"),
+        ] {
+            conn.execute(
+                "INSERT INTO reckon_escalations (id, intent_id, status, severity, opened_at,
+                    findings, version, listed_at) VALUES (?1, ?2, 'open', 'high', 10, '[]', 1, 10)",
+                [id, intent],
+            )
+            .unwrap();
+        }
+    }
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let mut tools = Vec::new();
+    for id in ["esc_a_1", "esc_o_1", "esc_x_1"] {
+        tools.push(store.get_escalation(id).await.unwrap().expect(id).tool);
+    }
+    assert_eq!(tools, [Some("issue_refund".to_string()), None, None]);
+    let page = store
+        .page_escalations(&crate::store::EscalationFilter {
+            tool: Some("issue_refund".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!((page.total, page.items[0].id.as_str()), (1, "esc_a_1"));
 }
 
 #[tokio::test]
@@ -1038,9 +1095,12 @@ async fn lookup_is_a_search() {
 }
 
 /// Take a file back to v10, as a build from before v11 left it.
+/// As a v10 file holds it: v12 and v11 undone.
 fn undo_v11(conn: &Connection) {
     conn.execute_batch(
-        "DROP INDEX reckon_verdicts_listed;
+        "ALTER TABLE reckon_escalations DROP COLUMN tool;
+         DELETE FROM reckon_schema_migrations WHERE version = 12;
+         DROP INDEX reckon_verdicts_listed;
          DROP INDEX reckon_verdicts_state;
          CREATE INDEX reckon_verdicts_state ON reckon_verdicts (state, last_event DESC, intent_id);
          DROP INDEX reckon_verdicts_tool;
@@ -1196,12 +1256,19 @@ async fn v10_backfills_lookups_from_stored_verdicts() {
     assert_eq!(page.total, 1);
 }
 
-/// Escalations page newest first with a cursor, filtered by status, severity and tool, with
-/// the total that matched; nothing is cut off.
+/// Escalations page newest first with a cursor, filtered by status, severity and the tool they
+/// carry, with the total that matched; nothing is cut off.
 #[tokio::test]
 async fn escalation_pages() {
     let dir = TempDir::new().unwrap();
     let store = SqliteStore::open(dir.path()).unwrap();
+    let tool_of = |i: usize| {
+        if i % 2 == 0 {
+            "issue_refund"
+        } else {
+            "send_email"
+        }
+    };
     let mut all = Vec::new();
     for i in 0..25i64 {
         let status = [
@@ -1213,16 +1280,10 @@ async fn escalation_pages() {
         if i % 5 == 0 {
             e.severity = Severity::High;
         }
+        e.tool = Some(tool_of(i as usize).into());
         all.push(e);
     }
     store.put_escalations(all.clone()).await.unwrap();
-    let tool_of = |i: usize| {
-        if i % 2 == 0 {
-            "issue_refund"
-        } else {
-            "send_email"
-        }
-    };
     store
         .put_verdicts(
             all.iter()

@@ -555,9 +555,10 @@ fn delete_verdicts(conn: &Connection, ids: &[String]) -> Result<(), StoreError> 
 /// by the later write while an older one never overwrites a newer one.
 const UPSERT_ESCALATION: &str = "INSERT INTO reckon_escalations (id, intent_id, status, severity, opened_at,
     findings, claimed_by, claimed_at, resolved_by, resolved_at, resolution, note, version, covered,
-    overrides, listed_at)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
-    ON CONFLICT (id) DO UPDATE SET intent_id = excluded.intent_id, status = excluded.status,
+    overrides, listed_at, tool)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)
+    ON CONFLICT (id) DO UPDATE SET intent_id = excluded.intent_id, tool = excluded.tool,
+        status = excluded.status,
         severity = excluded.severity, opened_at = excluded.opened_at, findings = excluded.findings,
         claimed_by = excluded.claimed_by, claimed_at = excluded.claimed_at, resolved_by = excluded.resolved_by,
         resolved_at = excluded.resolved_at, resolution = excluded.resolution, note = excluded.note,
@@ -619,6 +620,7 @@ fn put_escalations(conn: &Connection, escalations: &[Escalation]) -> Result<(), 
             covered_json(e)?,
             overrides_json(e)?,
             e.listed_at.0,
+            e.tool,
         ])?;
     }
     Ok(())
