@@ -1313,7 +1313,9 @@ impl Store for ClickHouseStore {
             });
         let (cond, mut args) = match within {
             Some(hours) if hours.is_empty() => return Ok(Vec::new()),
-            Some(hours) => counts::ranges(&hours),
+            // Hours that hold none between them cost less read than a condition of a thousand
+            // ranges evaluated on every row.
+            Some(hours) => counts::covering_ranges(&hours, 16),
             None => ("1 = 1".to_string(), Vec::new()),
         };
         // The keys first, from the narrow columns' current versions (a tenth of the cost of
