@@ -58,16 +58,43 @@ async fn with_one_permit(dir: &tempfile::TempDir) -> reckon::app::Running {
     reckon::app::start(config).await.expect("reckon starts")
 }
 
-/// Hold the only permit with an export whose body never finishes arriving (until dropped).
+/// Hold the only permit with an export whose body never finishes arriving (until dropped);
+/// returns once another export is refused. reckon sheds rather than queues: a probe that has
+/// the permit when the held export asks for it gets the held export refused instead (it then
+/// has an answer waiting), and it is sent again. (Probing alone, a loaded machine once lost
+/// that race and the probes went on landing for the 10 s they were given.)
 async fn hold_the_only_permit(running: &reckon::app::Running) -> tokio::net::TcpStream {
-    let mut held = tokio::net::TcpStream::connect(running.http_addr)
-        .await
-        .unwrap();
-    held.write_all(b"POST /v1/traces HTTP/1.1\r\nhost: reckon\r\ncontent-type: application/x-protobuf\r\ncontent-length: 4096\r\n\r\n")
-        .await
-        .unwrap();
-    held.write_all(&[0u8; 16]).await.unwrap();
-    held
+    let http = reqwest::Client::new();
+    let probe = export_of(&unique("probe")).encode_to_vec();
+    for _ in 0..50 {
+        let mut held = tokio::net::TcpStream::connect(running.http_addr)
+            .await
+            .unwrap();
+        held.write_all(b"POST /v1/traces HTTP/1.1\r\nhost: reckon\r\ncontent-type: application/x-protobuf\r\ncontent-length: 4096\r\n\r\n")
+            .await
+            .unwrap();
+        held.write_all(&[0u8; 16]).await.unwrap();
+        for _ in 0..250 {
+            let resp = http
+                .post(format!("{}/v1/traces", running.http_url()))
+                .header("content-type", "application/x-protobuf")
+                .body(probe.clone())
+                .send()
+                .await
+                .unwrap();
+            if resp.status() == 429 {
+                return held;
+            }
+            let mut byte = [0u8; 1];
+            if tokio::time::timeout(Duration::from_millis(20), held.peek(&mut byte))
+                .await
+                .is_ok()
+            {
+                break; // answered (refused) or closed: hold again
+            }
+        }
+    }
+    panic!("no export ever held the only permit");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
