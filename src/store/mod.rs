@@ -1172,7 +1172,11 @@ pub async fn unresolved_escalations<S: Store + ?Sized>(
 ) -> Result<Vec<Escalation>, StoreError> {
     // Each status its own read, all at once: on ClickHouse each is a few hundred ms at a year
     // of history, and these are read on every scrape and every load of the queue.
-    let recent = if resolved { VerdictFilter::MAX_LIMIT } else { 0 };
+    let recent = if resolved {
+        VerdictFilter::MAX_LIMIT
+    } else {
+        0
+    };
     let read = |status, limit| async move {
         match limit {
             0 => Ok(Vec::new()),
