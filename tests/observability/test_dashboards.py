@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import uuid
 
 import pytest
 import yaml
@@ -377,6 +378,133 @@ def test_panel_runs_on_both_servers_with_the_same_rows(path, panel_id, chdb_engi
                     assert any(re.match(r"(Nullable\()?(U?Int|Float|Decimal)", ty) for ty in res.types), res.types
                     times = [r[ti] for r in res.rows]
                     assert times == sorted(times), f"{panel['title']}: time not ascending"
+
+
+# The panels that read the intents active in the range from reckon_intent_tally (scripts/
+# make-dashboards, ACTIVE_VERDICTS), each with what it computed from every current verdict
+# before: the reference it must equal.
+TOOL = "$__conditionalAll(tool IN (${tool}), $tool)"
+CLASSES = ["rejected", "conflict", "succeeded", "failed", "recorded", "unknown"]
+TALLY_PANELS = {
+    "Intent states": f"""
+SELECT state, count() AS intents
+FROM reckon_current_verdicts
+WHERE $__timeFilter(last_event) AND {TOOL}
+GROUP BY state
+ORDER BY state""",
+    "Attempt classes": f"""
+SELECT toDateTime(intDiv(toUInt32(last_event), $__interval_s) * $__interval_s) AS time, class, sum(n) AS attempts
+FROM reckon_current_verdicts
+ARRAY JOIN [{", ".join(repr(c) for c in CLASSES)}] AS class, [{", ".join("attempts_" + c for c in CLASSES)}] AS n
+WHERE $__timeFilter(last_event) AND {TOOL} AND n > 0
+GROUP BY time, class
+ORDER BY time, class""",
+    "Unknown rate by tool": f"""
+SELECT toDateTime(intDiv(toUInt32(last_event), $__interval_s) * $__interval_s) AS time, ifNull(tool, '(unknown tool)') AS tool,
+       sum(attempts_unknown) / sum(attempts) AS unknown_rate
+FROM reckon_current_verdicts
+WHERE $__timeFilter(last_event) AND {TOOL} AND attempts > 0
+GROUP BY time, tool
+ORDER BY time, tool""",
+}
+
+
+def _synthetic_history(lo: int) -> list[str]:
+    """Verdicts of 24 intents listed over the 30 hours before `lo` (unix s), as reckon writes
+    them: each version in reckon_verdicts and reckon_intent_tally, and in reckon_intent_activity
+    when its latest event lies in a later hour than its listing place. Some are rewritten with a
+    later latest event (hours later), one is then deleted. The demo fixture's intents all live
+    within seconds: these are the ones the activity table answers for."""
+    ns = 1_000_000_000
+    base = (lo // 3600 - 30) * 3600
+    verdicts, tally, activity = [], [], []
+    for k in range(24):
+        intent = f"hist-{k:02d}"
+        tool = ["issue_refund", "send_email"][k % 2]
+        listed = base + k * 3600 + (k * 37) % 3600
+        last = listed + (k % 4) * 2700
+        versions = [(1, last, "unknown", 0)]
+        if k % 3 == 0:
+            last += (k % 5) * 3600 + 5
+            versions.append((2, last, "completed", 0))
+        if k == 9:
+            versions.append((3, last, "completed", 1))
+        attempts, unknown = 1 + k % 3, k % 2
+        for version, last_event, state, deleted in versions:
+            verdicts.append(
+                f"('{intent}', '{tool}', '{state}', 'none', {listed}, {listed * ns}, {last_event}, "
+                f"{last_event * ns}, {attempts}, {unknown}, {attempts - unknown}, '', {deleted}, {version}, {listed * ns})")
+            tally.append(
+                f"({listed}, {listed * ns}, '{intent}', '{tool}', '{state}', 'none', {last_event * ns}, "
+                f"{attempts}, {unknown}, {attempts - unknown}, {deleted}, {version})")
+            if last_event // 3600 > listed // 3600 and not deleted:
+                activity.append(f"({last_event * ns}, '{intent}', {listed * ns})")
+    return [
+        "INSERT INTO reckon_verdicts (intent_id, tool, state, decision, first_seen, first_seen_ns, last_event, "
+        "last_event_ns, attempts, attempts_unknown, attempts_succeeded, doc, deleted, version, listed_ns) VALUES "
+        + ", ".join(verdicts),
+        "INSERT INTO reckon_intent_tally (listed_at, listed_ns, intent_id, tool, state, decision, last_event_ns, "
+        "attempts, attempts_unknown, attempts_succeeded, deleted, version) VALUES " + ", ".join(tally),
+        "INSERT INTO reckon_intent_activity (last_event_ns, intent_id, listed_ns) VALUES " + ", ".join(activity),
+    ]
+
+
+@pytest.fixture
+def with_history(fixture_dir, chdb_engine, ch1816):
+    """The demo fixture plus `_synthetic_history`, on chDB and on 18.16, each in a database of
+    its own (chDB: the session's one embedded server, switched to it for this test only)."""
+    home = chdb_engine.database
+    http = reckon_sql.HttpEngine(ch1816.url, f"reckon_sqlhist_{uuid.uuid4().hex[:12]}")
+    chdb_engine.run("CREATE DATABASE IF NOT EXISTS reckon_history")
+    chdb_engine.run("USE reckon_history")
+    try:
+        for engine in (chdb_engine, http):
+            engine.load(fixture_dir)
+        lo = int(chdb_engine.query("SELECT toUInt32(min(first_seen)) FROM reckon_current_verdicts").rows[0][0])
+        for engine in (chdb_engine, http):
+            for stmt in _synthetic_history(lo):
+                engine.run(stmt)
+        yield chdb_engine, http
+    finally:
+        chdb_engine.run(f"USE {home}")
+        chdb_engine.run("DROP DATABASE IF EXISTS reckon_history")
+        http.drop()
+
+
+def test_panels_from_the_tally_equal_the_current_verdicts(with_history):
+    """Ranges that start before the history, at each hour boundary and inside its hours, at an
+    intent's latest event and one second after it, and end inside it or after it: the tally's
+    rows of the range and the activity table's give what every current verdict gives."""
+    d = load(reckon_sql.ROOT / "dashboards" / "reckon-overview.json")
+    by_title = {p["title"]: p for p in panels(d)}
+    assert set(TALLY_PANELS) <= set(by_title)
+    chdb, http = with_history
+    lo, hi = (int(x) for x in chdb.query(
+        "SELECT toUInt32(min(first_seen)), toUInt32(max(last_event)) FROM reckon_current_verdicts").rows[0])
+    assert int(chdb.query("SELECT count() FROM reckon_intent_activity").rows[0][0]) >= 8
+    lasts = [int(r[0]) for r in chdb.query(
+        "SELECT DISTINCT toUInt32(last_event) FROM reckon_current_verdicts ORDER BY 1").rows]
+    starts = {lo - 1, lo, (lo + hi) // 2}
+    starts |= set(range((lo // 3600 + 1) * 3600, hi + 1, 3 * 3600))
+    starts |= {t + dt for t in lasts[::3] for dt in (0, 1)}
+    ends = {hi + 3600, (lo + hi) // 2}
+    tools = [r[0] for r in chdb.query("SELECT DISTINCT tool FROM reckon_attempts ORDER BY 1").rows]
+    compared = 0
+    for title, reference in TALLY_PANELS.items():
+        sql = by_title[title]["targets"][0]["rawSql"]
+        assert "reckon_intent_tally" in sql, title
+        for f in sorted(starts):
+            for t in sorted(ends):
+                if t < f:
+                    continue
+                for tool in ("$__all", ["issue_refund"]):
+                    ctx = GrafanaContext(f, t, 600, {"tool": tool}, {"tool": tools + ["issue_refund"]})
+                    for engine in (chdb, http):
+                        got = _run(engine, reckon_sql.expand(sql, ctx), title)
+                        want = _run(engine, reckon_sql.expand(reference, ctx), title + " (reference)")
+                        assert got.rows == want.rows, f"{title} from {f} to {t}, tool {tool} on {engine_name(engine)}"
+                        compared += bool(want.rows)
+    assert compared > 100, compared
 
 
 def test_macros_are_expanded_like_the_plugin():
