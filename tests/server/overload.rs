@@ -113,32 +113,9 @@ async fn at_capacity_exports_get_retryable_refusals_and_the_retry_lands() {
             .body(body.clone())
             .send()
     };
-    // Until the held export is admitted (a loaded machine may take a while to schedule it),
-    // other exports still get through: probe with a throwaway intent, so none of those lands
-    // the one whose refusal is checked below. (Once, under load, 2 s of probing with the real
-    // intent were not enough.)
-    let probe = export_of(&unique("probe")).encode_to_vec();
-    let mut seen = Vec::new();
-    for _ in 0..500 {
-        let resp = http
-            .post(format!("{}/v1/traces", running.http_url()))
-            .header("content-type", "application/x-protobuf")
-            .body(probe.clone())
-            .send()
-            .await
-            .unwrap();
-        if resp.status() == 429 {
-            break;
-        }
-        seen.push(resp.status().as_u16());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // At capacity (`hold_the_only_permit` returns then): this intent's export is refused.
     let resp = post().await.unwrap();
-    assert_eq!(
-        resp.status(),
-        429,
-        "a second export at capacity is refused; the probes before were answered {seen:?}"
-    );
+    assert_eq!(resp.status(), 429, "a second export at capacity is refused");
     let retry_after: u64 = resp.headers()["retry-after"]
         .to_str()
         .unwrap()
@@ -238,26 +215,8 @@ async fn read_response(stream: &mut tokio::net::TcpStream) -> Option<u16> {
 async fn a_refused_body_is_read_so_the_connection_stays_usable() {
     let dir = tempfile::tempdir().unwrap();
     let running = with_one_permit(&dir).await;
+    // Returns once the held export has the only permit: another client is refused.
     let held = hold_the_only_permit(&running).await;
-    // Wait until it holds the permit: another client is refused.
-    let http = reqwest::Client::new();
-    let mut at_capacity = false;
-    // Up to 10 s: on a loaded machine the held export can take a while to reach its permit.
-    for _ in 0..500 {
-        let resp = http
-            .post(format!("{}/v1/traces", running.http_url()))
-            .header("content-type", "application/x-protobuf")
-            .body(Vec::<u8>::new())
-            .send()
-            .await
-            .unwrap();
-        if resp.status() == 429 {
-            at_capacity = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(at_capacity, "the held export takes the only permit");
 
     // One client connection, three requests on it, each with a body the size of a real export.
     let body = vec![0u8; 256 << 10];
@@ -315,27 +274,6 @@ async fn overloaded(api: &str) -> u64 {
     text.lines()
         .find_map(|l| l.strip_prefix("reckon_ingest_rejections_total{reason=\"overloaded\"} "))
         .map_or(0, |v| v.trim().parse().unwrap())
-}
-
-/// Waits until the held export has the only permit (another export is refused), and returns
-/// the overload count then.
-async fn until_at_capacity(running: &reckon::app::Running) -> u64 {
-    let http = reqwest::Client::new();
-    let probe = export_of(&unique("probe")).encode_to_vec();
-    for _ in 0..500 {
-        let resp = http
-            .post(format!("{}/v1/traces", running.http_url()))
-            .header("content-type", "application/x-protobuf")
-            .body(probe.clone())
-            .send()
-            .await
-            .unwrap();
-        if resp.status() == 429 {
-            return overloaded(&running.api_url()).await;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("the held export never took the only permit");
 }
 
 /// Every intent has its one attempt stored.
@@ -416,7 +354,7 @@ async fn exporters_refused_at_capacity_retry_until_every_span_is_stored() {
     let dir = tempfile::tempdir().unwrap();
     let running = with_one_permit(&dir).await;
     let held = hold_the_only_permit(&running).await;
-    let before = until_at_capacity(&running).await;
+    let before = overloaded(&running.api_url()).await;
 
     let grpc_intents: Vec<String> = (0..20).map(|_| unique("refund")).collect();
     let http_intents: Vec<String> = (0..20).map(|_| unique("refund")).collect();
@@ -470,7 +408,7 @@ async fn python_exporter_refused_at_capacity_retries_until_every_span_is_stored(
     let dir = tempfile::tempdir().unwrap();
     let running = with_one_permit(&dir).await;
     let held = hold_the_only_permit(&running).await;
-    let before = until_at_capacity(&running).await;
+    let before = overloaded(&running.api_url()).await;
 
     let intents: Vec<String> = (0..20).map(|_| unique("refund")).collect();
     let script = r#"
