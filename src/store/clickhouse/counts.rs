@@ -200,14 +200,18 @@ pub(super) fn stale(written: &BTreeMap<u32, u32>, counted: &BTreeMap<u32, u32>) 
 
 /// The `listed_ns` condition of a set of hours, adjacent hours joined into one range.
 pub(super) fn ranges(hours: &[u32]) -> (String, Vec<Arg>) {
-    let spans: Vec<(u64, u64)> = hours
+    any_range(&hour_spans(hours))
+}
+
+/// Each hour (unix s) as its `[lo, hi)` span of unix ns.
+fn hour_spans(hours: &[u32]) -> Vec<(u64, u64)> {
+    hours
         .iter()
         .map(|&h| {
             let lo = u64::from(h) * 1_000_000_000;
             (lo, lo + HOUR_NS)
         })
-        .collect();
-    any_range(&spans)
+        .collect()
 }
 
 /// A condition that holds every hour of `hours` (ascending) in at most `most` ranges, joining
@@ -215,14 +219,7 @@ pub(super) fn ranges(hours: &[u32]) -> (String, Vec<Arg>) {
 /// few ranges cost the index a little more reading; a thousand cost every row read a thousand
 /// comparisons (1.7 s for 266 k escalations with unresolved ones in every other hour).
 pub(super) fn covering_ranges(hours: &[u32], most: usize) -> (String, Vec<Arg>) {
-    let mut spans: Vec<(u64, u64)> = Vec::new();
-    for &h in hours {
-        let lo = u64::from(h) * 1_000_000_000;
-        match spans.last_mut() {
-            Some((_, end)) if *end >= lo => *end = (*end).max(lo + HOUR_NS),
-            _ => spans.push((lo, lo + HOUR_NS)),
-        }
-    }
+    let mut spans = joined(&hour_spans(hours));
     if spans.len() > most.max(1) {
         // Keep the widest gaps as the breaks between ranges.
         let mut gaps: Vec<(u64, usize)> = spans
@@ -233,21 +230,19 @@ pub(super) fn covering_ranges(hours: &[u32], most: usize) -> (String, Vec<Arg>) 
         gaps.sort_unstable_by(|a, b| b.cmp(a));
         let mut breaks: Vec<usize> = gaps.iter().take(most.max(1) - 1).map(|g| g.1).collect();
         breaks.sort_unstable();
-        let mut joined = Vec::with_capacity(breaks.len() + 1);
+        let mut covering = Vec::with_capacity(breaks.len() + 1);
         let mut start = 0;
         for b in breaks.into_iter().chain(std::iter::once(spans.len() - 1)) {
-            joined.push((spans[start].0, spans[b].1));
+            covering.push((spans[start].0, spans[b].1));
             start = b + 1;
         }
-        spans = joined;
+        spans = covering;
     }
     any_range(&spans)
 }
 
-/// The `listed_ns` condition of any of `spans` (`[lo, hi)`, unix ns, ascending), adjacent ones
-/// joined; never true when there are none. Only ranges, so 18.16's index reads just them (a
-/// constant or a subquery in the disjunction makes it read everything).
-pub(super) fn any_range(spans: &[(u64, u64)]) -> (String, Vec<Arg>) {
+/// `spans` (ascending) with the adjacent and overlapping ones joined.
+fn joined(spans: &[(u64, u64)]) -> Vec<(u64, u64)> {
     let mut joined: Vec<(u64, u64)> = Vec::new();
     for &(lo, hi) in spans {
         match joined.last_mut() {
@@ -255,6 +250,14 @@ pub(super) fn any_range(spans: &[(u64, u64)]) -> (String, Vec<Arg>) {
             _ => joined.push((lo, hi)),
         }
     }
+    joined
+}
+
+/// The `listed_ns` condition of any of `spans` (`[lo, hi)`, unix ns, ascending), adjacent ones
+/// joined; never true when there are none. Only ranges, so 18.16's index reads just them (a
+/// constant or a subquery in the disjunction makes it read everything).
+pub(super) fn any_range(spans: &[(u64, u64)]) -> (String, Vec<Arg>) {
+    let joined = joined(spans);
     if joined.is_empty() {
         return ("listed_ns < 0".to_string(), Vec::new());
     }
