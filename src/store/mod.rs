@@ -1172,20 +1172,17 @@ pub async fn unresolved_escalations<S: Store + ?Sized>(
 ) -> Result<Vec<Escalation>, StoreError> {
     // Each status its own read, all at once: on ClickHouse each is a few hundred ms at a year
     // of history, and these are read on every scrape and every load of the queue.
-    let recent = if resolved {
-        VerdictFilter::MAX_LIMIT
-    } else {
-        0
-    };
-    let read = |status, limit| async move {
+    // `None`: not asked for.
+    let recent = resolved.then_some(VerdictFilter::MAX_LIMIT);
+    let read = |status, limit: Option<usize>| async move {
         match limit {
-            0 => Ok(Vec::new()),
-            n => store.list_escalations(Some(status), n).await,
+            Some(n) => store.list_escalations(Some(status), n).await,
+            None => Ok(Vec::new()),
         }
     };
     let (open, claimed, resolved, withdrawn) = tokio::try_join!(
-        read(EscalationStatus::Open, UNRESOLVED_READ_LIMIT),
-        read(EscalationStatus::Claimed, UNRESOLVED_READ_LIMIT),
+        read(EscalationStatus::Open, Some(UNRESOLVED_READ_LIMIT)),
+        read(EscalationStatus::Claimed, Some(UNRESOLVED_READ_LIMIT)),
         read(EscalationStatus::Resolved, recent),
         read(EscalationStatus::Withdrawn, recent),
     )?;
