@@ -84,6 +84,22 @@ fn raw(dir: &TempDir) -> Connection {
     Connection::open(dir.path().join(FILE_NAME)).expect("raw open")
 }
 
+/// The schema as a binary of version `last` left it: its migrations applied and recorded.
+fn migrate_through(conn: &Connection, last: i64) {
+    conn.execute_batch(
+        "CREATE TABLE reckon_schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL);",
+    )
+    .unwrap();
+    for m in schema::MIGRATIONS.iter().filter(|m| m.version <= last) {
+        conn.execute_batch(m.sql).unwrap();
+        conn.execute(
+            "INSERT INTO reckon_schema_migrations VALUES (?1, 0)",
+            [m.version],
+        )
+        .unwrap();
+    }
+}
+
 #[tokio::test]
 async fn append_is_idempotent() {
     let dir = TempDir::new().unwrap();
@@ -673,18 +689,7 @@ async fn migrates_a_v5_file_to_contract_versions() {
     old.contract_version = String::new();
     {
         let conn = raw(&dir);
-        conn.execute_batch(
-            "CREATE TABLE reckon_schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL);",
-        )
-        .unwrap();
-        for m in schema::MIGRATIONS.iter().filter(|m| m.version <= 5) {
-            conn.execute_batch(m.sql).unwrap();
-            conn.execute(
-                "INSERT INTO reckon_schema_migrations VALUES (?1, 0)",
-                [m.version],
-            )
-            .unwrap();
-        }
+        migrate_through(&conn, 5);
         // A v5 document: no contract_version member at all.
         let mut doc = serde_json::to_value(VerdictDoc::from_verdict(&old)).unwrap();
         doc.as_object_mut().unwrap().remove("contract_version");
@@ -753,18 +758,7 @@ async fn migrates_a_v11_file_to_escalations_with_their_tool() {
     let dir = TempDir::new().unwrap();
     {
         let conn = raw(&dir);
-        conn.execute_batch(
-            "CREATE TABLE reckon_schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL);",
-        )
-        .unwrap();
-        for m in schema::MIGRATIONS.iter().filter(|m| m.version <= 11) {
-            conn.execute_batch(m.sql).unwrap();
-            conn.execute(
-                "INSERT INTO reckon_schema_migrations VALUES (?1, 0)",
-                [m.version],
-            )
-            .unwrap();
-        }
+        migrate_through(&conn, 11);
         for (intent, tool) in [("a", Some("issue_refund")), ("orphan:re_9", None)] {
             conn.execute(
                 "INSERT INTO reckon_verdicts (intent_id, tool, contract, state, decision, first_seen,
