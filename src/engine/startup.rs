@@ -228,20 +228,15 @@ pub(super) async fn fill_route_filter(engine: std::sync::Weak<Engine>) {
         let Some(store) = engine.upgrade().map(|e| Arc::clone(&e.store)) else {
             return;
         };
-        // The engine may stop while the scan runs: each chunk finds it again, or stops the scan.
-        let mut gone = false;
-        let scan = store.scan_routes(ROUTE_PAGE, |chunk| match engine.upgrade() {
-            Some(e) => {
-                e.lock().fill_routes(chunk.iter().map(String::as_str));
-                true
-            }
-            None => {
-                gone = true;
-                false
-            }
+        // The engine may stop while the scan runs: each chunk finds it again, or stops the scan
+        // (and then the engine is not found below either).
+        let scan = store.scan_routes(ROUTE_PAGE, |chunk| {
+            engine
+                .upgrade()
+                .map(|e| e.lock().fill_routes(chunk.iter().map(String::as_str)))
+                .is_some()
         });
         match scan.await {
-            Ok(_) if gone => return,
             Ok(routes) => {
                 let Some(e) = engine.upgrade() else { return };
                 e.lock().routes_filled();
