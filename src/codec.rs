@@ -84,6 +84,10 @@ pub struct VerdictDoc {
     #[serde(default)]
     pub target: Option<String>,
     pub state: String,
+    /// When the intent reached `state`, from evidence, if it is settled; null while pending or
+    /// unknown, and in documents written before it was kept.
+    #[serde(default)]
+    pub settled_at: Option<String>,
     pub decision: String,
     pub safe_retry_until: Option<String>,
     pub escalation_id: Option<String>,
@@ -112,6 +116,7 @@ impl VerdictDoc {
             idempotency_keys: v.idempotency_keys.clone(),
             target: v.target.clone(),
             state: v.state.as_str().into(),
+            settled_at: v.settled_at.map(rfc3339),
             decision: v.decision.as_str().into(),
             safe_retry_until: v.safe_retry_until.map(rfc3339),
             escalation_id: v.escalation_id.clone(),

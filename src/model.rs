@@ -661,6 +661,9 @@ pub struct Verdict {
     /// it by, beside its objects' targets.
     pub target: Option<String>,
     pub state: IntentState,
+    /// When the intent reached `state`, from evidence, if it is settled (completed, failed after
+    /// or before execution); `None` while pending or unknown. What time to settle counts.
+    pub settled_at: Option<Timestamp>,
     pub decision: Decision,
     /// Until when a retry with the same key is safe under the contract.
     pub safe_retry_until: Option<Timestamp>,
@@ -735,6 +738,7 @@ impl Verdict {
             idempotency_keys,
             target,
             state,
+            settled_at,
             decision,
             safe_retry_until,
             escalation_id,
@@ -761,6 +765,10 @@ impl Verdict {
             target.hash(&mut h);
         }
         state.hash(&mut h);
+        // Only when there is one, like `target`: an unsettled verdict hashes as before.
+        if let Some(settled_at) = settled_at {
+            settled_at.hash(&mut h);
+        }
         decision.hash(&mut h);
         safe_retry_until.hash(&mut h);
         escalation_id.hash(&mut h);

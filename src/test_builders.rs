@@ -371,6 +371,13 @@ pub fn verdict(id: &str, tool: Option<&str>, state: IntentState, last_event: Tim
         idempotency_keys: vec!["k".into()],
         target: None,
         state,
+        settled_at: matches!(
+            state,
+            IntentState::Completed
+                | IntentState::FailedAfterExecution
+                | IntentState::FailedBeforeExecution
+        )
+        .then(|| at(40)),
         decision: Decision::None,
         safe_retry_until: Some(at(99)),
         escalation_id: None,

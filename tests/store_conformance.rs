@@ -2883,6 +2883,181 @@ async fn clickhouse_upgrades_to_escalations_with_their_tool() {
     ch.finish().await;
 }
 
+/// v15 adds what time to settle and the contracts panel read to the tally: the current tally
+/// rows a v14 reckon wrote are written again at their versions with their verdict's contract,
+/// their first attempt and when they settled, by the method `queries/time_to_settle_by_tool.sql`
+/// used before (records outrank responses; a completed intent by its object's first record in its
+/// final status; a failed one by its latest object's; a rejected one by its last attempt's end).
+/// Older versions and tombstones stay as they were; a verdict written after it carries the
+/// audit's `settled_at`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clickhouse_upgrades_to_the_tally_of_settling() {
+    let Some(ch) = ClickHouse::new().await else {
+        return;
+    };
+    migrate_to(&ch.config, 14).await.expect("v14 schema");
+    let client = ch.client();
+    let ns = |secs: f64| at(secs).0 as u64;
+    let exec = |sql: String| {
+        let client = client.clone();
+        async move { client.query(&sql).execute().await.expect(&sql) }
+    };
+    // (intent, state, deleted, version)
+    let verdicts = [
+        ("done", "unknown", 0u8, 1u64),
+        ("done", "completed", 0, 2),
+        ("failed", "failed_after_execution", 0, 1),
+        ("rejected", "failed_before_execution", 0, 1),
+        ("open", "unknown", 0, 1),
+        ("gone", "completed", 0, 1),
+        ("gone", "unknown", 1, 2),
+    ];
+    for (id, state, deleted, version) in verdicts {
+        for sql in [
+            format!(
+                "INSERT INTO reckon_verdicts (intent_id, tool, contract, state, decision, first_seen_ns,
+                     last_event_ns, attempts, doc, deleted, version, listed_ns)
+                 VALUES ('{id}', 'issue_refund', 'payments.refund', '{state}', 'none', {l}, {l}, 1, '', {deleted}, {version}, {l})",
+                l = ns(0.0)
+            ),
+            format!(
+                "INSERT INTO reckon_intent_tally (listed_at, listed_ns, intent_id, tool, state, decision,
+                     last_event_ns, attempts, deleted, version)
+                 VALUES ({s}, {l}, '{id}', 'issue_refund', '{state}', 'none', {l}, 1, {deleted}, {version})",
+                s = ns(0.0) / 1_000_000_000,
+                l = ns(0.0)
+            ),
+        ] {
+            exec(sql).await;
+        }
+    }
+    // (intent, span, start, end, object returned, its status)
+    let attempts = [
+        ("done", "01", 0.0, 30.0, None, None),
+        ("done", "02", 31.0, 31.4, Some("re_1"), Some("pending")),
+        ("failed", "03", 0.0, 0.4, Some("re_2"), Some("pending")),
+        ("rejected", "04", 0.0, 0.4, None, None),
+        ("rejected", "05", 5.0, 5.4, None, None),
+        ("open", "06", 2.0, 32.0, None, None),
+    ];
+    for (id, span, start, end, object, status) in attempts {
+        let text = |v: Option<&str>| v.map_or("NULL".to_string(), |v| format!("'{v}'"));
+        exec(format!(
+            "INSERT INTO reckon_attempts (trace_id, span_id, intent_id, tool, started_at, started_ns, ended_ns, object_id, object_status)
+             VALUES ('t', '{span}', '{id}', 'issue_refund', {s}, {start}, {end}, {o}, {st})",
+            s = ns(start) / 1_000_000_000,
+            start = ns(start),
+            end = ns(end),
+            o = text(object),
+            st = text(status),
+        ))
+        .await;
+    }
+    // The objects of the current verdicts, and the downstream's records of them: the webhook
+    // repeats itself; the first record in the final status is the instant.
+    for (id, object, version) in [("done", "re_1", 2), ("failed", "re_2", 1)] {
+        exec(format!(
+            "INSERT INTO reckon_intent_lookup (kind, value, intent_id, verdict_version) VALUES ('object', '{object}', '{id}', {version})"
+        ))
+        .await;
+    }
+    for (object, status, secs) in [
+        ("re_1", "pending", 20.0),
+        ("re_1", "succeeded", 50.0),
+        ("re_1", "succeeded", 70.0),
+        ("re_2", "pending", 10.0),
+        ("re_2", "failed", 30.0),
+    ] {
+        exec(format!(
+            "INSERT INTO reckon_records (source, object_id, status, observed_at, observed_ns)
+             VALUES ('stripe', '{object}', '{status}', {s}, {n})",
+            s = ns(secs) / 1_000_000_000,
+            n = ns(secs),
+        ))
+        .await;
+    }
+    let store = ch.open().await;
+    #[derive(Debug, PartialEq)]
+    struct Tally {
+        intent_id: String,
+        state: String,
+        contract: Option<String>,
+        first_attempt_ns: u64,
+        settled_ns: u64,
+        deleted: u8,
+        version: u64,
+    }
+    let tally = || async {
+        client
+            .query(
+                "SELECT intent_id, toString(state) AS state, contract, first_attempt_ns, settled_ns, deleted, version
+                 FROM reckon_intent_tally FINAL ORDER BY intent_id",
+            )
+            .fetch_all::<(String, String, Option<String>, u64, u64, u8, u64)>()
+            .await
+            .expect("the tally")
+            .into_iter()
+            .map(|(intent_id, state, contract, first_attempt_ns, settled_ns, deleted, version)| Tally {
+                intent_id,
+                state,
+                contract,
+                first_attempt_ns,
+                settled_ns,
+                deleted,
+                version,
+            })
+            .collect::<Vec<_>>()
+    };
+    let row = |id: &str, state: &str, first: f64, settled: Option<f64>, version: u64| Tally {
+        intent_id: id.into(),
+        state: state.into(),
+        contract: Some("payments.refund".into()),
+        first_attempt_ns: ns(first),
+        settled_ns: settled.map_or(0, ns),
+        deleted: 0,
+        version,
+    };
+    let gone = Tally {
+        intent_id: "gone".into(),
+        state: "unknown".into(),
+        contract: None,
+        first_attempt_ns: 0,
+        settled_ns: 0,
+        deleted: 1,
+        version: 2,
+    };
+    assert_eq!(
+        tally().await,
+        vec![
+            row("done", "completed", 0.0, Some(50.0), 2),
+            row("failed", "failed_after_execution", 0.0, Some(30.0), 1),
+            gone,
+            row("open", "unknown", 2.0, None, 1),
+            row("rejected", "failed_before_execution", 0.0, Some(5.4), 1),
+        ]
+    );
+    // A verdict written after the upgrade carries the audit's instant.
+    let mut v = verdict(
+        "later",
+        Some("issue_refund"),
+        IntentState::Completed,
+        at(60),
+    );
+    v.settled_at = Some(at(45));
+    store.put_verdicts(vec![v.clone()]).await.unwrap();
+    let later = tally().await.into_iter().find(|t| t.intent_id == "later");
+    assert_eq!(
+        later.map(|t| (t.contract, t.first_attempt_ns, t.settled_ns)),
+        Some((
+            v.contract.clone(),
+            v.attempts.iter().map(|a| a.start.0 as u64).min().unwrap(),
+            ns(45.0)
+        ))
+    );
+    drop(store);
+    ch.finish().await;
+}
+
 /// v5 adds each verdict's contract version: a verdict a v4 reckon wrote reads with an empty
 /// version, a verdict written after the upgrade has it in the document, the column and the
 /// recreated `reckon_current_verdicts` view.

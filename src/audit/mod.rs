@@ -219,6 +219,7 @@ fn audit_at(history: &History, contract: Option<&Contract>, now: Timestamp) -> V
     let params = Params::of_intent(&h.attempts, &classes, c);
     let objects = Objects::fold(&h, c, params.currency.as_deref());
     let state = intent_state(&h, &classes, &objects, &params, c);
+    let settled_at = settled_at(&h, state, &objects, &params, c);
     let window_start = first_executed
         .map(|i| &h.attempts[i])
         .or(h.attempts.first())
@@ -278,6 +279,7 @@ fn audit_at(history: &History, contract: Option<&Contract>, now: Timestamp) -> V
         idempotency_keys: keys,
         target: params.target.clone(),
         state,
+        settled_at,
         decision,
         safe_retry_until,
         escalation_id: None,
@@ -354,6 +356,36 @@ fn intent_state(
         return IntentState::FailedBeforeExecution;
     }
     IntentState::Unknown
+}
+
+/// When the intent reached its state, if that state is settled: the evidence's own instant, not
+/// when reckon audited. Completed: the first sight of the earliest owned object that succeeded as
+/// intended, in its status (records outrank responses, as in [`Objects::fold`]). Failed after
+/// execution: the latest such instant over the owned objects, since the state holds only once
+/// every one of them is terminal. Failed before execution: the end of the last attempt (the last
+/// rejection). Pending and unknown are not settled.
+fn settled_at(
+    h: &History,
+    state: IntentState,
+    objects: &Objects,
+    params: &Params,
+    c: &Contract,
+) -> Option<Timestamp> {
+    let owned = || {
+        objects
+            .current()
+            .into_iter()
+            .filter(|o| !h.is_provisional(&o.object_id))
+    };
+    match state {
+        IntentState::Completed => owned()
+            .filter(|o| c.is_success(&o.status) && params.matches(o))
+            .filter_map(|o| o.reached_status_at())
+            .min(),
+        IntentState::FailedAfterExecution => owned().filter_map(|o| o.reached_status_at()).max(),
+        IntentState::FailedBeforeExecution => h.attempts.iter().map(|a| a.end).max(),
+        IntentState::Pending | IntentState::Unknown => None,
+    }
 }
 
 /// What is safe for an executor now, from the evidence alone. The escalation book overrides it

@@ -53,6 +53,15 @@ impl Object {
         settled_status(self.history.iter().filter(|o| o.at <= t))
     }
 
+    /// When the most trusted source first showed the object in the status it is in now: the
+    /// instant it reached that status, as far as the evidence tells.
+    pub fn reached_status_at(&self) -> Option<Timestamp> {
+        self.history
+            .iter()
+            .find(|o| o.status == self.status)
+            .map(|o| o.at)
+    }
+
     /// When the object was first seen in a state that is not terminal, if ever.
     pub fn first_nonterminal(&self) -> Option<Timestamp> {
         self.history.iter().find(|o| !o.terminal).map(|o| o.at)

@@ -692,12 +692,7 @@ impl Store for ClickHouseStore {
         let first = self.clock.take(verdicts.len() as u64);
         let mut rows = Rows::default();
         for (i, v) in verdicts.iter().enumerate() {
-            let doc = serde_json::to_string(&VerdictDoc::from_verdict(v)).map_err(|e| {
-                StoreError::WriteFailed(format!("encoding verdict {}: {e}", v.intent_id))
-            })?;
-            let (row, findings) = verdict_rows(v, doc, first + i as u64)?;
-            rows.lookups.extend(lookup_rows(v, first + i as u64));
-            rows.push_verdict(row, findings);
+            push_audited(&mut rows, v, first + i as u64)?;
         }
         self.write(rows).await
     }
@@ -710,10 +705,7 @@ impl Store for ClickHouseStore {
         let first = self.clock.take(intent_ids.len() as u64);
         let mut rows = Rows::default();
         for (i, id) in intent_ids.iter().enumerate() {
-            rows.push_verdict(
-                verdict_tombstone(id, listed(id), first + i as u64),
-                Vec::new(),
-            );
+            rows.push_verdict(verdict_tombstone(id, listed(id), first + i as u64));
         }
         self.write(rows).await
     }
@@ -756,19 +748,11 @@ impl Store for ClickHouseStore {
         };
         // One INSERT into reckon_verdicts holds the tombstones and the verdicts beside them.
         for (i, id) in d.removed.iter().enumerate() {
-            rows.push_verdict(
-                verdict_tombstone(id, listed(id), first + i as u64),
-                Vec::new(),
-            );
+            rows.push_verdict(verdict_tombstone(id, listed(id), first + i as u64));
         }
         let first = first + d.removed.len() as u64;
         for (i, v) in d.verdicts.iter().enumerate() {
-            let doc = serde_json::to_string(&VerdictDoc::from_verdict(v)).map_err(|e| {
-                StoreError::WriteFailed(format!("encoding verdict {}: {e}", v.intent_id))
-            })?;
-            let (row, findings) = verdict_rows(v, doc, first + i as u64)?;
-            rows.lookups.extend(lookup_rows(v, first + i as u64));
-            rows.push_verdict(row, findings);
+            push_audited(&mut rows, v, first + i as u64)?;
         }
         self.write(rows).await
     }
@@ -1559,6 +1543,16 @@ impl Store for ClickHouseStore {
         }
         first_copies(all)
     }
+}
+
+/// A verdict's rows at `version`: its document, its verdict, finding, lookup, listing and tally
+/// rows.
+fn push_audited(rows: &mut Rows, v: &Verdict, version: u64) -> Result<(), StoreError> {
+    let doc = serde_json::to_string(&VerdictDoc::from_verdict(v))
+        .map_err(|e| StoreError::WriteFailed(format!("encoding verdict {}: {e}", v.intent_id)))?;
+    rows.lookups.extend(lookup_rows(v, version));
+    rows.push_verdict(verdict_rows(v, doc, version)?);
+    Ok(())
 }
 
 /// The first copy of each identity among `rows`, as events, in ingest order (the first written

@@ -7,5 +7,6 @@ mod edges;
 mod escalation;
 mod properties;
 mod seed_matrix;
+mod settling;
 mod support;
 mod tidy;

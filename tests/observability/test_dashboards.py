@@ -399,6 +399,22 @@ ARRAY JOIN [{", ".join(repr(c) for c in CLASSES)}] AS class, [{", ".join("attemp
 WHERE $__timeFilter(last_event) AND {TOOL} AND n > 0
 GROUP BY time, class
 ORDER BY time, class""",
+    "Contracts by tool": f"""
+SELECT ifNull(tool, '(unknown tool)') AS tool, ifNull(contract, '(none)') AS contract,
+       count() AS intents,
+       sum(v.attempts) AS sends,
+       sum(v.attempts) - countIf(v.attempts > 0) AS retries,
+       countIf(has(arrayMap(k -> toString(k), finding_kinds), 'expired_key_retry')) AS expired_key_retries,
+       countIf(has(arrayMap(k -> toString(k), finding_kinds), 'key_reuse_mismatch')) AS key_reuse_mismatches,
+       countIf(has(arrayMap(k -> toString(k), finding_kinds), 'effect_mismatch')) AS effect_mismatches,
+       countIf(has(arrayMap(k -> toString(k), finding_kinds), 'retry_budget_exceeded')) AS over_retry_budget,
+       countIf(state = 'pending') AS pending,
+       countIf(has(arrayMap(k -> toString(k), finding_kinds), 'stuck_pending')) AS stuck_pending,
+       countIf(state = 'unknown') AS unknown
+FROM reckon_current_verdicts AS v
+WHERE $__timeFilter(last_event) AND {TOOL}
+GROUP BY tool, contract
+ORDER BY tool, contract""",
     "Unknown rate by tool": f"""
 SELECT toDateTime(intDiv(toUInt32(last_event), $__interval_s) * $__interval_s) AS time, ifNull(tool, '(unknown tool)') AS tool,
        sum(attempts_unknown) / sum(attempts) AS unknown_rate
@@ -475,8 +491,9 @@ def test_panels_from_the_tally_equal_the_current_verdicts(with_history):
     """Ranges that start before the history, at each hour boundary and inside its hours, at an
     intent's latest event and one second after it, and end inside it or after it: the tally's
     rows of the range and the activity table's give what every current verdict gives."""
-    d = load(reckon_sql.ROOT / "dashboards" / "reckon-overview.json")
-    by_title = {p["title"]: p for p in panels(d)}
+    by_title = {p["title"]: p
+                for name in ("reckon-overview.json", "reckon-contracts.json")
+                for p in panels(load(reckon_sql.ROOT / "dashboards" / name))}
     assert set(TALLY_PANELS) <= set(by_title)
     chdb, http = with_history
     lo, hi = (int(x) for x in chdb.query(

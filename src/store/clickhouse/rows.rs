@@ -219,11 +219,30 @@ pub struct TallyRow {
     pub finding_severity: Vec<i8>,
     pub deleted: u8,
     pub version: u64,
+    pub contract: Option<String>,
+    pub first_attempt_ns: u64,
+    pub settled_ns: u64,
+}
+
+/// When an intent was first sent and when it settled ([`Verdict::settled_at`]), unix
+/// nanoseconds, 0 for never: what `reckon_intent_tally` keeps for time to settle.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Settling {
+    pub first_attempt_ns: u64,
+    pub settled_ns: u64,
+}
+
+/// The rows of one verdict write: its `reckon_verdicts` row, its findings and what the tally
+/// keeps beside them ([`super::writer::Rows::push_verdict`] derives the rest).
+pub struct VerdictWrite {
+    pub row: VerdictRow,
+    pub findings: Vec<FindingRow>,
+    pub settling: Settling,
 }
 
 impl TallyRow {
     /// The tally of a verdict row and its findings.
-    pub fn of(v: &VerdictRow, findings: &[FindingRow]) -> TallyRow {
+    pub fn of(v: &VerdictRow, findings: &[FindingRow], settling: Settling) -> TallyRow {
         TallyRow {
             listed_at: secs(v.listed_ns),
             listed_ns: v.listed_ns,
@@ -243,6 +262,9 @@ impl TallyRow {
             finding_severity: findings.iter().map(|f| f.severity).collect(),
             deleted: v.deleted,
             version: v.version,
+            contract: v.contract.clone(),
+            first_attempt_ns: settling.first_attempt_ns,
+            settled_ns: settling.settled_ns,
         }
     }
 
@@ -690,12 +712,8 @@ impl EventRow {
 // ---------------------------------------------------------------------------------------------
 // Verdicts and findings.
 
-/// The verdict row and its finding rows, all stamped with `version`.
-pub fn verdict_rows(
-    v: &Verdict,
-    doc: String,
-    version: u64,
-) -> Result<(VerdictRow, Vec<FindingRow>), StoreError> {
+/// The verdict row, its finding rows (all stamped with `version`) and its settling times.
+pub fn verdict_rows(v: &Verdict, doc: String, version: u64) -> Result<VerdictWrite, StoreError> {
     const T: &str = VERDICTS;
     let mut classes = [0u32; 6];
     for a in &v.attempts {
@@ -770,13 +788,32 @@ pub fn verdict_rows(
             })
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
-    Ok((row, findings))
+    let settling = Settling {
+        first_attempt_ns: v
+            .attempts
+            .iter()
+            .map(|a| a.start)
+            .min()
+            .map(|t| ns(t, TALLY, "first_attempt_ns"))
+            .transpose()?
+            .unwrap_or(0),
+        settled_ns: v
+            .settled_at
+            .map(|t| ns(t, TALLY, "settled_ns"))
+            .transpose()?
+            .unwrap_or(0),
+    };
+    Ok(VerdictWrite {
+        row,
+        findings,
+        settling,
+    })
 }
 
 /// A tombstone: hides the intent's verdict (and so its findings) from every read; at its
 /// place in the listing, `listed_ns`.
-pub fn verdict_tombstone(intent_id: &str, listed_ns: u64, version: u64) -> VerdictRow {
-    VerdictRow {
+pub fn verdict_tombstone(intent_id: &str, listed_ns: u64, version: u64) -> VerdictWrite {
+    let row = VerdictRow {
         intent_id: intent_id.to_string(),
         tool: None,
         contract: None,
@@ -809,6 +846,11 @@ pub fn verdict_tombstone(intent_id: &str, listed_ns: u64, version: u64) -> Verdi
         contract_version: String::new(),
         fingerprint: 0,
         listed_ns,
+    };
+    VerdictWrite {
+        row,
+        findings: Vec::new(),
+        settling: Settling::default(),
     }
 }
 

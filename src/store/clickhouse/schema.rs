@@ -618,6 +618,95 @@ ANY LEFT JOIN
      FROM (SELECT intent_id, tool, deleted FROM reckon_verdicts FINAL) AS vv WHERE deleted = 0) AS v
 USING intent_id";
 
+/// v15: what time to settle and the contracts panel read, beside the report's counts in
+/// `reckon_intent_tally`, so neither rebuilds it from the verdicts, attempts, lookups and records
+/// of every intent in its window (`Verdict::settled_at`: the audit computes when an intent
+/// settled, from evidence and under its contract). One `ALTER` adds the three columns, so an
+/// interrupted step never leaves some of them.
+pub const V15_TALLY_SETTLING: &str = "
+ALTER TABLE reckon_intent_tally
+    ADD COLUMN contract Nullable(String) COMMENT 'contract the verdict was judged under; NULL when none covers the tool',
+    ADD COLUMN first_attempt_ns UInt64 COMMENT 'start of the first attempt of the intent, unix nanoseconds; 0 when it has none',
+    ADD COLUMN settled_ns UInt64 COMMENT 'when the intent reached its settled state, from evidence, unix nanoseconds; 0 while pending or unknown'";
+/// Each current tally row written again at its version with the new columns: the contract from
+/// its verdict row; the first attempt from `reckon_attempts`; the settling instant as
+/// `queries/time_to_settle_by_tool.sql` computed it before v15, since the rows of older
+/// verdicts keep no object history: for a completed intent the earliest, for a failed one the
+/// latest, over its objects of the first observation in the status it shows last (records
+/// outrank responses); for a rejected one its last attempt's end. Unlike the audit this does not
+/// know which statuses the contract calls terminal; a re-audit writes the audit's value. Of
+/// equal versions `ReplacingMergeTree` keeps the last inserted.
+pub const V15_TALLY_SETTLING_FILL: &str = "
+INSERT INTO reckon_intent_tally
+    (listed_at, listed_ns, intent_id, tool, state, decision, last_event_ns, attempts,
+    attempts_rejected, attempts_conflict, attempts_succeeded, attempts_failed, attempts_recorded, attempts_unknown,
+    finding_kind, finding_severity, deleted, version, contract, first_attempt_ns, settled_ns)
+SELECT listed_at, listed_ns, intent_id, tool, state, decision, last_event_ns, attempts,
+    attempts_rejected, attempts_conflict, attempts_succeeded, attempts_failed, attempts_recorded, attempts_unknown,
+    finding_kind, finding_severity, deleted, version, contract, first_ns,
+    multiIf(state = 'completed', first_final_ns,
+            state = 'failed_after_execution', last_final_ns,
+            state = 'failed_before_execution', last_end_ns,
+            toUInt64(0))
+FROM
+(
+    SELECT *
+    FROM
+    (
+        SELECT *
+        FROM
+        (
+            SELECT listed_at, listed_ns, intent_id, tool, state, decision, last_event_ns, attempts,
+    attempts_rejected, attempts_conflict, attempts_succeeded, attempts_failed, attempts_recorded, attempts_unknown,
+    finding_kind, finding_severity, deleted, version
+            FROM (SELECT listed_at, listed_ns, intent_id, tool, state, decision, last_event_ns, attempts,
+    attempts_rejected, attempts_conflict, attempts_succeeded, attempts_failed, attempts_recorded, attempts_unknown,
+    finding_kind, finding_severity, deleted, version FROM reckon_intent_tally FINAL)
+            WHERE deleted = 0
+        ) AS t
+        ANY LEFT JOIN (SELECT intent_id, version, contract FROM reckon_verdicts FINAL) AS v
+        USING (intent_id, version)
+    ) AS tv
+    ANY LEFT JOIN
+        (SELECT intent_id, min(started_ns) AS first_ns, max(ended_ns) AS last_end_ns
+         FROM reckon_attempts GROUP BY intent_id) AS a
+    USING intent_id
+) AS tva
+ANY LEFT JOIN
+(
+    SELECT intent_id, min(final_ns) AS first_final_ns, max(final_ns) AS last_final_ns
+    FROM
+    (
+        SELECT intent_id, object, argMax(first_ns, tuple(source, last_ns, status)) AS final_ns
+        FROM
+        (
+            SELECT intent_id, object, source, status, min(at_ns) AS first_ns, max(at_ns) AS last_ns
+            FROM
+            (
+                SELECT intent_id, object_id AS object, status, observed_ns AS at_ns, toUInt8(2) AS source
+                FROM
+                (
+                    SELECT intent_id, value AS object_id
+                    FROM reckon_intent_lookup FINAL
+                    WHERE kind = 'object'
+                      AND (intent_id, verdict_version) IN (SELECT intent_id, version FROM reckon_verdicts FINAL)
+                ) AS l
+                ALL INNER JOIN (SELECT object_id, status, observed_ns FROM reckon_records) AS r
+                USING object_id
+                UNION ALL
+                SELECT intent_id, assumeNotNull(object_id) AS object, ifNull(object_status, 'unknown') AS status,
+                       ended_ns AS at_ns, toUInt8(1) AS source
+                FROM reckon_attempts
+                WHERE isNotNull(object_id)
+            )
+            GROUP BY intent_id, object, source, status
+        )
+        GROUP BY intent_id, object
+    )
+    GROUP BY intent_id
+) AS o
+USING intent_id";
+
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
@@ -772,6 +861,11 @@ pub const MIGRATIONS: &[Migration] = &[
             V14_ESCALATION_TOOL_FILL,
             V14_ESCALATION_LIST_TOOL_FILL,
         ],
+    },
+    Migration {
+        version: 15,
+        name: "time to settle and contracts in the tally",
+        statements: &[V15_TALLY_SETTLING, V15_TALLY_SETTLING_FILL],
     },
 ];
 

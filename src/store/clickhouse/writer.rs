@@ -68,10 +68,15 @@ impl Rows {
     /// A verdict row with its findings, and the rows derived from it: its listing row, its
     /// tally and its activity. The document goes to the listing alone (v11):
     /// `reckon_verdicts.doc` is written empty, so each document is stored once.
-    pub fn push_verdict(&mut self, mut row: VerdictRow, findings: Vec<FindingRow>) {
+    pub fn push_verdict(&mut self, w: VerdictWrite) {
+        let VerdictWrite {
+            mut row,
+            findings,
+            settling,
+        } = w;
         let doc = std::mem::take(&mut row.doc);
         self.intent_list.push(IntentListRow::of(&row, doc));
-        let tally = TallyRow::of(&row, &findings);
+        let tally = TallyRow::of(&row, &findings, settling);
         self.activity.extend(tally.activity());
         self.tally.push(tally);
         self.verdicts.push(row);
