@@ -8,9 +8,14 @@
 -- Columns: day, tool, duplicate_effects, intents, intents_unresolved
 --
 -- One `duplicate_effect` finding is one extra object (its subject is the object id), so
--- duplicate_effects counts extra objects and intents counts the actions that made them. Findings
--- are read through reckon_current_findings: a finding a later verdict dropped (a record that
--- turned out to be a failure) must not be counted. The day is the day the finding became true.
+-- duplicate_effects counts extra objects and intents counts the actions that made them. Only
+-- current findings count: a finding a later verdict dropped (a record that turned out to be a
+-- failure) must not be counted. The day is the day the finding became true.
+-- The current findings of the window are read as the dashboards read them: the rows of the kind
+-- and window (any version) name their intents' places in reckon_intent_tally, which is read at
+-- those keys alone (FINAL merges their versions only) for the current version; a finding is
+-- current when it was written with it. LIMIT BY keeps one row of a finding written twice at
+-- one version. Nothing merges every verdict or finding ever written.
 SELECT
     toDate(f.at) AS day,
     ifNull(f.tool, '(unknown tool)') AS tool,
@@ -20,18 +25,30 @@ SELECT
     -- claimed). A marker column, not the status: an unmatched row gets the type's default, and
     -- an Enum8's default is its first value ('open').
     uniqExactIf(f.intent_id, e.unresolved = 1) AS intents_unresolved
-FROM reckon_current_findings AS f
+FROM
+(
+    SELECT at, intent_id, kind, subject, tool
+    FROM reckon_findings
+    WHERE kind = 'duplicate_effect' AND at >= {since:DateTime} AND at < {until:DateTime}
+      AND (listed_ns, intent_id, verdict_version) IN
+          (SELECT listed_ns, intent_id, version
+           FROM (SELECT listed_ns, intent_id, version, deleted FROM reckon_intent_tally FINAL
+                 WHERE (listed_ns, intent_id) IN (SELECT listed_ns, intent_id FROM reckon_findings WHERE kind = 'duplicate_effect' AND at >= {since:DateTime} AND at < {until:DateTime}))
+           WHERE deleted = 0)
+    LIMIT 1 BY intent_id, kind, subject
+) AS f
 ANY LEFT JOIN
 (
     SELECT intent_id, toUInt8(1) AS unresolved
-    FROM reckon_escalations FINAL
+    FROM
+    (
+        SELECT intent_id, status
+        FROM reckon_escalations FINAL
+        -- The window's intents only: the join side is built from them, not from the whole queue.
+        WHERE intent_id IN (SELECT intent_id FROM reckon_findings WHERE kind = 'duplicate_effect' AND at >= {since:DateTime} AND at < {until:DateTime})
+    )
+    -- Outside FINAL: a status filter under it could drop a newer version before they collapse.
     WHERE status != 'resolved'
-      -- The window's intents only: the join side is built from them, not from the whole queue.
-      AND intent_id IN
-          (SELECT intent_id FROM reckon_findings
-           WHERE kind = 'duplicate_effect' AND at >= {since:DateTime} AND at < {until:DateTime})
 ) AS e USING (intent_id)
-WHERE f.kind = 'duplicate_effect'
-  AND f.at >= {since:DateTime} AND f.at < {until:DateTime}
 GROUP BY day, tool
 ORDER BY day, tool

@@ -10,11 +10,19 @@
 -- answered. `duplicate_effect` = 1 when the same intent also has a second live object: the
 -- expired key let the send execute again, which is the costly case. One JOIN per SELECT level,
 -- because 18.16 supports no more.
+-- The current findings of the window are read as the dashboards read them: the rows of the kind
+-- and window (any version) name their intents' places in reckon_intent_tally, which is read at
+-- those keys alone (FINAL merges their versions only) for the current version; a finding is
+-- current when it was written with it. LIMIT BY keeps one row of a finding written twice at
+-- one version. Nothing merges every verdict or finding ever written.
+-- The verdict's state, findings and escalation come from the same tally rows, and the late
+-- attempts from reckon_attempts by the window's intents (its sort key), with no FINAL: a span
+-- stored twice answers the same.
 SELECT
     at, intent_id, tool, span_id, idempotency_key, http_status, error_type,
     toString(v.state) AS state,
     -- Through toString: 18.16's has() does not compare an Enum8 array with a string.
-    has(arrayMap(k -> toString(k), v.finding_kinds), 'duplicate_effect') AS duplicate_effect,
+    has(arrayMap(k -> toString(k), v.finding_kind), 'duplicate_effect') AS duplicate_effect,
     v.escalation_id AS escalation_id,
     detail
 FROM
@@ -22,36 +30,42 @@ FROM
     SELECT
         f.at AS at,
         f.intent_id AS intent_id,
+        f.listed_ns AS listed_ns,
         ifNull(f.tool, '(unknown tool)') AS tool,
         f.subject AS span_id,
         a.idempotency_key AS idempotency_key,
         a.http_status AS http_status,
         a.error_type AS error_type,
         f.detail AS detail
-    FROM reckon_current_findings AS f
+    FROM
+    (
+        SELECT at, at_ns, intent_id, listed_ns, kind, subject, tool, detail
+        FROM reckon_findings
+        WHERE kind = 'expired_key_retry' AND at >= {since:DateTime} AND at < {until:DateTime}
+          AND (listed_ns, intent_id, verdict_version) IN
+              (SELECT listed_ns, intent_id, version
+               FROM (SELECT listed_ns, intent_id, version, deleted FROM reckon_intent_tally FINAL
+                     WHERE (listed_ns, intent_id) IN (SELECT listed_ns, intent_id FROM reckon_findings WHERE kind = 'expired_key_retry' AND at >= {since:DateTime} AND at < {until:DateTime}))
+               WHERE deleted = 0)
+        LIMIT 1 BY intent_id, kind, subject
+    ) AS f
     ANY LEFT JOIN
     (
         SELECT span_id AS attempt_span_id, idempotency_key, http_status, error_type
-        FROM reckon_attempts FINAL
+        FROM reckon_attempts
         -- The window's intents only (the sort key's first column), not the whole table.
-        WHERE intent_id IN
-            (SELECT intent_id FROM reckon_findings
-             WHERE kind = 'expired_key_retry' AND at >= {since:DateTime} AND at < {until:DateTime})
+        WHERE intent_id IN (SELECT intent_id FROM reckon_findings WHERE kind = 'expired_key_retry' AND at >= {since:DateTime} AND at < {until:DateTime})
     ) AS a ON f.subject = a.attempt_span_id
-    WHERE f.kind = 'expired_key_retry'
-      AND f.at >= {since:DateTime} AND f.at < {until:DateTime}
 ) AS late
 ANY LEFT JOIN
 (
-    SELECT intent_id, state, finding_kinds, escalation_id
+    SELECT listed_ns, intent_id, state, finding_kind, escalation_id
     FROM
     (
-        SELECT intent_id, state, finding_kinds, escalation_id, deleted
-        FROM reckon_verdicts FINAL
-        WHERE intent_id IN
-            (SELECT intent_id FROM reckon_findings
-             WHERE kind = 'expired_key_retry' AND at >= {since:DateTime} AND at < {until:DateTime})
+        SELECT listed_ns, intent_id, state, finding_kind, escalation_id, deleted
+        FROM reckon_intent_tally FINAL
+        WHERE (listed_ns, intent_id) IN (SELECT listed_ns, intent_id FROM reckon_findings WHERE kind = 'expired_key_retry' AND at >= {since:DateTime} AND at < {until:DateTime})
     )
     WHERE deleted = 0
-) AS v USING (intent_id)
+) AS v USING (listed_ns, intent_id)
 ORDER BY at, intent_id

@@ -10,6 +10,14 @@
 -- sent under the key; it is 0 when content capture was off (reckon then relies on the
 -- downstream's mismatch error or the records' amounts), so the finding, not this count, is the
 -- evidence. One JOIN per SELECT level, because 18.16 supports no more.
+-- The current findings of the window are read as the dashboards read them: the rows of the kind
+-- and window (any version) name their intents' places in reckon_intent_tally, which is read at
+-- those keys alone (FINAL merges their versions only) for the current version; a finding is
+-- current when it was written with it. LIMIT BY keeps one row of a finding written twice at
+-- one version. Nothing merges every verdict or finding ever written.
+-- The attempts under each key are found through reckon_intent_lookup (the intents that sent the
+-- key, by its sort key), then read by those intents (reckon_attempts' sort key) with no FINAL:
+-- a span stored twice counts once. The verdict's state and escalation come from the tally.
 SELECT
     at, idempotency_key, intent_id, tool, attempts, distinct_arguments, http_statuses,
     toString(v.state) AS state,
@@ -21,41 +29,50 @@ FROM
         f.at AS at,
         f.subject AS idempotency_key,
         f.intent_id AS intent_id,
+        f.listed_ns AS listed_ns,
         ifNull(f.tool, '(unknown tool)') AS tool,
         a.attempts AS attempts,
         a.distinct_arguments AS distinct_arguments,
         a.http_statuses AS http_statuses,
         f.detail AS detail
-    FROM reckon_current_findings AS f
+    FROM
+    (
+        SELECT at, at_ns, intent_id, listed_ns, kind, subject, tool, detail
+        FROM reckon_findings
+        WHERE kind = 'key_reuse_mismatch' AND at >= {since:DateTime} AND at < {until:DateTime}
+          AND (listed_ns, intent_id, verdict_version) IN
+              (SELECT listed_ns, intent_id, version
+               FROM (SELECT listed_ns, intent_id, version, deleted FROM reckon_intent_tally FINAL
+                     WHERE (listed_ns, intent_id) IN (SELECT listed_ns, intent_id FROM reckon_findings WHERE kind = 'key_reuse_mismatch' AND at >= {since:DateTime} AND at < {until:DateTime}))
+               WHERE deleted = 0)
+        LIMIT 1 BY intent_id, kind, subject
+    ) AS f
     ANY LEFT JOIN
     (
         SELECT
             assumeNotNull(idempotency_key) AS key,
-            count() AS attempts,
+            uniqExact(trace_id, span_id) AS attempts,
             uniqExactIf(assumeNotNull(arguments), isNotNull(arguments)) AS distinct_arguments,
             -- 0 stands for "no response" (a timeout): an Array cannot hold NULL on 18.16.
             groupUniqArray(ifNull(http_status, 0)) AS http_statuses
-        FROM reckon_attempts FINAL
-        -- Only the window's keys are grouped (every attempt that sent one, whatever its intent).
-        WHERE idempotency_key IN
-            (SELECT subject FROM reckon_findings
-             WHERE kind = 'key_reuse_mismatch' AND at >= {since:DateTime} AND at < {until:DateTime})
+        FROM reckon_attempts
+        -- Every attempt that sent one of the window's keys, whatever its intent.
+        WHERE intent_id IN
+            (SELECT intent_id FROM reckon_intent_lookup
+             WHERE kind = 'key' AND value IN (SELECT subject FROM reckon_findings WHERE kind = 'key_reuse_mismatch' AND at >= {since:DateTime} AND at < {until:DateTime}))
+          AND idempotency_key IN (SELECT subject FROM reckon_findings WHERE kind = 'key_reuse_mismatch' AND at >= {since:DateTime} AND at < {until:DateTime})
         GROUP BY key
     ) AS a ON f.subject = a.key
-    WHERE f.kind = 'key_reuse_mismatch'
-      AND f.at >= {since:DateTime} AND f.at < {until:DateTime}
 ) AS reused
 ANY LEFT JOIN
 (
-    SELECT intent_id, state, escalation_id
+    SELECT listed_ns, intent_id, state, escalation_id
     FROM
     (
-        SELECT intent_id, state, escalation_id, deleted
-        FROM reckon_verdicts FINAL
-        WHERE intent_id IN
-            (SELECT intent_id FROM reckon_findings
-             WHERE kind = 'key_reuse_mismatch' AND at >= {since:DateTime} AND at < {until:DateTime})
+        SELECT listed_ns, intent_id, state, escalation_id, deleted
+        FROM reckon_intent_tally FINAL
+        WHERE (listed_ns, intent_id) IN (SELECT listed_ns, intent_id FROM reckon_findings WHERE kind = 'key_reuse_mismatch' AND at >= {since:DateTime} AND at < {until:DateTime})
     )
     WHERE deleted = 0
-) AS v USING (intent_id)
+) AS v USING (listed_ns, intent_id)
 ORDER BY at, intent_id

@@ -2883,8 +2883,9 @@ async fn clickhouse_upgrades_to_escalations_with_their_tool() {
     ch.finish().await;
 }
 
-/// v15 adds what time to settle and the contracts panel read to the tally: the current tally
-/// rows a v14 reckon wrote are written again at their versions with their verdict's contract,
+/// v15 adds what time to settle, the contracts panel and the findings' questions read to the
+/// tally: the current tally rows a v14 reckon wrote are written again at their versions with
+/// their verdict's contract and escalation,
 /// their first attempt and when they settled, by the method `queries/time_to_settle_by_tool.sql`
 /// used before (records outrank responses; a completed intent by its object's first record in its
 /// final status; a failed one by its latest object's; a rejected one by its last attempt's end).
@@ -2916,9 +2917,10 @@ async fn clickhouse_upgrades_to_the_tally_of_settling() {
         for sql in [
             format!(
                 "INSERT INTO reckon_verdicts (intent_id, tool, contract, state, decision, first_seen_ns,
-                     last_event_ns, attempts, doc, deleted, version, listed_ns)
-                 VALUES ('{id}', 'issue_refund', 'payments.refund', '{state}', 'none', {l}, {l}, 1, '', {deleted}, {version}, {l})",
-                l = ns(0.0)
+                     last_event_ns, attempts, doc, deleted, version, listed_ns, escalation_id)
+                 VALUES ('{id}', 'issue_refund', 'payments.refund', '{state}', 'none', {l}, {l}, 1, '', {deleted}, {version}, {l}, {e})",
+                l = ns(0.0),
+                e = if id == "done" { "'esc_done_1'" } else { "NULL" },
             ),
             format!(
                 "INSERT INTO reckon_intent_tally (listed_at, listed_ns, intent_id, tool, state, decision,
@@ -2984,28 +2986,33 @@ async fn clickhouse_upgrades_to_the_tally_of_settling() {
         contract: Option<String>,
         first_attempt_ns: u64,
         settled_ns: u64,
+        escalation_id: Option<String>,
         deleted: u8,
         version: u64,
     }
     let tally = || async {
         client
             .query(
-                "SELECT intent_id, toString(state) AS state, contract, first_attempt_ns, settled_ns, deleted, version
+                "SELECT intent_id, toString(state) AS state, contract, first_attempt_ns, settled_ns,
+                     escalation_id, deleted, version
                  FROM reckon_intent_tally FINAL ORDER BY intent_id",
             )
-            .fetch_all::<(String, String, Option<String>, u64, u64, u8, u64)>()
+            .fetch_all::<(String, String, Option<String>, u64, u64, Option<String>, u8, u64)>()
             .await
             .expect("the tally")
             .into_iter()
-            .map(|(intent_id, state, contract, first_attempt_ns, settled_ns, deleted, version)| Tally {
-                intent_id,
-                state,
-                contract,
-                first_attempt_ns,
-                settled_ns,
-                deleted,
-                version,
-            })
+            .map(
+                |(intent_id, state, contract, first_attempt_ns, settled_ns, escalation_id, deleted, version)| Tally {
+                    intent_id,
+                    state,
+                    contract,
+                    first_attempt_ns,
+                    settled_ns,
+                    escalation_id,
+                    deleted,
+                    version,
+                },
+            )
             .collect::<Vec<_>>()
     };
     let row = |id: &str, state: &str, first: f64, settled: Option<f64>, version: u64| Tally {
@@ -3014,6 +3021,7 @@ async fn clickhouse_upgrades_to_the_tally_of_settling() {
         contract: Some("payments.refund".into()),
         first_attempt_ns: ns(first),
         settled_ns: settled.map_or(0, ns),
+        escalation_id: (id == "done").then(|| "esc_done_1".to_string()),
         deleted: 0,
         version,
     };
@@ -3023,6 +3031,7 @@ async fn clickhouse_upgrades_to_the_tally_of_settling() {
         contract: None,
         first_attempt_ns: 0,
         settled_ns: 0,
+        escalation_id: None,
         deleted: 1,
         version: 2,
     };
@@ -3054,6 +3063,126 @@ async fn clickhouse_upgrades_to_the_tally_of_settling() {
             ns(45.0)
         ))
     );
+    drop(store);
+    ch.finish().await;
+}
+
+/// v16 gives each finding row its intent's listing place: after the upgrade the findings a v15
+/// reckon wrote carry their verdict's, so reading the current findings through the tally at
+/// those keys (what the dashboards, queries and alert rule do) gives what
+/// `reckon_current_findings` gives: superseded and deleted intents' findings left out. A
+/// finding written after it carries its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clickhouse_upgrades_to_findings_with_their_place() {
+    let Some(ch) = ClickHouse::new().await else {
+        return;
+    };
+    migrate_to(&ch.config, 15).await.expect("v15 schema");
+    let client = ch.client();
+    let exec = |sql: String| {
+        let client = client.clone();
+        async move { client.query(&sql).execute().await.expect(&sql) }
+    };
+    let listed = |id: &str| at(if id == "b" { 7_200 } else { 60 }).0 as u64;
+    // (intent, deleted, version)
+    for (id, deleted, version) in [
+        ("a", 0u8, 1u64),
+        ("a", 0, 2),
+        ("b", 0, 1),
+        ("gone", 0, 1),
+        ("gone", 1, 2),
+    ] {
+        let l = listed(id);
+        for sql in [
+            format!(
+                "INSERT INTO reckon_verdicts (intent_id, tool, state, decision, first_seen_ns, last_event_ns, doc, deleted, version, listed_ns)
+                 VALUES ('{id}', 'issue_refund', 'unknown', 'none', {l}, {l}, '', {deleted}, {version}, {l})"
+            ),
+            format!(
+                "INSERT INTO reckon_intent_tally (listed_at, listed_ns, intent_id, tool, state, decision, last_event_ns, deleted, version)
+                 VALUES ({s}, {l}, '{id}', 'issue_refund', 'unknown', 'none', {l}, {deleted}, {version})",
+                s = l / 1_000_000_000
+            ),
+        ] {
+            exec(sql).await;
+        }
+    }
+    // (intent, kind, subject, version): a's new_key_retry was dropped by its second verdict.
+    for (id, kind, subject, version) in [
+        ("a", "duplicate_effect", "re_1", 1),
+        ("a", "new_key_retry", "k2", 1),
+        ("a", "duplicate_effect", "re_1", 2),
+        ("b", "expired_key_retry", "span-9", 1),
+        ("gone", "duplicate_effect", "re_7", 1),
+    ] {
+        exec(format!(
+            "INSERT INTO reckon_findings (intent_id, kind, severity, at, at_ns, subject, tool, verdict_version)
+             VALUES ('{id}', '{kind}', 'high', {s}, {n}, '{subject}', 'issue_refund', {version})",
+            s = at(100).0 as u64 / 1_000_000_000,
+            n = at(100).0 as u64,
+        ))
+        .await;
+    }
+    let store = ch.open().await;
+    let rows = |sql: &str| {
+        let client = client.clone();
+        let sql = sql.to_string();
+        async move {
+            let mut r = client
+                .query(&sql)
+                .fetch_all::<(String, String, String)>()
+                .await
+                .expect(&sql);
+            r.sort();
+            r
+        }
+    };
+    let places = client
+        .query(
+            "SELECT intent_id, listed_ns FROM reckon_findings FINAL ORDER BY intent_id, listed_ns",
+        )
+        .fetch_all::<(String, u64)>()
+        .await
+        .unwrap();
+    assert!(
+        places.iter().all(|(id, l)| *l == listed(id)),
+        "every finding's latest row has its verdict's place: {places:?}"
+    );
+    let through_the_tally = "
+        SELECT intent_id, toString(kind), subject
+        FROM reckon_findings
+        WHERE at >= toDateTime(0)
+          AND (listed_ns, intent_id, verdict_version) IN
+              (SELECT listed_ns, intent_id, version
+               FROM (SELECT listed_ns, intent_id, version, deleted FROM reckon_intent_tally FINAL
+                     WHERE (listed_ns, intent_id) IN (SELECT listed_ns, intent_id FROM reckon_findings WHERE at >= toDateTime(0)))
+               WHERE deleted = 0)
+        LIMIT 1 BY intent_id, kind, subject";
+    let expected = vec![
+        (
+            "a".to_string(),
+            "duplicate_effect".to_string(),
+            "re_1".to_string(),
+        ),
+        ("b".into(), "expired_key_retry".into(), "span-9".into()),
+    ];
+    assert_eq!(rows(through_the_tally).await, expected);
+    assert_eq!(
+        rows("SELECT intent_id, toString(kind), subject FROM reckon_current_findings").await,
+        expected
+    );
+    // Written after the upgrade: with the verdict's place.
+    let v = with_findings(
+        verdict("later", Some("issue_refund"), IntentState::Unknown, at(60)),
+        &[FindingKind::DuplicateEffect],
+    );
+    store.put_verdicts(vec![v.clone()]).await.unwrap();
+    let later = client
+        .query("SELECT listed_ns FROM reckon_findings WHERE intent_id = 'later'")
+        .fetch_all::<u64>()
+        .await
+        .unwrap();
+    assert_eq!(later, vec![v.listed_at.0 as u64]);
     drop(store);
     ch.finish().await;
 }

@@ -381,8 +381,9 @@ def test_panel_runs_on_both_servers_with_the_same_rows(path, panel_id, chdb_engi
 
 
 # The panels that read the intents active in the range from reckon_intent_tally (scripts/
-# make-dashboards, ACTIVE_VERDICTS), each with what it computed from every current verdict
-# before: the reference it must equal.
+# make-dashboards, ACTIVE_VERDICTS), and the current findings of the range through it
+# (current_findings), each with what it computed from every current verdict or finding before:
+# the reference it must equal.
 TOOL = "$__conditionalAll(tool IN (${tool}), $tool)"
 CLASSES = ["rejected", "conflict", "succeeded", "failed", "recorded", "unknown"]
 TALLY_PANELS = {
@@ -415,6 +416,28 @@ FROM reckon_current_verdicts AS v
 WHERE $__timeFilter(last_event) AND {TOOL}
 GROUP BY tool, contract
 ORDER BY tool, contract""",
+    "Duplicate effects": f"""
+SELECT count() AS duplicate_effects, uniqExact(intent_id) AS intents
+FROM reckon_current_findings
+WHERE kind = 'duplicate_effect' AND $__timeFilter(at) AND {TOOL}""",
+    "Duplicate effects by tool": f"""
+SELECT toDateTime(intDiv(toUInt32(at), $__interval_s) * $__interval_s) AS time, ifNull(tool, '(unknown tool)') AS tool, count() AS duplicate_effects
+FROM reckon_current_findings
+WHERE kind = 'duplicate_effect' AND $__timeFilter(at) AND {TOOL}
+GROUP BY time, tool
+ORDER BY time, tool""",
+    "Expired-key retries by tool": f"""
+SELECT toDateTime(intDiv(toUInt32(at), $__interval_s) * $__interval_s) AS time, ifNull(tool, '(unknown tool)') AS tool, count() AS expired_key_retries
+FROM reckon_current_findings
+WHERE kind = 'expired_key_retry' AND $__timeFilter(at) AND {TOOL}
+GROUP BY time, tool
+ORDER BY time, tool""",
+    "Mismatches": f"""
+SELECT toDateTime(intDiv(toUInt32(at), $__interval_s) * $__interval_s) AS time, concat(ifNull(tool, '(unknown tool)'), ' ', toString(kind)) AS series, count() AS mismatches
+FROM reckon_current_findings
+WHERE kind IN ('key_reuse_mismatch', 'effect_mismatch') AND $__timeFilter(at) AND {TOOL}
+GROUP BY time, series
+ORDER BY time, series""",
     "Unknown rate by tool": f"""
 SELECT toDateTime(intDiv(toUInt32(last_event), $__interval_s) * $__interval_s) AS time, ifNull(tool, '(unknown tool)') AS tool,
        sum(attempts_unknown) / sum(attempts) AS unknown_rate
@@ -427,13 +450,13 @@ ORDER BY time, tool""",
 
 def _synthetic_history(lo: int) -> list[str]:
     """Verdicts of 24 intents listed over the 30 hours before `lo` (unix s), as reckon writes
-    them: each version in reckon_verdicts and reckon_intent_tally, and in reckon_intent_activity
-    when its latest event lies in a later hour than its listing place. Some are rewritten with a
+    them: each version in reckon_verdicts and reckon_intent_tally with its findings, and in
+    reckon_intent_activity when its latest event lies in a later hour than its listing place. Some are rewritten with a
     later latest event (hours later), one is then deleted. The demo fixture's intents all live
     within seconds: these are the ones the activity table answers for."""
     ns = 1_000_000_000
     base = (lo // 3600 - 30) * 3600
-    verdicts, tally, activity = [], [], []
+    verdicts, tally, activity, findings = [], [], [], []
     for k in range(24):
         intent = f"hist-{k:02d}"
         tool = ["issue_refund", "send_email"][k % 2]
@@ -447,20 +470,33 @@ def _synthetic_history(lo: int) -> list[str]:
             versions.append((3, last, "completed", 1))
         attempts, unknown = 1 + k % 3, k % 2
         for version, last_event, state, deleted in versions:
+            # Its findings: each version one of its own kind, the first also one the rewrite
+            # drops; found a minute after the listing place, or later for the later versions.
+            kinds = [] if deleted else [["duplicate_effect", "expired_key_retry", "key_reuse_mismatch", "effect_mismatch"][(k + version) % 4]]
+            if version == 1 and not deleted:
+                kinds.append("duplicate_effect")
+            for j, kind in enumerate(kinds):
+                at = listed + 60 + (version - 1) * 1800 + j
+                findings.append(
+                    f"('{intent}', '{kind}', 'critical', {at}, {at * ns}, 's-{k}-{j}', '', '{tool}', {version}, {listed * ns})")
+            kind_list = "[" + ", ".join(f"'{x}'" for x in kinds) + "]"
+            distinct_kinds = "[" + ", ".join(f"'{x}'" for x in sorted(set(kinds))) + "]"
             verdicts.append(
                 f"('{intent}', '{tool}', '{state}', 'none', {listed}, {listed * ns}, {last_event}, "
-                f"{last_event * ns}, {attempts}, {unknown}, {attempts - unknown}, '', {deleted}, {version}, {listed * ns})")
+                f"{last_event * ns}, {attempts}, {unknown}, {attempts - unknown}, {distinct_kinds}, '', {deleted}, {version}, {listed * ns})")
             tally.append(
                 f"({listed}, {listed * ns}, '{intent}', '{tool}', '{state}', 'none', {last_event * ns}, "
-                f"{attempts}, {unknown}, {attempts - unknown}, {deleted}, {version})")
+                f"{attempts}, {unknown}, {attempts - unknown}, {kind_list}, {deleted}, {version})")
             if last_event // 3600 > listed // 3600 and not deleted:
                 activity.append(f"({last_event * ns}, '{intent}', {listed * ns})")
     return [
         "INSERT INTO reckon_verdicts (intent_id, tool, state, decision, first_seen, first_seen_ns, last_event, "
-        "last_event_ns, attempts, attempts_unknown, attempts_succeeded, doc, deleted, version, listed_ns) VALUES "
+        "last_event_ns, attempts, attempts_unknown, attempts_succeeded, finding_kinds, doc, deleted, version, listed_ns) VALUES "
         + ", ".join(verdicts),
         "INSERT INTO reckon_intent_tally (listed_at, listed_ns, intent_id, tool, state, decision, last_event_ns, "
-        "attempts, attempts_unknown, attempts_succeeded, deleted, version) VALUES " + ", ".join(tally),
+        "attempts, attempts_unknown, attempts_succeeded, finding_kind, deleted, version) VALUES " + ", ".join(tally),
+        "INSERT INTO reckon_findings (intent_id, kind, severity, at, at_ns, subject, detail, tool, verdict_version, "
+        "listed_ns) VALUES " + ", ".join(findings),
         "INSERT INTO reckon_intent_activity (last_event_ns, intent_id, listed_ns) VALUES " + ", ".join(activity),
     ]
 
@@ -522,6 +558,32 @@ def test_panels_from_the_tally_equal_the_current_verdicts(with_history):
                         assert got.rows == want.rows, f"{title} from {f} to {t}, tool {tool} on {engine_name(engine)}"
                         compared += bool(want.rows)
     assert compared > 100, compared
+
+
+# The alert rule as it read every current finding and verdict before: the reference the rule
+# must equal.
+ALERT_REFERENCE = """
+SELECT ifNull(tool, '(unknown tool)') AS tool, count() AS duplicate_effects
+FROM reckon_current_findings
+WHERE kind = 'duplicate_effect'
+  AND (intent_id IN (SELECT intent_id FROM (SELECT intent_id, status FROM reckon_escalations FINAL) WHERE status != 'resolved')
+       OR intent_id NOT IN (SELECT intent_id FROM reckon_escalations))
+GROUP BY tool
+ORDER BY tool"""
+
+
+def test_the_alert_rule_equals_every_current_finding(with_history):
+    """On the demo's duplicates (escalated) and the synthetic history's (superseded, deleted, and
+    current ones without an escalation), the rule counts what every current finding gives."""
+    chdb, http = with_history
+    ctx = GrafanaContext(0, 2_000_000_000)
+    [rule] = [r for r in alert_rules() if "duplicate" in r["title"]]
+    [sql] = [q["model"]["rawSql"] for q in rule["data"] if q["datasourceUid"] == DATASOURCE_UID]
+    for engine in (chdb, http):
+        got = _run(engine, reckon_sql.expand(sql, ctx), "alert rule")
+        want = _run(engine, ALERT_REFERENCE, "alert rule (reference)")
+        assert got.rows == want.rows, engine_name(engine)
+        assert sum(int(r[1]) for r in want.rows) > 5, want.rows
 
 
 def test_macros_are_expanded_like_the_plugin():

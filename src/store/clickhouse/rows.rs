@@ -222,6 +222,7 @@ pub struct TallyRow {
     pub contract: Option<String>,
     pub first_attempt_ns: u64,
     pub settled_ns: u64,
+    pub escalation_id: Option<String>,
 }
 
 /// When an intent was first sent and when it settled ([`Verdict::settled_at`]), unix
@@ -265,6 +266,7 @@ impl TallyRow {
             contract: v.contract.clone(),
             first_attempt_ns: settling.first_attempt_ns,
             settled_ns: settling.settled_ns,
+            escalation_id: v.escalation_id.clone(),
         }
     }
 
@@ -322,6 +324,7 @@ pub struct FindingRow {
     pub detail: String,
     pub tool: Option<String>,
     pub verdict_version: u64,
+    pub listed_ns: u64,
 }
 
 #[derive(Clone, Debug, Row, Serialize, Deserialize)]
@@ -785,6 +788,7 @@ pub fn verdict_rows(v: &Verdict, doc: String, version: u64) -> Result<VerdictWri
                 detail: f.detail.clone(),
                 tool: v.tool.clone(),
                 verdict_version: version,
+                listed_ns: row.listed_ns,
             })
         })
         .collect::<Result<Vec<_>, StoreError>>()?;

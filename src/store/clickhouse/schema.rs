@@ -618,18 +618,19 @@ ANY LEFT JOIN
      FROM (SELECT intent_id, tool, deleted FROM reckon_verdicts FINAL) AS vv WHERE deleted = 0) AS v
 USING intent_id";
 
-/// v15: what time to settle and the contracts panel read, beside the report's counts in
-/// `reckon_intent_tally`, so neither rebuilds it from the verdicts, attempts, lookups and records
-/// of every intent in its window (`Verdict::settled_at`: the audit computes when an intent
-/// settled, from evidence and under its contract). One `ALTER` adds the three columns, so an
-/// interrupted step never leaves some of them.
+/// v15: what time to settle, the contracts panel and the findings' questions read, beside the
+/// report's counts in `reckon_intent_tally`, so none rebuilds it from the verdicts, attempts,
+/// lookups and records of every intent in its window (`Verdict::settled_at`: the audit computes
+/// when an intent settled, from evidence and under its contract). One `ALTER` adds the columns,
+/// so an interrupted step never leaves some of them.
 pub const V15_TALLY_SETTLING: &str = "
 ALTER TABLE reckon_intent_tally
     ADD COLUMN contract Nullable(String) COMMENT 'contract the verdict was judged under; NULL when none covers the tool',
     ADD COLUMN first_attempt_ns UInt64 COMMENT 'start of the first attempt of the intent, unix nanoseconds; 0 when it has none',
-    ADD COLUMN settled_ns UInt64 COMMENT 'when the intent reached its settled state, from evidence, unix nanoseconds; 0 while pending or unknown'";
-/// Each current tally row written again at its version with the new columns: the contract from
-/// its verdict row; the first attempt from `reckon_attempts`; the settling instant as
+    ADD COLUMN settled_ns UInt64 COMMENT 'when the intent reached its settled state, from evidence, unix nanoseconds; 0 while pending or unknown',
+    ADD COLUMN escalation_id Nullable(String) COMMENT 'the escalation holding the intent, as its verdict says'";
+/// Each current tally row written again at its version with the new columns: the contract and
+/// the escalation from its verdict row; the first attempt from `reckon_attempts`; the settling instant as
 /// `queries/time_to_settle_by_tool.sql` computed it before v15, since the rows of older
 /// verdicts keep no object history: for a completed intent the earliest, for a failed one the
 /// latest, over its objects of the first observation in the status it shows last (records
@@ -640,14 +641,15 @@ pub const V15_TALLY_SETTLING_FILL: &str = "
 INSERT INTO reckon_intent_tally
     (listed_at, listed_ns, intent_id, tool, state, decision, last_event_ns, attempts,
     attempts_rejected, attempts_conflict, attempts_succeeded, attempts_failed, attempts_recorded, attempts_unknown,
-    finding_kind, finding_severity, deleted, version, contract, first_attempt_ns, settled_ns)
+    finding_kind, finding_severity, deleted, version, contract, first_attempt_ns, settled_ns, escalation_id)
 SELECT listed_at, listed_ns, intent_id, tool, state, decision, last_event_ns, attempts,
     attempts_rejected, attempts_conflict, attempts_succeeded, attempts_failed, attempts_recorded, attempts_unknown,
     finding_kind, finding_severity, deleted, version, contract, first_ns,
     multiIf(state = 'completed', first_final_ns,
             state = 'failed_after_execution', last_final_ns,
             state = 'failed_before_execution', last_end_ns,
-            toUInt64(0))
+            toUInt64(0)),
+    escalation_id
 FROM
 (
     SELECT *
@@ -664,7 +666,7 @@ FROM
     finding_kind, finding_severity, deleted, version FROM reckon_intent_tally FINAL)
             WHERE deleted = 0
         ) AS t
-        ANY LEFT JOIN (SELECT intent_id, version, contract FROM reckon_verdicts FINAL) AS v
+        ANY LEFT JOIN (SELECT intent_id, version, contract, escalation_id FROM reckon_verdicts FINAL) AS v
         USING (intent_id, version)
     ) AS tv
     ANY LEFT JOIN
@@ -705,6 +707,22 @@ ANY LEFT JOIN
     )
     GROUP BY intent_id
 ) AS o
+USING intent_id";
+
+/// v16: each finding row carries its intent's listing place, so a question about the findings
+/// of a time window checks that they are current against `reckon_intent_tally` by its key
+/// (`(listed_ns, intent_id)`: the window's granules), not through `FINAL` over every verdict.
+/// The fill writes each finding's latest row again at its version with its verdict's place; of
+/// equal versions `ReplacingMergeTree` keeps the last inserted. A row left with 0 (an intent
+/// whose verdict is gone) is never current.
+pub const V16_FINDING_PLACE: &str = "
+ALTER TABLE reckon_findings
+    ADD COLUMN listed_ns UInt64 COMMENT 'where its intent is listed, unix nanoseconds: its key in reckon_intent_tally with intent_id'";
+pub const V16_FINDING_PLACE_FILL: &str = "
+INSERT INTO reckon_findings (intent_id, kind, severity, at, at_ns, subject, detail, tool, verdict_version, listed_ns)
+SELECT intent_id, kind, severity, at, at_ns, subject, detail, tool, verdict_version, verdict_listed_ns
+FROM (SELECT intent_id, kind, severity, at, at_ns, subject, detail, tool, verdict_version FROM reckon_findings FINAL) AS f
+ALL INNER JOIN (SELECT intent_id, listed_ns AS verdict_listed_ns FROM reckon_verdicts FINAL) AS v
 USING intent_id";
 
 pub const MIGRATIONS: &[Migration] = &[
@@ -866,6 +884,11 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 15,
         name: "time to settle and contracts in the tally",
         statements: &[V15_TALLY_SETTLING, V15_TALLY_SETTLING_FILL],
+    },
+    Migration {
+        version: 16,
+        name: "the listing place of each finding",
+        statements: &[V16_FINDING_PLACE, V16_FINDING_PLACE_FILL],
     },
 ];
 
