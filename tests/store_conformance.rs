@@ -3067,8 +3067,9 @@ async fn clickhouse_upgrades_to_the_tally_of_settling() {
     ch.finish().await;
 }
 
-/// v16 gives each finding row its intent's listing place: after the upgrade the findings a v15
-/// reckon wrote carry their verdict's, so reading the current findings through the tally at
+/// v16 gives each finding row its intent's listing place (even when a first try of the step
+/// stopped after adding the column): after the upgrade the findings a v15 reckon wrote carry
+/// their verdict's, so reading the current findings through the tally at
 /// those keys (what the dashboards, queries and alert rule do) gives what
 /// `reckon_current_findings` gives: superseded and deleted intents' findings left out. A
 /// finding written after it carries its place.
@@ -3123,6 +3124,8 @@ async fn clickhouse_upgrades_to_findings_with_their_place() {
         ))
         .await;
     }
+    // A v16 step interrupted after its ALTER: the upgrade runs it again over the column.
+    exec(schema::V16_FINDING_PLACE.to_string()).await;
     let store = ch.open().await;
     let rows = |sql: &str| {
         let client = client.clone();

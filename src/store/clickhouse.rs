@@ -296,7 +296,17 @@ pub async fn migrate_to(config: &ClickHouseConfig, target: u32) -> Result<(), St
             continue;
         }
         for sql in m.statements {
-            exec(sql).await?;
+            match exec(sql).await {
+                // No server before 19.x has `ADD COLUMN IF NOT EXISTS`: a step interrupted after
+                // its `ALTER` and before its version row finds the columns there when it runs
+                // again. (Each such `ALTER` adds all of its step's columns at once.)
+                Err(e)
+                    if adds_columns(sql) && e.code.is_some_and(|c| COLUMN_EXISTS.contains(&c)) =>
+                {
+                    tracing::info!(database = %db, version = m.version, "columns of an interrupted schema step are there already");
+                }
+                done => done?,
+            }
         }
         retry
             .run(
@@ -313,6 +323,16 @@ pub async fn migrate_to(config: &ClickHouseConfig, target: u32) -> Result<(), St
         tracing::info!(database = %db, version = m.version, name = m.name, "applied ClickHouse schema migration");
     }
     Ok(())
+}
+
+/// ClickHouse's answers to adding a column that exists: `ILLEGAL_COLUMN` (18.16 and later),
+/// `DUPLICATE_COLUMN`.
+const COLUMN_EXISTS: [u32; 2] = [44, 15];
+
+/// Whether a schema statement is an `ALTER TABLE ... ADD COLUMN`.
+fn adds_columns(sql: &str) -> bool {
+    let sql = sql.trim_start();
+    sql.starts_with("ALTER TABLE") && sql.contains("ADD COLUMN")
 }
 
 fn first_line(sql: &str) -> &str {
