@@ -3190,6 +3190,99 @@ async fn clickhouse_upgrades_to_findings_with_their_place() {
     ch.finish().await;
 }
 
+/// v17 finds records by intent, key and object through `reckon_record_lookup`: the records a
+/// v16 reckon wrote are found after the upgrade (the lookup filled from them), and one written
+/// after it (the view fills it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clickhouse_upgrades_to_records_found_by_what_links_them() {
+    use reckon::store::EventQuery;
+    let Some(ch) = ClickHouse::new().await else {
+        return;
+    };
+    migrate_to(&ch.config, 16).await.expect("v16 schema");
+    let client = ch.client();
+    // (object, intent, key, status, at)
+    for (object, intent, key, status, secs) in [
+        ("re_1", Some("i-1"), None, "pending", 1),
+        ("re_1", Some("i-1"), None, "succeeded", 2),
+        ("re_2", None, Some("k-2"), "succeeded", 3),
+        ("re_3", None, None, "failed", 4),
+    ] {
+        client
+            .query(
+                "INSERT INTO reckon_records (source, object_id, intent_id, idempotency_key, status, observed_at, observed_ns)
+                 VALUES ('stripe', ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(object)
+            .bind(intent)
+            .bind(key)
+            .bind(status)
+            .bind(at(secs).0 as u64 / 1_000_000_000)
+            .bind(at(secs).0 as u64)
+            .execute()
+            .await
+            .expect("a record a v16 reckon wrote");
+    }
+    let store = ch.open().await;
+    let found = |q: EventQuery| {
+        let store = &store;
+        async move {
+            let mut got: Vec<(String, String)> = store
+                .events_touching(q)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter_map(|e| match e {
+                    Event::Record(r) => Some((r.object_id, r.status)),
+                    _ => None,
+                })
+                .collect();
+            got.sort();
+            got
+        }
+    };
+    let pair = |o: &str, s: &str| (o.to_string(), s.to_string());
+    assert_eq!(
+        found(EventQuery {
+            intents: vec!["i-1".into()],
+            ..EventQuery::default()
+        })
+        .await,
+        vec![pair("re_1", "pending"), pair("re_1", "succeeded")]
+    );
+    assert_eq!(
+        found(EventQuery {
+            keys: vec!["k-2".into()],
+            ..EventQuery::default()
+        })
+        .await,
+        vec![pair("re_2", "succeeded")]
+    );
+    assert_eq!(
+        found(EventQuery {
+            objects: vec!["re_3".into(), "re_9".into()],
+            ..EventQuery::default()
+        })
+        .await,
+        vec![pair("re_3", "failed")]
+    );
+    // Written after the upgrade: found by its object through the view's rows.
+    store
+        .append(vec![record("re_3", None, None, "succeeded", 5)])
+        .await
+        .unwrap();
+    assert_eq!(
+        found(EventQuery {
+            objects: vec!["re_3".into()],
+            ..EventQuery::default()
+        })
+        .await,
+        vec![pair("re_3", "failed"), pair("re_3", "succeeded")]
+    );
+    drop(store);
+    ch.finish().await;
+}
+
 /// v5 adds each verdict's contract version: a verdict a v4 reckon wrote reads with an empty
 /// version, a verdict written after the upgrade has it in the document, the column and the
 /// recreated `reckon_current_verdicts` view.

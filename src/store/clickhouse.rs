@@ -1522,8 +1522,7 @@ impl Store for ClickHouseStore {
     }
 
     async fn events_touching(&self, q: super::EventQuery) -> Result<Vec<Event>, StoreError> {
-        // Attempts and read-backs by their sorting key's prefix; records by a filter (their key
-        // starts with the source), which scans but runs only when a settled intent comes back.
+        // Attempts and read-backs by their sorting key's prefix; records by their whole key.
         const CHUNK: usize = 500;
         let mut all: Vec<EventRow> = Vec::new();
         let marks = |n: usize| vec!["?"; n].join(", ");
@@ -1544,14 +1543,17 @@ impl Store for ClickHouseStore {
             all.extend(attempts.into_iter().map(EventRow::Attempt));
             all.extend(readbacks.into_iter().map(EventRow::Readback));
         }
-        for (column, ids) in [
-            ("intent_id", &q.intents),
-            ("idempotency_key", &q.keys),
-            ("object_id", &q.objects),
+        // Records by their full sort key, from the lookup of what links them (v17).
+        for (kind, ids) in [
+            ("intent", &q.intents),
+            ("key", &q.keys),
+            ("object", &q.objects),
         ] {
             for chunk in ids.chunks(CHUNK) {
                 let mut rq = self.client.query(&format!(
-                    "SELECT ?fields FROM {RECORDS} WHERE {column} IN ({})",
+                    "SELECT ?fields FROM {RECORDS} WHERE (source, object_id, status, observed_ns) IN
+                         (SELECT source, object_id, status, observed_ns FROM reckon_record_lookup
+                          WHERE kind = '{kind}' AND value IN ({}))",
                     marks(chunk.len())
                 ));
                 for id in chunk {

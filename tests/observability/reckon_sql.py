@@ -50,6 +50,7 @@ EXPECTED_TABLES = {
     "reckon_intent_activity",
     "reckon_report_counts",
     "reckon_report_findings",
+    "reckon_record_lookup",
 }
 EXPECTED_VIEWS = {"reckon_current_verdicts", "reckon_current_findings"}
 

@@ -725,6 +725,39 @@ FROM (SELECT intent_id, kind, severity, at, at_ns, subject, detail, tool, verdic
 ALL INNER JOIN (SELECT intent_id, listed_ns AS verdict_listed_ns FROM reckon_verdicts FINAL) AS v
 USING intent_id";
 
+/// v17: records found by what links them (`Store::events_touching`, the intent dashboard) read
+/// a few granules: `reckon_records` sorts by source first, so a filter on its intent, key or
+/// object read the whole table. `reckon_record_lookup` holds each record's sort key under each
+/// of the three, filled by a materialized view on every insert (and once from the records
+/// there); a read takes the keys from it and the records by their full sort key.
+pub const V17_RECORD_LOOKUP: &str = "
+CREATE TABLE IF NOT EXISTS reckon_record_lookup (
+    kind Enum8('intent' = 1, 'key' = 2, 'object' = 3) COMMENT 'what finds the record: the intent the downstream linked it to, the idempotency key it reported, its object id',
+    value String COMMENT 'the intent id, key or object id',
+    source String COMMENT 'reckon_records.source',
+    object_id String COMMENT 'reckon_records.object_id',
+    status String COMMENT 'reckon_records.status',
+    observed_ns UInt64 COMMENT 'reckon_records.observed_ns: with the three before, the sort key of the record'
+) ENGINE = ReplacingMergeTree
+ORDER BY (kind, value, source, object_id, status, observed_ns)";
+pub const V17_RECORD_LOOKUP_VIEW: &str = "
+CREATE MATERIALIZED VIEW IF NOT EXISTS reckon_record_lookup_mv TO reckon_record_lookup AS
+SELECT tupleElement(l, 1) AS kind, tupleElement(l, 2) AS value, source, object_id, status, observed_ns
+FROM reckon_records
+ARRAY JOIN arrayFilter(x -> tupleElement(x, 2) != '', [
+    tuple(CAST('intent' AS Enum8('intent' = 1, 'key' = 2, 'object' = 3)), ifNull(intent_id, '')),
+    tuple(CAST('key' AS Enum8('intent' = 1, 'key' = 2, 'object' = 3)), ifNull(idempotency_key, '')),
+    tuple(CAST('object' AS Enum8('intent' = 1, 'key' = 2, 'object' = 3)), object_id)]) AS l";
+/// The records stored before the view. One written meanwhile has its rows twice: harmless.
+pub const V17_RECORD_LOOKUP_FILL: &str = "
+INSERT INTO reckon_record_lookup (kind, value, source, object_id, status, observed_ns)
+SELECT tupleElement(l, 1) AS kind, tupleElement(l, 2) AS value, source, object_id, status, observed_ns
+FROM reckon_records
+ARRAY JOIN arrayFilter(x -> tupleElement(x, 2) != '', [
+    tuple(CAST('intent' AS Enum8('intent' = 1, 'key' = 2, 'object' = 3)), ifNull(intent_id, '')),
+    tuple(CAST('key' AS Enum8('intent' = 1, 'key' = 2, 'object' = 3)), ifNull(idempotency_key, '')),
+    tuple(CAST('object' AS Enum8('intent' = 1, 'key' = 2, 'object' = 3)), object_id)]) AS l";
+
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
@@ -889,6 +922,15 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 16,
         name: "the listing place of each finding",
         statements: &[V16_FINDING_PLACE, V16_FINDING_PLACE_FILL],
+    },
+    Migration {
+        version: 17,
+        name: "records by intent, key and object",
+        statements: &[
+            V17_RECORD_LOOKUP,
+            V17_RECORD_LOOKUP_VIEW,
+            V17_RECORD_LOOKUP_FILL,
+        ],
     },
 ];
 
