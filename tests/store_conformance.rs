@@ -2885,12 +2885,11 @@ async fn clickhouse_upgrades_to_escalations_with_their_tool() {
 
 /// v15 adds what time to settle, the contracts panel and the findings' questions read to the
 /// tally: the current tally rows a v14 reckon wrote are written again at their versions with
-/// their verdict's contract and escalation,
-/// their first attempt and when they settled, by the method `queries/time_to_settle_by_tool.sql`
-/// used before (records outrank responses; a completed intent by its object's first record in its
-/// final status; a failed one by its latest object's; a rejected one by its last attempt's end).
-/// Older versions and tombstones stay as they were; a verdict written after it carries the
-/// audit's `settled_at`.
+/// what their verdict documents (in `reckon_intent_list`, the same key) say: contract,
+/// escalation, first attempt, and the settling instant where the document has it (a rejected
+/// intent's last attempt's end; a completed or failed one's latest event, an upper bound).
+/// The fill runs one day of listing places at a time (here three days). Older versions and
+/// tombstones stay as they were; a verdict written after it carries the audit's `settled_at`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clickhouse_upgrades_to_the_tally_of_settling() {
     let Some(ch) = ClickHouse::new().await else {
@@ -2898,91 +2897,79 @@ async fn clickhouse_upgrades_to_the_tally_of_settling() {
     };
     migrate_to(&ch.config, 14).await.expect("v14 schema");
     let client = ch.client();
-    let ns = |secs: f64| at(secs).0 as u64;
     let exec = |sql: String| {
         let client = client.clone();
         async move { client.query(&sql).execute().await.expect(&sql) }
     };
-    // (intent, state, deleted, version)
-    let verdicts = [
-        ("done", "unknown", 0u8, 1u64),
-        ("done", "completed", 0, 2),
-        ("failed", "failed_after_execution", 0, 1),
-        ("rejected", "failed_before_execution", 0, 1),
-        ("open", "unknown", 0, 1),
-        ("gone", "completed", 0, 1),
-        ("gone", "unknown", 1, 2),
+    const DAY: i64 = 86_400;
+    // (intent, state, deleted, version, listed, latest event)
+    let written = [
+        ("done", IntentState::Unknown, 0u8, 1u64, 0, 40),
+        ("done", IntentState::Completed, 0, 2, 0, 70),
+        (
+            "failed",
+            IntentState::FailedAfterExecution,
+            0,
+            1,
+            DAY,
+            DAY + 30,
+        ),
+        (
+            "rejected",
+            IntentState::FailedBeforeExecution,
+            0,
+            1,
+            2 * DAY,
+            2 * DAY + 6,
+        ),
+        ("open", IntentState::Unknown, 0, 1, 2 * DAY, 2 * DAY + 32),
+        ("gone", IntentState::Completed, 0, 1, DAY, DAY + 9),
+        ("gone", IntentState::Unknown, 1, 2, DAY, DAY + 9),
     ];
-    for (id, state, deleted, version) in verdicts {
+    let mut current = BTreeMap::new();
+    for (id, state, deleted, version, listed, last) in written {
+        let mut v = verdict(id, Some("issue_refund"), state, at(last));
+        v.listed_at = at(listed);
+        v.first_seen = at(listed);
+        for (i, a) in v.attempts.iter_mut().enumerate() {
+            a.start = at(listed + 10 * i as i64);
+            a.end = at(listed + 10 * i as i64 + 3);
+        }
+        if id == "done" {
+            v.escalation_id = Some("esc_done_1".into());
+        }
+        if id == "open" {
+            v.contract = None;
+        }
+        // A v14 document has no settled_at.
+        v.settled_at = None;
+        let doc = serde_json::to_string(&VerdictDoc::from_verdict(&v)).unwrap();
+        let (l, e) = (v.listed_at.0 as u64, v.last_event.0 as u64);
+        let state = state.as_str();
         for sql in [
-            format!(
-                "INSERT INTO reckon_verdicts (intent_id, tool, contract, state, decision, first_seen_ns,
-                     last_event_ns, attempts, doc, deleted, version, listed_ns, escalation_id)
-                 VALUES ('{id}', 'issue_refund', 'payments.refund', '{state}', 'none', {l}, {l}, 1, '', {deleted}, {version}, {l}, {e})",
-                l = ns(0.0),
-                e = if id == "done" { "'esc_done_1'" } else { "NULL" },
-            ),
             format!(
                 "INSERT INTO reckon_intent_tally (listed_at, listed_ns, intent_id, tool, state, decision,
                      last_event_ns, attempts, deleted, version)
-                 VALUES ({s}, {l}, '{id}', 'issue_refund', '{state}', 'none', {l}, 1, {deleted}, {version})",
-                s = ns(0.0) / 1_000_000_000,
-                l = ns(0.0)
+                 VALUES ({s}, {l}, '{id}', 'issue_refund', '{state}', 'none', {e}, 2, {deleted}, {version})",
+                s = l / 1_000_000_000,
+            ),
+            format!(
+                "INSERT INTO reckon_intent_list (listed_at, listed_ns, intent_id, tool, state, last_event_ns, doc, deleted, version)
+                 VALUES ({s}, {l}, '{id}', 'issue_refund', '{state}', {e}, '{doc}', {deleted}, {version})",
+                s = l / 1_000_000_000,
             ),
         ] {
             exec(sql).await;
         }
+        current.insert(id, v);
     }
-    // (intent, span, start, end, object returned, its status)
-    let attempts = [
-        ("done", "01", 0.0, 30.0, None, None),
-        ("done", "02", 31.0, 31.4, Some("re_1"), Some("pending")),
-        ("failed", "03", 0.0, 0.4, Some("re_2"), Some("pending")),
-        ("rejected", "04", 0.0, 0.4, None, None),
-        ("rejected", "05", 5.0, 5.4, None, None),
-        ("open", "06", 2.0, 32.0, None, None),
-    ];
-    for (id, span, start, end, object, status) in attempts {
-        let text = |v: Option<&str>| v.map_or("NULL".to_string(), |v| format!("'{v}'"));
-        exec(format!(
-            "INSERT INTO reckon_attempts (trace_id, span_id, intent_id, tool, started_at, started_ns, ended_ns, object_id, object_status)
-             VALUES ('t', '{span}', '{id}', 'issue_refund', {s}, {start}, {end}, {o}, {st})",
-            s = ns(start) / 1_000_000_000,
-            start = ns(start),
-            end = ns(end),
-            o = text(object),
-            st = text(status),
-        ))
-        .await;
-    }
-    // The objects of the current verdicts, and the downstream's records of them: the webhook
-    // repeats itself; the first record in the final status is the instant.
-    for (id, object, version) in [("done", "re_1", 2), ("failed", "re_2", 1)] {
-        exec(format!(
-            "INSERT INTO reckon_intent_lookup (kind, value, intent_id, verdict_version) VALUES ('object', '{object}', '{id}', {version})"
-        ))
-        .await;
-    }
-    for (object, status, secs) in [
-        ("re_1", "pending", 20.0),
-        ("re_1", "succeeded", 50.0),
-        ("re_1", "succeeded", 70.0),
-        ("re_2", "pending", 10.0),
-        ("re_2", "failed", 30.0),
-    ] {
-        exec(format!(
-            "INSERT INTO reckon_records (source, object_id, status, observed_at, observed_ns)
-             VALUES ('stripe', '{object}', '{status}', {s}, {n})",
-            s = ns(secs) / 1_000_000_000,
-            n = ns(secs),
-        ))
-        .await;
-    }
+    reckon::store::clickhouse::migrate_sliced(&ch.config, 15, DAY as u64 * 1_000_000_000)
+        .await
+        .expect("v15, its fill a day at a time");
     let store = ch.open().await;
     #[derive(Debug, PartialEq)]
     struct Tally {
         intent_id: String,
-        state: String,
         contract: Option<String>,
         first_attempt_ns: u64,
         settled_ns: u64,
@@ -2993,18 +2980,16 @@ async fn clickhouse_upgrades_to_the_tally_of_settling() {
     let tally = || async {
         client
             .query(
-                "SELECT intent_id, toString(state) AS state, contract, first_attempt_ns, settled_ns,
-                     escalation_id, deleted, version
+                "SELECT intent_id, contract, first_attempt_ns, settled_ns, escalation_id, deleted, version
                  FROM reckon_intent_tally FINAL ORDER BY intent_id",
             )
-            .fetch_all::<(String, String, Option<String>, u64, u64, Option<String>, u8, u64)>()
+            .fetch_all::<(String, Option<String>, u64, u64, Option<String>, u8, u64)>()
             .await
             .expect("the tally")
             .into_iter()
             .map(
-                |(intent_id, state, contract, first_attempt_ns, settled_ns, escalation_id, deleted, version)| Tally {
+                |(intent_id, contract, first_attempt_ns, settled_ns, escalation_id, deleted, version)| Tally {
                     intent_id,
-                    state,
                     contract,
                     first_attempt_ns,
                     settled_ns,
@@ -3015,19 +3000,29 @@ async fn clickhouse_upgrades_to_the_tally_of_settling() {
             )
             .collect::<Vec<_>>()
     };
-    let row = |id: &str, state: &str, first: f64, settled: Option<f64>, version: u64| Tally {
-        intent_id: id.into(),
-        state: state.into(),
-        contract: Some("payments.refund".into()),
-        first_attempt_ns: ns(first),
-        settled_ns: settled.map_or(0, ns),
-        escalation_id: (id == "done").then(|| "esc_done_1".to_string()),
-        deleted: 0,
-        version,
+    let row = |id: &str, settled: u64, version: u64| {
+        let v = &current[id];
+        Tally {
+            intent_id: id.into(),
+            contract: v.contract.clone(),
+            first_attempt_ns: v.attempts.iter().map(|a| a.start.0 as u64).min().unwrap(),
+            settled_ns: settled,
+            escalation_id: v.escalation_id.clone(),
+            deleted: 0,
+            version,
+        }
+    };
+    let last = |id: &str| current[id].last_event.0 as u64;
+    let last_end = |id: &str| {
+        current[id]
+            .attempts
+            .iter()
+            .map(|a| a.end.0 as u64)
+            .max()
+            .unwrap()
     };
     let gone = Tally {
         intent_id: "gone".into(),
-        state: "unknown".into(),
         contract: None,
         first_attempt_ns: 0,
         settled_ns: 0,
@@ -3038,12 +3033,16 @@ async fn clickhouse_upgrades_to_the_tally_of_settling() {
     assert_eq!(
         tally().await,
         vec![
-            row("done", "completed", 0.0, Some(50.0), 2),
-            row("failed", "failed_after_execution", 0.0, Some(30.0), 1),
+            row("done", last("done"), 2),
+            row("failed", last("failed"), 1),
             gone,
-            row("open", "unknown", 2.0, None, 1),
-            row("rejected", "failed_before_execution", 0.0, Some(5.4), 1),
+            row("open", 0, 1),
+            row("rejected", last_end("rejected"), 1),
         ]
+    );
+    assert_eq!(
+        current["open"].contract, None,
+        "a verdict with no contract keeps none"
     );
     // A verdict written after the upgrade carries the audit's instant.
     let mut v = verdict(
@@ -3060,7 +3059,7 @@ async fn clickhouse_upgrades_to_the_tally_of_settling() {
         Some((
             v.contract.clone(),
             v.attempts.iter().map(|a| a.start.0 as u64).min().unwrap(),
-            ns(45.0)
+            at(45).0 as u64
         ))
     );
     drop(store);

@@ -248,6 +248,17 @@ fn wall_ns() -> u64 {
 /// [`schema::latest`]). Exposed for tests that need an older schema.
 #[doc(hidden)]
 pub async fn migrate_to(config: &ClickHouseConfig, target: u32) -> Result<(), StoreError> {
+    migrate_sliced(config, target, schema::SLICE_NS).await
+}
+
+/// [`migrate_to`], with sliced fills ([`schema::SLICE`]) over ranges of `slice_ns` listing
+/// nanoseconds (tests use a few seconds to run a fill as several slices).
+pub async fn migrate_sliced(
+    config: &ClickHouseConfig,
+    target: u32,
+    slice_ns: u64,
+) -> Result<(), StoreError> {
+    let slice_ns = slice_ns.max(1);
     config.check()?;
     let retry = config.retry;
     let root = config.client(None);
@@ -262,18 +273,18 @@ pub async fn migrate_to(config: &ClickHouseConfig, target: u32) -> Result<(), St
         )
         .await?;
     let client = config.client(Some(db));
-    let exec = |sql: &'static str| {
+    let exec = |sql: String| {
         let client = client.clone();
         async move {
             retry
                 .run(
-                    || format!("schema: {}", first_line(sql)),
-                    || client.query(sql).execute(),
+                    || format!("schema: {}", first_line(&sql)),
+                    || client.query(&sql).execute(),
                 )
                 .await
         }
     };
-    exec(schema::CREATE_MIGRATIONS).await?;
+    exec(schema::CREATE_MIGRATIONS.to_string()).await?;
     let found: u32 = retry
         .run(
             || "read schema version".into(),
@@ -296,7 +307,30 @@ pub async fn migrate_to(config: &ClickHouseConfig, target: u32) -> Result<(), St
             continue;
         }
         for sql in m.statements {
-            match exec(sql).await {
+            if sql.contains(schema::SLICE) {
+                let q = format!(
+                    "SELECT DISTINCT intDiv(listed_ns, {slice_ns}) AS s FROM reckon_intent_tally ORDER BY s"
+                );
+                let slices: Vec<u64> = retry
+                    .run(
+                        || "the listing places to fill".into(),
+                        || client.query(&q).fetch_all::<u64>(),
+                    )
+                    .await?;
+                for (i, s) in slices.iter().enumerate() {
+                    let range = format!(
+                        "listed_ns >= {} AND listed_ns < {}",
+                        s * slice_ns,
+                        (s + 1).saturating_mul(slice_ns)
+                    );
+                    exec(sql.replace(schema::SLICE, &range)).await?;
+                    if (i + 1) % 30 == 0 || i + 1 == slices.len() {
+                        tracing::info!(database = %db, version = m.version, done = i + 1, of = slices.len(), "schema fill");
+                    }
+                }
+                continue;
+            }
+            match exec(sql.to_string()).await {
                 // No server before 19.x has `ADD COLUMN IF NOT EXISTS`: a step interrupted after
                 // its `ALTER` and before its version row finds the columns there when it runs
                 // again. (Each such `ALTER` adds all of its step's columns at once.)

@@ -84,7 +84,8 @@ def schema_statements() -> list[str]:
     missing = [n for n in order if n not in consts]
     if missing:
         raise AssertionError(f"schema.rs consts not extracted: {missing}")
-    return [consts[n] for n in order]
+    # A sliced fill (schema.rs `SLICE`) runs whole here: one slice of everything.
+    return [consts[n].replace("{slice}", "1") for n in order]
 
 
 def created_objects(statements: list[str]) -> dict[str, str]:
