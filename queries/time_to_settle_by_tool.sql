@@ -16,6 +16,8 @@
 -- - rejected before execution: the end of its last attempt (the last rejection).
 -- reckon_intent_tally keeps it beside each verdict (settled_ns; first_attempt_ns for the start),
 -- so nothing here joins attempts, objects or records, and nothing reads the verdict's JSON.
+-- Verdicts written before schema v15 (and not audited since) kept no object history: a completed
+-- or failed one counts to its latest event, an upper bound.
 -- The window selects intents by their first event (where they are listed: the table's
 -- partition and sort key), which is their first attempt unless a record came first.
 -- Downstreams often stamp observations to the second, so a record can read a little earlier
