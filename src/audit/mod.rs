@@ -219,7 +219,6 @@ fn audit_at(history: &History, contract: Option<&Contract>, now: Timestamp) -> V
     let params = Params::of_intent(&h.attempts, &classes, c);
     let objects = Objects::fold(&h, c, params.currency.as_deref());
     let state = intent_state(&h, &classes, &objects, &params, c);
-    let settled_at = settled_at(&h, state, &objects, &params, c);
     let window_start = first_executed
         .map(|i| &h.attempts[i])
         .or(h.attempts.first())
@@ -241,6 +240,7 @@ fn audit_at(history: &History, contract: Option<&Contract>, now: Timestamp) -> V
     let findings = findings::all(&ctx);
     let decision = decide(&ctx);
     let next_change = next_change(&ctx);
+    let settled_at = settled_at(&ctx);
 
     let mut keys: Vec<String> = Vec::new();
     let mut seen_keys = std::collections::HashSet::new();
@@ -364,26 +364,18 @@ fn intent_state(
 /// execution: the latest such instant over the owned objects, since the state holds only once
 /// every one of them is terminal. Failed before execution: the end of the last attempt (the last
 /// rejection). Pending and unknown are not settled.
-fn settled_at(
-    h: &History,
-    state: IntentState,
-    objects: &Objects,
-    params: &Params,
-    c: &Contract,
-) -> Option<Timestamp> {
-    let owned = || {
-        objects
-            .current()
-            .into_iter()
-            .filter(|o| !h.is_provisional(&o.object_id))
-    };
-    match state {
-        IntentState::Completed => owned()
-            .filter(|o| c.is_success(&o.status) && params.matches(o))
+fn settled_at(x: &findings::Ctx) -> Option<Timestamp> {
+    match x.state {
+        IntentState::Completed => x
+            .owned_objects()
+            .filter(|o| x.c.is_success(&o.status) && x.params.matches(o))
             .filter_map(|o| o.reached_status_at())
             .min(),
-        IntentState::FailedAfterExecution => owned().filter_map(|o| o.reached_status_at()).max(),
-        IntentState::FailedBeforeExecution => h.attempts.iter().map(|a| a.end).max(),
+        IntentState::FailedAfterExecution => x
+            .owned_objects()
+            .filter_map(|o| o.reached_status_at())
+            .max(),
+        IntentState::FailedBeforeExecution => x.h.attempts.iter().map(|a| a.end).max(),
         IntentState::Pending | IntentState::Unknown => None,
     }
 }
