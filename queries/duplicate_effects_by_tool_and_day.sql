@@ -28,12 +28,12 @@ SELECT
 FROM
 (
     SELECT at, intent_id, kind, subject, tool
-    FROM reckon_findings
+    FROM reckon_finding_times
     WHERE kind = 'duplicate_effect' AND at >= {since:DateTime} AND at < {until:DateTime}
       AND (listed_ns, intent_id, verdict_version) IN
           (SELECT listed_ns, intent_id, version
            FROM (SELECT listed_ns, intent_id, version, deleted FROM reckon_intent_tally FINAL
-                 WHERE (listed_ns, intent_id) IN (SELECT listed_ns, intent_id FROM reckon_findings WHERE kind = 'duplicate_effect' AND at >= {since:DateTime} AND at < {until:DateTime}))
+                 WHERE (listed_ns, intent_id) IN (SELECT listed_ns, intent_id FROM reckon_finding_times WHERE kind = 'duplicate_effect' AND at >= {since:DateTime} AND at < {until:DateTime}))
            WHERE deleted = 0)
     LIMIT 1 BY intent_id, kind, subject
 ) AS f
@@ -45,7 +45,7 @@ ANY LEFT JOIN
         SELECT intent_id, status
         FROM reckon_escalations FINAL
         -- The window's intents only: the join side is built from them, not from the whole queue.
-        WHERE intent_id IN (SELECT intent_id FROM reckon_findings WHERE kind = 'duplicate_effect' AND at >= {since:DateTime} AND at < {until:DateTime})
+        WHERE intent_id IN (SELECT intent_id FROM reckon_finding_times WHERE kind = 'duplicate_effect' AND at >= {since:DateTime} AND at < {until:DateTime})
     )
     -- Outside FINAL: a status filter under it could drop a newer version before they collapse.
     WHERE status != 'resolved'

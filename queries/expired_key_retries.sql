@@ -40,12 +40,12 @@ FROM
     FROM
     (
         SELECT at, at_ns, intent_id, listed_ns, kind, subject, tool, detail
-        FROM reckon_findings
+        FROM reckon_finding_times
         WHERE kind = 'expired_key_retry' AND at >= {since:DateTime} AND at < {until:DateTime}
           AND (listed_ns, intent_id, verdict_version) IN
               (SELECT listed_ns, intent_id, version
                FROM (SELECT listed_ns, intent_id, version, deleted FROM reckon_intent_tally FINAL
-                     WHERE (listed_ns, intent_id) IN (SELECT listed_ns, intent_id FROM reckon_findings WHERE kind = 'expired_key_retry' AND at >= {since:DateTime} AND at < {until:DateTime}))
+                     WHERE (listed_ns, intent_id) IN (SELECT listed_ns, intent_id FROM reckon_finding_times WHERE kind = 'expired_key_retry' AND at >= {since:DateTime} AND at < {until:DateTime}))
                WHERE deleted = 0)
         LIMIT 1 BY intent_id, kind, subject
     ) AS f
@@ -54,7 +54,7 @@ FROM
         SELECT span_id AS attempt_span_id, idempotency_key, http_status, error_type
         FROM reckon_attempts
         -- The window's intents only (the sort key's first column), not the whole table.
-        WHERE intent_id IN (SELECT intent_id FROM reckon_findings WHERE kind = 'expired_key_retry' AND at >= {since:DateTime} AND at < {until:DateTime})
+        WHERE intent_id IN (SELECT intent_id FROM reckon_finding_times WHERE kind = 'expired_key_retry' AND at >= {since:DateTime} AND at < {until:DateTime})
     ) AS a ON f.subject = a.attempt_span_id
 ) AS late
 ANY LEFT JOIN
@@ -64,7 +64,7 @@ ANY LEFT JOIN
     (
         SELECT listed_ns, intent_id, state, finding_kind, escalation_id, deleted
         FROM reckon_intent_tally FINAL
-        WHERE (listed_ns, intent_id) IN (SELECT listed_ns, intent_id FROM reckon_findings WHERE kind = 'expired_key_retry' AND at >= {since:DateTime} AND at < {until:DateTime})
+        WHERE (listed_ns, intent_id) IN (SELECT listed_ns, intent_id FROM reckon_finding_times WHERE kind = 'expired_key_retry' AND at >= {since:DateTime} AND at < {until:DateTime})
     )
     WHERE deleted = 0
 ) AS v USING (listed_ns, intent_id)

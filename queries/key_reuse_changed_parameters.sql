@@ -38,12 +38,12 @@ FROM
     FROM
     (
         SELECT at, at_ns, intent_id, listed_ns, kind, subject, tool, detail
-        FROM reckon_findings
+        FROM reckon_finding_times
         WHERE kind = 'key_reuse_mismatch' AND at >= {since:DateTime} AND at < {until:DateTime}
           AND (listed_ns, intent_id, verdict_version) IN
               (SELECT listed_ns, intent_id, version
                FROM (SELECT listed_ns, intent_id, version, deleted FROM reckon_intent_tally FINAL
-                     WHERE (listed_ns, intent_id) IN (SELECT listed_ns, intent_id FROM reckon_findings WHERE kind = 'key_reuse_mismatch' AND at >= {since:DateTime} AND at < {until:DateTime}))
+                     WHERE (listed_ns, intent_id) IN (SELECT listed_ns, intent_id FROM reckon_finding_times WHERE kind = 'key_reuse_mismatch' AND at >= {since:DateTime} AND at < {until:DateTime}))
                WHERE deleted = 0)
         LIMIT 1 BY intent_id, kind, subject
     ) AS f
@@ -59,8 +59,8 @@ FROM
         -- Every attempt that sent one of the window's keys, whatever its intent.
         WHERE intent_id IN
             (SELECT intent_id FROM reckon_intent_lookup
-             WHERE kind = 'key' AND value IN (SELECT subject FROM reckon_findings WHERE kind = 'key_reuse_mismatch' AND at >= {since:DateTime} AND at < {until:DateTime}))
-          AND idempotency_key IN (SELECT subject FROM reckon_findings WHERE kind = 'key_reuse_mismatch' AND at >= {since:DateTime} AND at < {until:DateTime})
+             WHERE kind = 'key' AND value IN (SELECT subject FROM reckon_finding_times WHERE kind = 'key_reuse_mismatch' AND at >= {since:DateTime} AND at < {until:DateTime}))
+          AND idempotency_key IN (SELECT subject FROM reckon_finding_times WHERE kind = 'key_reuse_mismatch' AND at >= {since:DateTime} AND at < {until:DateTime})
         GROUP BY key
     ) AS a ON f.subject = a.key
 ) AS reused
@@ -71,7 +71,7 @@ ANY LEFT JOIN
     (
         SELECT listed_ns, intent_id, state, escalation_id, deleted
         FROM reckon_intent_tally FINAL
-        WHERE (listed_ns, intent_id) IN (SELECT listed_ns, intent_id FROM reckon_findings WHERE kind = 'key_reuse_mismatch' AND at >= {since:DateTime} AND at < {until:DateTime})
+        WHERE (listed_ns, intent_id) IN (SELECT listed_ns, intent_id FROM reckon_finding_times WHERE kind = 'key_reuse_mismatch' AND at >= {since:DateTime} AND at < {until:DateTime})
     )
     WHERE deleted = 0
 ) AS v USING (listed_ns, intent_id)

@@ -3282,6 +3282,90 @@ async fn clickhouse_upgrades_to_records_found_by_what_links_them() {
     ch.finish().await;
 }
 
+/// v18 reads the findings of a kind and a window from `reckon_finding_times` (sorted by kind and
+/// time): the findings a v17 reckon wrote are there after the upgrade (filled from them), and one
+/// written after it (the view fills it), each row as `reckon_findings` holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clickhouse_upgrades_to_findings_by_kind_and_time() {
+    let Some(ch) = ClickHouse::new().await else {
+        return;
+    };
+    migrate_to(&ch.config, 17).await.expect("v17 schema");
+    let client = ch.client();
+    // (intent, kind, subject, seconds, version)
+    for (id, kind, subject, secs, version) in [
+        ("a", "duplicate_effect", "re_1", 100, 1u64),
+        ("a", "duplicate_effect", "re_1", 100, 2),
+        ("b", "expired_key_retry", "span-9", 50, 1),
+        ("c", "duplicate_effect", "re_7", 40 * 86_400, 1),
+    ] {
+        client
+            .query(&format!(
+                "INSERT INTO reckon_findings (intent_id, kind, severity, at, at_ns, subject, detail, tool, verdict_version, listed_ns)
+                 VALUES ('{id}', '{kind}', 'critical', {s}, {n}, '{subject}', 'why', 'issue_refund', {version}, {l})",
+                s = at(secs).0 as u64 / 1_000_000_000,
+                n = at(secs).0 as u64,
+                l = at(1).0 as u64,
+            ))
+            .execute()
+            .await
+            .expect("a finding a v17 reckon wrote");
+    }
+    let store = ch.open().await;
+    let by_time = |kind: &'static str| {
+        let client = client.clone();
+        async move {
+            client
+                .query(
+                    "SELECT intent_id, subject, verdict_version FROM reckon_finding_times
+                     WHERE kind = ? AND at >= toDateTime(?) ORDER BY at, intent_id, verdict_version",
+                )
+                .bind(kind)
+                .bind(at(0).0 as u64 / 1_000_000_000)
+                .fetch_all::<(String, String, u64)>()
+                .await
+                .expect("read the findings by kind and time")
+        }
+    };
+    let row =
+        |id: &str, subject: &str, version: u64| (id.to_string(), subject.to_string(), version);
+    assert_eq!(
+        by_time("duplicate_effect").await,
+        vec![
+            row("a", "re_1", 1),
+            row("a", "re_1", 2),
+            row("c", "re_7", 1)
+        ]
+    );
+    assert_eq!(
+        by_time("expired_key_retry").await,
+        vec![row("b", "span-9", 1)]
+    );
+    // Written after the upgrade: the view copies it, with its place and version.
+    let v = with_findings(
+        verdict("later", Some("issue_refund"), IntentState::Unknown, at(60)),
+        &[FindingKind::DuplicateEffect],
+    );
+    store.put_verdicts(vec![v.clone()]).await.unwrap();
+    let copied = client
+        .query(
+            "SELECT count() FROM reckon_finding_times AS t
+             WHERE intent_id = 'later' AND kind = 'duplicate_effect' AND listed_ns = ?
+               AND (intent_id, subject, verdict_version, at_ns) IN
+                   (SELECT intent_id, subject, verdict_version, at_ns FROM reckon_findings WHERE intent_id = 'later')",
+        )
+        .bind(v.listed_at.0 as u64)
+        .fetch_one::<u64>()
+        .await
+        .unwrap();
+    assert_eq!(
+        copied, 1,
+        "the finding written after the upgrade is in reckon_finding_times"
+    );
+    drop(store);
+    ch.finish().await;
+}
+
 /// v5 adds each verdict's contract version: a verdict a v4 reckon wrote reads with an empty
 /// version, a verdict written after the upgrade has it in the document, the column and the
 /// recreated `reckon_current_verdicts` view.

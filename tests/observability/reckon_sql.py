@@ -51,6 +51,7 @@ EXPECTED_TABLES = {
     "reckon_report_counts",
     "reckon_report_findings",
     "reckon_record_lookup",
+    "reckon_finding_times",
 }
 EXPECTED_VIEWS = {"reckon_current_verdicts", "reckon_current_findings"}
 

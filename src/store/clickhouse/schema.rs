@@ -732,6 +732,38 @@ ARRAY JOIN arrayFilter(x -> tupleElement(x, 2) != '', [
     tuple(CAST('key' AS Enum8('intent' = 1, 'key' = 2, 'object' = 3)), ifNull(idempotency_key, '')),
     tuple(CAST('object' AS Enum8('intent' = 1, 'key' = 2, 'object' = 3)), object_id)]) AS l";
 
+/// v18: the findings of a kind and a time window read a range of an index: `reckon_findings`
+/// sorts by intent, so a window's findings were a scan of every finding ever written (its kind
+/// and time columns, then the rest of every granule holding one), which grows with the history.
+/// `reckon_finding_times` holds the same rows sorted by kind and time, partitioned by month of
+/// it, filled by a materialized view on every insert (and once from the findings there). A row is
+/// current as in `reckon_findings`: written with its intent's current verdict version (the
+/// readers check that against `reckon_intent_tally` at the row's `(listed_ns, intent_id)`).
+pub const V18_FINDING_TIMES: &str = "
+CREATE TABLE IF NOT EXISTS reckon_finding_times (
+    kind Enum8('duplicate_effect' = 1, 'effect_mismatch' = 2, 'key_reuse_mismatch' = 3, 'new_key_retry' = 4, 'expired_key_retry' = 5, 'no_idempotency_contract' = 6, 'unresolved_unknown' = 7, 'replayed_server_error' = 8, 'misreported_outcome' = 9, 'resend_while_pending' = 10, 'resend_after_terminal' = 11, 'inconclusive_readback_acted_on' = 12, 'stuck_pending' = 13, 'retry_budget_exceeded' = 14, 'orphan_record' = 15, 'key_shared_across_intents' = 16) COMMENT 'finding kind',
+    at DateTime COMMENT 'when the finding became true (UTC seconds): partitioning',
+    at_ns UInt64 COMMENT 'when the finding became true, unix nanoseconds',
+    intent_id String COMMENT 'the intent the finding is about',
+    subject String COMMENT 'what it is about: an object id, a key, a span id',
+    severity Enum8('medium' = 1, 'high' = 2, 'critical' = 3) COMMENT 'finding severity',
+    detail String COMMENT 'human-readable explanation',
+    tool Nullable(String) COMMENT 'tool of the intent',
+    listed_ns UInt64 COMMENT 'where its intent is listed, unix nanoseconds: its key in reckon_intent_tally with intent_id',
+    verdict_version UInt64 COMMENT 'reckon_verdicts.version this row was written with: current while it is the intent current version'
+) ENGINE = ReplacingMergeTree(verdict_version)
+PARTITION BY toYYYYMM(at)
+ORDER BY (kind, at, intent_id, subject)";
+pub const V18_FINDING_TIMES_VIEW: &str = "
+CREATE MATERIALIZED VIEW IF NOT EXISTS reckon_finding_times_mv TO reckon_finding_times AS
+SELECT kind, at, at_ns, intent_id, subject, severity, detail, tool, listed_ns, verdict_version
+FROM reckon_findings";
+/// The findings stored before the view. One written meanwhile has its row twice: harmless.
+pub const V18_FINDING_TIMES_FILL: &str = "
+INSERT INTO reckon_finding_times (kind, at, at_ns, intent_id, subject, severity, detail, tool, listed_ns, verdict_version)
+SELECT kind, at, at_ns, intent_id, subject, severity, detail, tool, listed_ns, verdict_version
+FROM reckon_findings";
+
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
@@ -904,6 +936,15 @@ pub const MIGRATIONS: &[Migration] = &[
             V17_RECORD_LOOKUP,
             V17_RECORD_LOOKUP_VIEW,
             V17_RECORD_LOOKUP_FILL,
+        ],
+    },
+    Migration {
+        version: 18,
+        name: "findings by kind and time",
+        statements: &[
+            V18_FINDING_TIMES,
+            V18_FINDING_TIMES_VIEW,
+            V18_FINDING_TIMES_FILL,
         ],
     },
 ];
