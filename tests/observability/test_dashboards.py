@@ -661,3 +661,63 @@ def test_alert_query_fires_on_the_demo_duplicates(chdb_engine, ch1816, time_rang
                 assert len(num) == 1, res.types
                 assert all(int(r[num[0]]) > 0 for r in res.rows)
     assert ran > 0, "no alert rule has a SQL query to run"
+
+
+# The intent dashboard's objects as they read every object row of the lookup before (filtered
+# by intent): the reference the panel, which reads the lookup by the objects the intent's
+# evidence names, must equal.
+OBJECTS_REFERENCE = """
+SELECT DISTINCT value
+FROM reckon_intent_lookup
+WHERE kind = 'object' AND intent_id = '${intent_id}'
+  AND (intent_id, verdict_version) IN (SELECT intent_id, version FROM reckon_verdicts FINAL WHERE intent_id = '${intent_id}')
+ORDER BY value"""
+
+
+# Objects the demo links no other way, as reckon writes them (the verdict, its lookup row, the
+# evidence): an orphan record (no intent claims it), an object only a key-only record names
+# (the send timed out), an object only a read-back lists.
+def _linked_only_by(intent_id, object_id, keys, evidence):
+    return [
+        "INSERT INTO reckon_verdicts (intent_id, state, decision, idempotency_keys, first_seen, first_seen_ns, last_event, last_event_ns, doc, deleted, version, listed_ns) "
+        f"VALUES ('{intent_id}', 'completed', 'none', {keys}, 1700000000, 1700000000000000000, 1700000000, 1700000000000000000, '', 0, 1, 1700000000000000000)",
+        f"INSERT INTO reckon_intent_lookup (kind, value, intent_id, verdict_version) VALUES ('object', '{object_id}', '{intent_id}', 1)",
+        evidence,
+    ]
+
+
+ONLY_LINKED = (
+    _linked_only_by("orphan:re_orph", "re_orph", "[]",
+                    "INSERT INTO reckon_records (source, kind, object_id, status, observed_at, observed_ns, ingested_ns) "
+                    "VALUES ('stripe', 'refund', 're_orph', 'succeeded', 1700000000, 1700000000000000000, 1)")
+    + _linked_only_by("by-key-1", "re_bykey", "['k-only']",
+                      "INSERT INTO reckon_records (source, kind, object_id, idempotency_key, status, observed_at, observed_ns, ingested_ns) "
+                      "VALUES ('stripe', 'refund', 're_bykey', 'k-only', 'succeeded', 1700000000, 1700000000000000000, 1)")
+    + _linked_only_by("by-read-1", "re_byread", "[]",
+                      "INSERT INTO reckon_readbacks (trace_id, span_id, intent_id, tool, read_at, read_ns, ended_ns, object_ids, ingested_ns) "
+                      "VALUES ('t1', 's1', 'by-read-1', 'get_refund', 1700000000, 1700000000000000000, 1700000000000000001, ['re_byread'], 1)")
+)
+
+
+def test_intent_objects_equal_every_lookup_row_of_the_intent(with_history, time_range):
+    """For every intent of the demo (shared keys, read-backs of other intents' objects,
+    key-only records) and the ONLY_LINKED ones, the Objects panel names the objects the lookup
+    holds."""
+    panel = next(p for p in panels(load(reckon_sql.ROOT / "dashboards" / "reckon-intent.json"))
+                 if p["title"] == "Objects")
+    sql = panel["targets"][0]["rawSql"]
+    for engine in with_history:
+        for stmt in ONLY_LINKED:
+            engine.run(stmt)
+    ids = [r[0] for r in with_history[0].query(
+        "SELECT DISTINCT intent_id FROM reckon_current_verdicts ORDER BY intent_id").rows]
+    assert {"orphan:re_orph", "by-key-1", "by-read-1"} <= set(ids)
+    with_objects = 0
+    for intent_id in ids:
+        ctx = GrafanaContext(time_range[0], time_range[1], 60, {"intent_id": intent_id})
+        for engine in with_history:
+            got = sorted({r[0] for r in _run(engine, reckon_sql.expand(sql, ctx), "Objects").rows})
+            want = [r[0] for r in _run(engine, reckon_sql.expand(OBJECTS_REFERENCE, ctx), "reference").rows]
+            assert got == want, f"objects of {intent_id} on {engine_name(engine)}"
+            with_objects += bool(want)
+    assert with_objects >= 20, with_objects
