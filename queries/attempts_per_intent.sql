@@ -14,7 +14,9 @@
 -- retry_budget_exceeded, new_key_retry), from the tally's current rows. Their attempt rows add
 -- the keys, times, timeouts and 5xx answers, read by intent (reckon_attempts' sort key) with no
 -- FINAL: a re-delivered span counts once. keys > 1 means the retries minted new keys: each may
--- execute again.
+-- execute again. Those rows are read from a day before the window on (reckon_attempts'
+-- partition column), so the months before it are not read: an intent first seen in the window
+-- has no attempt earlier than that unless a span reached reckon over a day after a later one.
 SELECT
     t.intent_id AS intent_id, t.tool AS tool, t.attempts AS attempts, a.keys AS keys,
     a.first_attempt AS first_attempt, a.last_attempt AS last_attempt, a.spread_s AS spread_s,
@@ -45,7 +47,8 @@ ANY LEFT JOIN
         uniqExactIf(trace_id, span_id, isNull(http_status)) AS timeouts,
         uniqExactIf(trace_id, span_id, ifNull(http_status, 0) >= 500) AS http_5xx
     FROM reckon_attempts
-    WHERE intent_id IN
+    WHERE started_at >= {since:DateTime} - 86400
+      AND intent_id IN
     (
         SELECT intent_id
         FROM
