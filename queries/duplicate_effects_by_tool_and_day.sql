@@ -43,9 +43,15 @@ ANY LEFT JOIN
     FROM
     (
         SELECT intent_id, status
-        FROM reckon_escalations FINAL
-        -- The window's intents only: the join side is built from them, not from the whole queue.
-        WHERE intent_id IN (SELECT intent_id FROM reckon_finding_times WHERE kind = 'duplicate_effect' AND at >= {since:DateTime} AND at < {until:DateTime})
+        FROM reckon_escalation_list FINAL
+        -- The window's intents only: the join side is built from them, not from the whole queue,
+        -- read from a day before the earliest of their listing places on (an escalation is
+        -- listed where it opened, after its intent's first event): a range of the listing's key.
+        WHERE listed_ns >=
+            (SELECT greatest(min(listed_ns), toUInt64(86400000000000)) - 86400000000000
+             FROM reckon_finding_times
+             WHERE kind = 'duplicate_effect' AND at >= {since:DateTime} AND at < {until:DateTime})
+          AND intent_id IN (SELECT intent_id FROM reckon_finding_times WHERE kind = 'duplicate_effect' AND at >= {since:DateTime} AND at < {until:DateTime})
     )
     -- Outside FINAL: a status filter under it could drop a newer version before they collapse.
     WHERE status != 'resolved'

@@ -9,7 +9,7 @@
 -- Age is measured from opening to now for open and claimed items, and from opening to
 -- resolution for resolved ones (how long it took a person), so the buckets answer "how long
 -- has it waited" and "how long did it take" in one table. Each escalation is read at its latest
--- version (FINAL): a claim or resolution writes a new version of the row.
+-- version (FINAL over the window's range): a claim or resolution writes a new version of the row.
 SELECT
     status,
     severity,
@@ -28,8 +28,12 @@ FROM
         id, status, severity, opened_at, opened_ns,
         if(status = 'resolved' AND isNotNull(resolved_at),
            toUInt32(assumeNotNull(resolved_at)), toUInt32(now())) - toUInt32(opened_at) AS age_s
-    FROM reckon_escalations FINAL
-    WHERE opened_at >= {opened_since:DateTime}
+    -- The listing (reckon_escalation_list: the same rows, partitioned and sorted by where each
+    -- is listed, its opening, which never changes), so a window is a range of its key.
+    FROM reckon_escalation_list FINAL
+    WHERE listed_at >= {opened_since:DateTime}
+      AND listed_ns >= toUInt64(toUInt32({opened_since:DateTime})) * 1000000000
+      AND opened_at >= {opened_since:DateTime}
 )
 GROUP BY status, severity, age
 ORDER BY status, severity DESC, age

@@ -53,8 +53,14 @@ FROM
     (
         SELECT span_id AS attempt_span_id, idempotency_key, http_status, error_type
         FROM reckon_attempts
-        -- The window's intents only (the sort key's first column), not the whole table.
-        WHERE intent_id IN (SELECT intent_id FROM reckon_finding_times WHERE kind = 'expired_key_retry' AND at >= {since:DateTime} AND at < {until:DateTime})
+        -- The window's intents only (the sort key's first column), not the whole table, from a
+        -- day before the earliest of their listing places on (the partition column: the months
+        -- before are not read; a span that reached reckon over a day late is missed).
+        WHERE started_at >=
+            (SELECT toDateTime(greatest(intDiv(min(listed_ns), 1000000000), 86400) - 86400)
+             FROM reckon_finding_times
+             WHERE kind = 'expired_key_retry' AND at >= {since:DateTime} AND at < {until:DateTime})
+          AND intent_id IN (SELECT intent_id FROM reckon_finding_times WHERE kind = 'expired_key_retry' AND at >= {since:DateTime} AND at < {until:DateTime})
     ) AS a ON f.subject = a.attempt_span_id
 ) AS late
 ANY LEFT JOIN

@@ -17,8 +17,10 @@
 -- one version. Nothing merges every verdict or finding ever written.
 -- The attempts under each key are found through reckon_intent_lookup (the intents that sent the
 -- key, by its sort key), then read by those intents (reckon_attempts' sort key) with no FINAL
--- (a span stored twice counts once), from a day before the earliest first event of those
--- intents on (a span that reached reckon over a day after a later one of its intent is missed). The verdict's state and escalation come from the tally.
+-- (a span stored twice counts once), from a day before the earliest listing place of the
+-- window's intents on: an attempt under the key over a day before that (by another intent,
+-- long after any downstream kept the key; or a span that reached reckon over a day late) is
+-- not counted. The verdict's state and escalation come from the tally.
 SELECT
     at, idempotency_key, intent_id, tool, attempts, distinct_arguments, http_statuses,
     toString(v.state) AS state,
@@ -57,15 +59,13 @@ FROM
             -- 0 stands for "no response" (a timeout): an Array cannot hold NULL on 18.16.
             groupUniqArray(ifNull(http_status, 0)) AS http_statuses
         FROM reckon_attempts
-        -- Every attempt that sent one of the window's keys, whatever its intent: read from a
-        -- day before the first event of the earliest of those intents on (the partition
-        -- column), so the months before them are not read.
+        -- Every attempt that sent one of the window's keys, whatever its intent, from a day
+        -- before the earliest listing place of the window's intents on (the partition column:
+        -- the months before are not read).
         WHERE started_at >=
-            (SELECT toDateTime(greatest(intDiv(min(first_seen_ns), 1000000000), 86400) - 86400)
-             FROM reckon_verdicts
-             WHERE intent_id IN
-                 (SELECT intent_id FROM reckon_intent_lookup
-                  WHERE kind = 'key' AND value IN (SELECT subject FROM reckon_finding_times WHERE kind = 'key_reuse_mismatch' AND at >= {since:DateTime} AND at < {until:DateTime})))
+            (SELECT toDateTime(greatest(intDiv(min(listed_ns), 1000000000), 86400) - 86400)
+             FROM reckon_finding_times
+             WHERE kind = 'key_reuse_mismatch' AND at >= {since:DateTime} AND at < {until:DateTime})
           AND intent_id IN
             (SELECT intent_id FROM reckon_intent_lookup
              WHERE kind = 'key' AND value IN (SELECT subject FROM reckon_finding_times WHERE kind = 'key_reuse_mismatch' AND at >= {since:DateTime} AND at < {until:DateTime}))
