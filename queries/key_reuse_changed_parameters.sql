@@ -15,12 +15,11 @@
 -- those keys alone (FINAL merges their versions only) for the current version; a finding is
 -- current when it was written with it. LIMIT BY keeps one row of a finding written twice at
 -- one version. Nothing merges every verdict or finding ever written.
--- The attempts under each key are found through reckon_intent_lookup (the intents that sent the
--- key, by its sort key), then read by those intents (reckon_attempts' sort key) with no FINAL
--- (a span stored twice counts once), from a day before the earliest listing place of the
--- window's intents on: an attempt under the key over a day before that (by another intent,
--- long after any downstream kept the key; or a span that reached reckon over a day late) is
--- not counted. The verdict's state and escalation come from the tally.
+-- The attempts under each key are read by their key column with no FINAL (a span stored twice
+-- counts once), from a day before the earliest listing place of the window's intents on (the
+-- partition column): an attempt under the key over a day before that (by another intent, long
+-- after any downstream kept the key; or a span that reached reckon over a day late) is not
+-- counted. The verdict's state and escalation come from the tally.
 SELECT
     at, idempotency_key, intent_id, tool, attempts, distinct_arguments, http_statuses,
     toString(v.state) AS state,
@@ -61,15 +60,13 @@ FROM
         FROM reckon_attempts
         -- Every attempt that sent one of the window's keys, whatever its intent, from a day
         -- before the earliest listing place of the window's intents on (the partition column:
-        -- the months before are not read).
+        -- the months before are not read). PREWHERE (no FINAL here): the key column is read
+        -- first, the others only in the granules that sent one, whatever the server's settings.
+        PREWHERE idempotency_key IN (SELECT subject FROM reckon_finding_times WHERE kind = 'key_reuse_mismatch' AND at >= {since:DateTime} AND at < {until:DateTime})
         WHERE started_at >=
             (SELECT toDateTime(greatest(intDiv(min(listed_ns), 1000000000), 86400) - 86400)
              FROM reckon_finding_times
              WHERE kind = 'key_reuse_mismatch' AND at >= {since:DateTime} AND at < {until:DateTime})
-          AND intent_id IN
-            (SELECT intent_id FROM reckon_intent_lookup
-             WHERE kind = 'key' AND value IN (SELECT subject FROM reckon_finding_times WHERE kind = 'key_reuse_mismatch' AND at >= {since:DateTime} AND at < {until:DateTime}))
-          AND idempotency_key IN (SELECT subject FROM reckon_finding_times WHERE kind = 'key_reuse_mismatch' AND at >= {since:DateTime} AND at < {until:DateTime})
         GROUP BY key
     ) AS a ON f.subject = a.key
 ) AS reused
