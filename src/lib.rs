@@ -8,6 +8,7 @@ pub mod auth;
 pub mod bloom;
 pub mod cli;
 pub mod clock;
+pub mod cluster;
 pub mod codec;
 pub mod config;
 pub mod contract;
