@@ -11,7 +11,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use reckon::cluster::lease::{Lease, LeaseError, LeaseSettings, Role};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -139,7 +138,7 @@ impl Proxy {
                         return;
                     };
                     tokio::select! {
-                        _ = pipe(&mut down, &mut up) => {}
+                        _ = tokio::io::copy_bidirectional(&mut down, &mut up) => {}
                         _ = cut.wait_for(|open| !*open) => {}
                     }
                 });
@@ -154,31 +153,6 @@ impl Proxy {
 
     fn restore(&self) {
         self.open.send_replace(true);
-    }
-}
-
-async fn pipe(a: &mut TcpStream, b: &mut TcpStream) {
-    let (mut ar, mut aw) = a.split();
-    let (mut br, mut bw) = b.split();
-    let one = async {
-        let mut buf = [0u8; 8192];
-        while let Ok(n) = ar.read(&mut buf).await {
-            if n == 0 || bw.write_all(&buf[..n]).await.is_err() {
-                break;
-            }
-        }
-    };
-    let other = async {
-        let mut buf = [0u8; 8192];
-        while let Ok(n) = br.read(&mut buf).await {
-            if n == 0 || aw.write_all(&buf[..n]).await.is_err() {
-                break;
-            }
-        }
-    };
-    tokio::select! {
-        _ = one => {}
-        _ = other => {}
     }
 }
 
