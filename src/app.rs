@@ -230,6 +230,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         metrics: metrics.clone(),
         body,
         gate: gate("api"),
+        instance: crate::cluster::default_instance().into(),
     });
     let api_server = tokio::spawn(serve_http(
         api_listener,

@@ -228,6 +228,9 @@ pub struct Metrics {
     escalations_unresolved: Mutex<BTreeMap<[String; 3], u64>>,
     /// 1: the store answered the last probe, 0: it did not, 2: never probed.
     store_up: AtomicU8,
+    /// `reckon_auditor{instance}`: this instance's name and whether it audits (DESIGN.md
+    /// "Scale-out"); unset until the service says.
+    auditor: std::sync::Mutex<Option<(String, bool)>>,
     deadline_overdue_ns: AtomicU64,
     intents: AtomicI64,
     intents_evicted: AtomicI64,
@@ -279,6 +282,7 @@ impl Metrics {
             escalations: Default::default(),
             escalations_unresolved: Mutex::new(BTreeMap::new()),
             store_up: AtomicU8::new(2),
+            auditor: std::sync::Mutex::new(None),
             deadline_overdue_ns: AtomicU64::new(0),
             intents: AtomicI64::new(0),
             intents_evicted: AtomicI64::new(0),
@@ -363,6 +367,13 @@ impl Metrics {
     /// Whether the store answered a read just now (the `/readyz` probe).
     pub fn set_store_up(&self, up: bool) {
         self.store_up.store(u8::from(up), Relaxed);
+    }
+
+    /// This instance's name and whether it is the cluster's auditor (one instance alone is its
+    /// own).
+    pub fn set_auditor(&self, instance: &str, is_auditor: bool) {
+        *self.auditor.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((instance.to_string(), is_auditor));
     }
 
     /// How long ago the earliest booked deadline (a re-audit the engine owes) fell due; zero
@@ -773,6 +784,22 @@ impl Metrics {
                 "gauge",
             );
             let _ = writeln!(out, "reckon_store_up {up}");
+        }
+        if let Some((instance, is)) = self
+            .auditor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
+            header(
+                &mut out,
+                "reckon_auditor",
+                "1 on the instance that audits (holds the cluster's lease; one instance alone is its own auditor), else 0.",
+                "gauge",
+            );
+            out.push_str("reckon_auditor{instance=\"");
+            escape_label_into(&mut out, &instance);
+            let _ = writeln!(out, "\"}} {}", u8::from(is));
         }
         header(
             &mut out,
@@ -1187,6 +1214,21 @@ mod tests {
         );
         m.set_store_up(true);
         assert_eq!(value(&parse(&m.render()), "reckon_store_up"), Some(1.0));
+    }
+
+    #[test]
+    fn the_auditor_gauge_names_its_instance() {
+        let m = Metrics::new();
+        assert!(!m.render().contains("reckon_auditor"), "unset: no sample");
+        m.set_auditor("host-\"a\"", true);
+        assert!(
+            m.render()
+                .contains("reckon_auditor{instance=\"host-\\\"a\\\"\"} 1\n"),
+            "{}",
+            m.render()
+        );
+        m.set_auditor("b", false);
+        assert!(m.render().contains("reckon_auditor{instance=\"b\"} 0\n"));
     }
 
     #[test]

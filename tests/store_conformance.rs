@@ -4359,6 +4359,7 @@ async fn api_get(
             read_timeout: std::time::Duration::from_secs(30),
         },
         gate: reckon::auth::Gate::new(access, metrics.clone(), "api"),
+        instance: "conformance".into(),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

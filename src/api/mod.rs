@@ -41,6 +41,8 @@ pub struct ApiState {
     pub body: BodyLimits,
     /// Who may do what on this port (`crate::auth`).
     pub gate: Gate,
+    /// This instance's name (`GET /api/v1/cluster`, `reckon_auditor`).
+    pub instance: Arc<str>,
 }
 
 /// Each group of routes says what it needs (`crate::auth`'s roles); the health probes and the
@@ -62,7 +64,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/intents/{intent_id}", get(get_intent))
         .route("/api/v1/escalations", get(list_escalations))
         .route("/api/v1/escalations/{id}", get(get_escalation))
-        .route("/api/v1/report", get(report));
+        .route("/api/v1/report", get(report))
+        .route("/api/v1/cluster", get(cluster));
     let actions = Router::new()
         .route("/api/v1/escalations/{id}/claim", post(claim))
         .route("/api/v1/escalations/{id}/resolve", post(resolve));
@@ -410,12 +413,36 @@ async fn metrics(State(s): State<ApiState>) -> Response {
     s.metrics
         .set_deadline_overdue(std::time::Duration::from_nanos(overdue as u64));
     s.metrics.set_store_up(store_probe(&s).await.is_ok());
+    s.metrics.set_auditor(&s.instance, true);
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         s.metrics.render(),
     )
         .into_response()
+}
+
+/// `GET /api/v1/cluster` (DESIGN.md "Scale-out"): who audits, and how far each member's
+/// acknowledged and audited exports reach. One instance (no `[cluster]`: the only form there is
+/// yet) is its own auditor under epoch 0; every export it answered is audited, so both
+/// watermarks are the instant before which every export received has been answered, and the
+/// lag is zero.
+async fn cluster(State(s): State<ApiState>) -> Response {
+    let now = wall_now();
+    let answered = rfc3339(s.engine.answered_before());
+    Json(serde_json::json!({
+        "instance": &*s.instance,
+        "auditor": &*s.instance,
+        "epoch": 0,
+        "members": [{
+            "instance": &*s.instance,
+            "last_seen": rfc3339(now),
+            "acknowledged_watermark": answered,
+            "audited_watermark": answered,
+        }],
+        "audit_lag_seconds": 0.0,
+    }))
+    .into_response()
 }
 
 /// `reckon_escalations_unresolved{tool, finding, severity}`: for every open or claimed

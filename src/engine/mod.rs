@@ -1214,6 +1214,13 @@ impl Engine {
             .take();
     }
 
+    /// Every export received before this instant has been answered (acknowledged or refused)
+    /// and, one instance being its own auditor, audited: the watermarks `GET /api/v1/cluster`
+    /// reports.
+    pub fn answered_before(&self) -> Timestamp {
+        self.progress.settled_before()
+    }
+
     /// Intents loaded at start-up that the timer has not audited again yet (see
     /// [`EngineCore::restore_from`]), and open intents the start left in the store that are
     /// not read back yet; their verdicts are as of the stop until then.

@@ -957,3 +957,43 @@ async fn the_queue_page_searches_by_order_object_and_key() {
     assert_eq!(resp.status(), 400);
     s.stop().await;
 }
+
+/// `GET /api/v1/cluster` on one instance (no `[cluster]`): it is its own auditor under epoch 0,
+/// the only member; both watermarks are the instant before which every export it received was
+/// answered (and, one instance auditing what it acknowledges, audited), so they pass an export
+/// it acknowledged; `reckon_auditor{instance}` says the same on `/metrics`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_instance_is_its_own_auditor() {
+    let s = Server::start().await;
+    let before = std::time::SystemTime::now();
+    let span = ToolSpan::new("send_email", ago(5.0), 0.5)
+        .intent(&unique("int"))
+        .http(200);
+    export_grpc(&s, &[&span]).await;
+    let (code, c) = s.get("/api/v1/cluster").await;
+    assert_eq!(code, 200, "{c}");
+    let instance = c["instance"]
+        .as_str()
+        .expect("an instance name")
+        .to_string();
+    assert!(!instance.is_empty());
+    assert_eq!(c["auditor"], instance.as_str(), "{c}");
+    assert_eq!(c["epoch"], 0, "{c}");
+    assert_eq!(c["audit_lag_seconds"], 0.0, "{c}");
+    let members = c["members"].as_array().expect("members");
+    assert_eq!(members.len(), 1, "{c}");
+    assert_eq!(members[0]["instance"], instance.as_str());
+    let at = |field: &str| {
+        chrono::DateTime::parse_from_rfc3339(members[0][field].as_str().unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{field}: {e}: {c}"))
+    };
+    let exported: chrono::DateTime<chrono::Utc> = before.into();
+    for field in ["acknowledged_watermark", "audited_watermark", "last_seen"] {
+        assert!(
+            at(field) >= exported,
+            "{field} passes the acknowledged export: {c}"
+        );
+    }
+    let series = format!("reckon_auditor{{instance=\"{instance}\"}}");
+    assert_eq!(s.metric(&series).await, Some(1.0), "{series}");
+}
