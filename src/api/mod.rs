@@ -428,8 +428,10 @@ async fn metrics(State(s): State<ApiState>) -> Response {
 /// watermarks are the instant before which every export received has been answered, and the
 /// lag is zero.
 async fn cluster(State(s): State<ApiState>) -> Response {
-    let now = wall_now();
+    // In this order: with nothing in flight the watermark is the clock, and a member is
+    // never seen before its own watermark.
     let answered = rfc3339(s.engine.answered_before());
+    let now = wall_now();
     Json(serde_json::json!({
         "instance": &*s.instance,
         "auditor": &*s.instance,

@@ -994,6 +994,7 @@ async fn one_instance_is_its_own_auditor() {
             "{field} passes the acknowledged export: {c}"
         );
     }
+    assert!(at("last_seen") >= at("audited_watermark"), "{c}");
     let series = format!("reckon_auditor{{instance=\"{instance}\"}}");
     assert_eq!(s.metric(&series).await, Some(1.0), "{series}");
 }
