@@ -189,9 +189,11 @@ async fn session(
             role.send_replace(Role::Auditor { epoch });
             // Held until the session wavers: stepping down on a disconnect, not on expiry, is
             // what keeps two auditors from acting at once.
+            // Connected to a read-only server (a minority side of a partition) is not holding:
+            // nothing it could write would be ordered.
             loop {
                 match state.changed().await {
-                    zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {}
+                    zk::SessionState::SyncConnected => {}
                     s => {
                         tracing::warn!(state = ?s, epoch, "the auditor's lease: session {s:?}, stepping down");
                         return Ok(());
